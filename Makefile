@@ -1,0 +1,38 @@
+# sandboxd — build, test, lint, bench. `make help` lists the targets.
+SHELL := /bin/bash
+GO    ?= go
+BIN   := bin/sandboxd
+PKGS  := ./...
+
+# Image targets (image, test-image, images) live in mk/images.mk.
+-include mk/images.mk
+
+.PHONY: help build test unit e2e lint bench run deps clean
+
+help: ## list targets
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+
+build: ## static binary (CGO off): both roles, serve and agent
+	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN) ./cmd/sandboxd
+
+deps: ## host packages the tests and benchmarks use (ripgrep for the grep baseline)
+	@command -v rg >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ripgrep >/dev/null; }
+
+test: deps test-image ## everything: unit tests and real-Docker e2e, with -race
+	$(GO) test -race -count=1 -timeout 30m $(PKGS)
+
+unit: ## unit tests only (no Docker)
+	$(GO) test -race -count=1 -short $(PKGS)
+
+lint: ## gofmt, go vet
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+
+bench: deps test-image ## benchmarks: a table with ratios against baselines measured in the same run
+	$(GO) run ./bench $(BENCHFLAGS)
+
+run: image build ## build the default image and serve on 127.0.0.1:7070
+	$(BIN) serve
+
+clean: ## remove build outputs
+	rm -rf bin

@@ -1,0 +1,412 @@
+package agent
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+
+	"github.com/sandboxd/sandboxd/tools"
+)
+
+// errClientClosed is why a connection ended when the host closed it.
+var errClientClosed = errors.New("the client was closed")
+
+// invalidJSONError: params held a json.RawMessage (the tool arguments) that
+// is not valid JSON, found while encoding the request.
+type invalidJSONError struct{ err error }
+
+func (e *invalidJSONError) Error() string { return "not valid JSON: " + e.err.Error() }
+
+// ClientOption configures a Client.
+type ClientOption func(*Client)
+
+// WithLogger sets the client's logger (default slog.Default()).
+func WithLogger(l *slog.Logger) ClientOption { return func(c *Client) { c.log = l } }
+
+// Client is the host side of one agent connection. Its methods are safe for
+// concurrent use; calls are multiplexed over the one stream and run
+// concurrently on the agent.
+type Client struct {
+	rwc io.ReadWriteCloser
+	log *slog.Logger
+
+	// wq feeds the writer goroutine, the only one writing to rwc: a caller
+	// never blocks on a stalled stream beyond its ctx.
+	wq     chan []byte
+	nextID atomic.Uint64
+
+	mu      sync.Mutex
+	pending map[uint64]*pendingCall
+	err     error // why the connection ended; set once
+
+	done     chan struct{}  // closed when the connection has ended
+	loopDone chan struct{}  // closed when the read loop has returned
+	bg       sync.WaitGroup // the writer and queued notifications
+}
+
+// writeQueue is how many encoded frames may wait for the writer.
+const writeQueue = 64
+
+// pendingCall is a request waiting for its response. Stream chunks are
+// queued here by the read loop and handed to the StreamFunc by the calling
+// goroutine, so a slow StreamFunc never stalls other calls.
+type pendingCall struct {
+	resp chan *frame // capacity 1: the one response
+
+	mu      sync.Mutex
+	chunks  [][]byte
+	lastSeq uint64
+	notify  chan struct{} // capacity 1; nil when the call does not stream
+}
+
+// NewClient starts a client on conn (an exec/attach stream, a pipe, a unix
+// socket connection) and its read loop. Close it when done.
+func NewClient(conn io.ReadWriteCloser, opts ...ClientOption) *Client {
+	c := &Client{
+		rwc:      conn,
+		log:      slog.Default(),
+		pending:  map[uint64]*pendingCall{},
+		done:     make(chan struct{}),
+		loopDone: make(chan struct{}),
+		wq:       make(chan []byte, writeQueue),
+	}
+	for _, o := range opts {
+		o(c)
+	}
+	c.log = c.log.With("component", "agent-client")
+	c.bg.Add(1)
+	go c.writeLoop()
+	go c.readLoop()
+	return c
+}
+
+// Done is closed when the connection has ended: the agent exited or
+// crashed, the stream broke, or Close was called.
+func (c *Client) Done() <-chan struct{} { return c.done }
+
+// Err is nil while the connection is up; afterwards an error wrapping
+// ErrDisconnected (and the cause) that says why it ended.
+func (c *Client) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// Close ends the connection; pending calls fail with ErrDisconnected. It
+// waits for the client's goroutines to end.
+func (c *Client) Close() error {
+	c.fail(errClientClosed)
+	<-c.loopDone
+	c.bg.Wait()
+	return nil
+}
+
+// Ping checks that the agent answers.
+func (c *Client) Ping(ctx context.Context) error {
+	_, err := c.roundTrip(ctx, MethodPing, struct{}{}, nil)
+	return err
+}
+
+// ListTools returns the definitions of the agent's tools.
+func (c *Client) ListTools(ctx context.Context) ([]tools.Definition, error) {
+	raw, err := c.roundTrip(ctx, MethodToolsList, struct{}{}, nil)
+	if err != nil {
+		return nil, err
+	}
+	var defs []tools.Definition
+	if err := json.Unmarshal(raw, &defs); err != nil {
+		return nil, fmt.Errorf("agent tools/list: decoding the result: %w", err)
+	}
+	return defs, nil
+}
+
+// Call runs a tool on the agent. Output the tool produces while it runs is
+// passed to stream (which may be nil) in order, on the calling goroutine,
+// before Call returns. Failures the model should read (bad arguments, a
+// missing file) are an Observation with IsError; an error means the call
+// could not happen: ctx ended (ctx.Err(), returned promptly while the agent
+// is told to cancel), unknown tool (errors.Is tools.ErrUnknownTool), agent
+// shutting down, or the connection ended (ErrDisconnected).
+func (c *Client) Call(ctx context.Context, name string, args json.RawMessage, stream tools.StreamFunc) (*tools.Observation, error) {
+	if len(args) > MaxFrameSize {
+		return nil, fmt.Errorf("agent %s %s: %w: %d bytes of arguments, the limit is %d", MethodToolsCall, name, ErrFrameTooLarge, len(args), MaxFrameSize)
+	}
+	raw, err := c.roundTrip(ctx, MethodToolsCall, callParams{Name: name, Arguments: args, Stream: stream != nil}, stream)
+	if ije := (*invalidJSONError)(nil); errors.As(err, &ije) {
+		// Same contract as the tool framework: the model reads this.
+		return tools.Errorf("Invalid arguments for tool %q: %v", name, ije), nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var obs tools.Observation
+	if err := json.Unmarshal(raw, &obs); err != nil {
+		return nil, fmt.Errorf("agent tools/call %s: decoding the observation: %w", name, err)
+	}
+	return &obs, nil
+}
+
+// Shutdown asks the agent to shut down: it cancels running calls, closes
+// its tools (ending their processes) and answers before it closes the
+// connection.
+func (c *Client) Shutdown(ctx context.Context) error {
+	_, err := c.roundTrip(ctx, MethodShutdown, struct{}{}, nil)
+	return err
+}
+
+// roundTrip sends one request and waits for its result.
+func (c *Client) roundTrip(ctx context.Context, method string, params any, stream tools.StreamFunc) (json.RawMessage, error) {
+	f, err := c.exchange(ctx, method, params, nil, stream)
+	if err != nil {
+		return nil, err
+	}
+	return f.Result, nil
+}
+
+// exchange sends one request with an optional binary payload and returns
+// its successful response frame.
+func (c *Client) exchange(ctx context.Context, method string, params any, data []byte, stream tools.StreamFunc) (*frame, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	raw, err := json.Marshal(params)
+	if err != nil {
+		var me *json.MarshalerError
+		if errors.As(err, &me) {
+			// Only a json.RawMessage can fail to marshal here: the tool
+			// arguments, which are not valid JSON.
+			return nil, &invalidJSONError{me.Unwrap()}
+		}
+		return nil, fmt.Errorf("agent %s: encoding params: %w", method, err)
+	}
+	id := c.nextID.Add(1)
+	p := &pendingCall{resp: make(chan *frame, 1)}
+	if stream != nil {
+		p.notify = make(chan struct{}, 1)
+	}
+	c.mu.Lock()
+	if c.err != nil {
+		err := c.err
+		c.mu.Unlock()
+		return nil, fmt.Errorf("agent %s: %w", method, err)
+	}
+	c.pending[id] = p
+	c.mu.Unlock()
+
+	if err := c.send(ctx, &frame{ID: id, Method: method, Params: raw, Data: data}); err != nil {
+		c.forget(id)
+		if ctx.Err() != nil {
+			return nil, ctx.Err() // never queued: nothing to cancel
+		}
+		return nil, fmt.Errorf("agent %s: %w", method, err)
+	}
+	for {
+		select {
+		case f := <-p.resp:
+			return p.finish(method, f, stream)
+		case <-p.notify:
+			p.deliver(stream)
+		case <-ctx.Done():
+			c.forget(id)
+			c.cancelAsync(id)
+			return nil, ctx.Err()
+		case <-c.done:
+			select {
+			case f := <-p.resp: // answered just before the end
+				return p.finish(method, f, stream)
+			default:
+			}
+			return nil, fmt.Errorf("agent %s: %w", method, c.Err())
+		}
+	}
+}
+
+func (p *pendingCall) finish(method string, f *frame, stream tools.StreamFunc) (*frame, error) {
+	p.deliver(stream) // every chunk came before the response
+	if f.Error != nil {
+		return nil, fmt.Errorf("agent %s: %w", method, f.Error)
+	}
+	return f, nil
+}
+
+// deliver hands queued stream chunks to stream, in order.
+func (p *pendingCall) deliver(stream tools.StreamFunc) {
+	if stream == nil {
+		return
+	}
+	for {
+		p.mu.Lock()
+		chunks := p.chunks
+		p.chunks = nil
+		p.mu.Unlock()
+		if len(chunks) == 0 {
+			return
+		}
+		for _, ch := range chunks {
+			stream(ch)
+		}
+	}
+}
+
+// cancelAsync tells the agent to cancel request id without making the
+// caller wait for the write (the stream may be busy with a large frame).
+func (c *Client) cancelAsync(id uint64) {
+	raw, _ := json.Marshal(cancelParams{ID: id})
+	c.notifyAsync(&frame{Method: MethodCancel, Params: raw})
+}
+
+func (c *Client) notifyAsync(f *frame) {
+	buf, err := encodeFrame(f)
+	if err != nil {
+		c.log.Debug("notification not sent", "method", f.Method, "err", err)
+		return
+	}
+	select {
+	case c.wq <- buf:
+		return
+	case <-c.done:
+		return
+	default: // the queue is full: do not make the caller wait
+	}
+	c.bg.Add(1)
+	go func() {
+		defer c.bg.Done()
+		select {
+		case c.wq <- buf:
+		case <-c.done:
+		}
+	}()
+}
+
+func (c *Client) forget(id uint64) {
+	c.mu.Lock()
+	delete(c.pending, id)
+	c.mu.Unlock()
+}
+
+// send encodes a frame and queues it for the writer. A frame too large is
+// refused before anything is written (the connection stays usable). It
+// returns once the frame is queued, ctx ends, or the connection ends; a
+// write error later ends the connection, which pending calls see.
+func (c *Client) send(ctx context.Context, f *frame) error {
+	buf, err := encodeFrame(f)
+	if err != nil {
+		return err
+	}
+	select {
+	case c.wq <- buf:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-c.done:
+		return c.Err()
+	}
+}
+
+func (c *Client) writeLoop() {
+	defer c.bg.Done()
+	for {
+		select {
+		case buf := <-c.wq:
+			if _, err := c.rwc.Write(buf); err != nil {
+				c.fail(fmt.Errorf("write: %w", err))
+				return
+			}
+		case <-c.done:
+			return
+		}
+	}
+}
+
+// fail ends the connection once, recording why; pending calls see c.done.
+func (c *Client) fail(cause error) {
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		return
+	}
+	switch {
+	case errors.Is(cause, io.EOF) || errors.Is(cause, io.ErrUnexpectedEOF):
+		c.err = fmt.Errorf("%w: the agent closed the stream (it exited, crashed or its container stopped): %w", ErrDisconnected, cause)
+	default:
+		c.err = fmt.Errorf("%w: %w", ErrDisconnected, cause)
+	}
+	c.pending = map[uint64]*pendingCall{}
+	c.mu.Unlock()
+	close(c.done)
+	c.rwc.Close()
+}
+
+func (c *Client) readLoop() {
+	defer close(c.loopDone)
+	r := bufio.NewReaderSize(c.rwc, 64<<10)
+	var hdr [frameHeaderSize]byte
+	for {
+		body, data, err := readFrame(r, &hdr)
+		if err != nil {
+			c.fail(err)
+			return
+		}
+		var f frame
+		if err := json.Unmarshal(body, &f); err != nil {
+			// The agent is our own code: bad JSON means a corrupt stream
+			// (e.g. something else wrote to the agent's stdout).
+			c.fail(fmt.Errorf("the agent sent a frame that is not valid JSON: %w", err))
+			return
+		}
+		f.Data = data
+		switch {
+		case f.ID != 0 && f.Method == "":
+			c.mu.Lock()
+			p := c.pending[f.ID]
+			delete(c.pending, f.ID)
+			c.mu.Unlock()
+			if p == nil {
+				c.log.Debug("response to a request nobody waits for (cancelled)", "id", f.ID)
+				continue
+			}
+			p.resp <- &f
+		case f.Method == MethodStream:
+			c.stream(&f)
+		case f.ID == 0 && f.Error != nil:
+			c.log.Warn("the agent reported a protocol error", "code", f.Error.Code, "err", f.Error.Message)
+		default:
+			c.log.Debug("ignoring an unexpected frame", "id", f.ID, "method", f.Method)
+		}
+	}
+}
+
+func (c *Client) stream(f *frame) {
+	var sp streamParams
+	if err := json.Unmarshal(f.Params, &sp); err != nil {
+		c.log.Warn("ignoring a stream notification with bad params", "err", err)
+		return
+	}
+	c.mu.Lock()
+	p := c.pending[sp.ID]
+	c.mu.Unlock()
+	if p == nil || p.notify == nil {
+		return // the call was cancelled, or did not ask for a stream
+	}
+	p.mu.Lock()
+	if sp.Seq != p.lastSeq+1 {
+		c.log.Warn("stream chunks out of order", "id", sp.ID, "seq", sp.Seq, "expected", p.lastSeq+1)
+	}
+	p.lastSeq = sp.Seq
+	data := f.Data
+	if data == nil {
+		data = sp.Data
+	}
+	p.chunks = append(p.chunks, data)
+	p.mu.Unlock()
+	select {
+	case p.notify <- struct{}{}:
+	default:
+	}
+}

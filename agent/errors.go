@@ -1,0 +1,125 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+
+	"github.com/sandboxd/sandboxd/tools"
+)
+
+// Sentinel errors. Errors returned by Client wrap them, so callers test with
+// errors.Is whichever side of the wire the failure came from.
+var (
+	// ErrDisconnected: the connection to the agent ended (agent exited or
+	// crashed, container killed, stream closed). Every pending call fails
+	// with an error wrapping it.
+	ErrDisconnected = errors.New("agent connection ended")
+	// ErrFrameTooLarge: a frame above MaxFrameSize.
+	ErrFrameTooLarge = errors.New("frame too large")
+	// ErrShuttingDown: the agent is shutting down and takes no new work.
+	ErrShuttingDown = errors.New("agent is shutting down")
+	// ErrBusy: too many requests are in flight on the agent.
+	ErrBusy = errors.New("agent is busy")
+	// ErrOutsideWorkspace: a path (or an archive entry or symlink in it)
+	// leads outside the workspace root.
+	ErrOutsideWorkspace = errors.New("path is outside the workspace")
+	// ErrBadArchive: an uploaded tar stream is malformed or holds an entry
+	// the agent refuses (device file, absolute or ".." name).
+	ErrBadArchive = errors.New("invalid archive")
+	// ErrUnknownTransfer: an upload or download id the agent does not know
+	// (finished, aborted, or from another connection).
+	ErrUnknownTransfer = errors.New("unknown transfer")
+	// ErrParse, ErrInvalidRequest, ErrMethodNotFound, ErrInvalidParams and
+	// ErrInternal are protocol failures; ErrInternal includes a tool panic.
+	ErrParse          = errors.New("frame is not valid JSON")
+	ErrInvalidRequest = errors.New("invalid request")
+	ErrMethodNotFound = errors.New("method not found")
+	ErrInvalidParams  = errors.New("invalid params")
+	ErrInternal       = errors.New("internal error")
+)
+
+// Protocol error codes. The JSON-RPC 2.0 range is used for the generic
+// failures so the numbers look familiar; -32000..-32099 are ours.
+const (
+	CodeParse            = -32700
+	CodeInvalidRequest   = -32600
+	CodeMethodNotFound   = -32601
+	CodeInvalidParams    = -32602
+	CodeInternal         = -32603
+	CodeUnknownTool      = -32001
+	CodeClosed           = -32002
+	CodeCancelled        = -32003
+	CodeDeadline         = -32004
+	CodeBusy             = -32005
+	CodeFrameTooLarge    = -32006
+	CodeOutsideWorkspace = -32010
+	CodeBadArchive       = -32011
+	CodeNotFound         = -32012
+	CodePermission       = -32013
+	CodeExists           = -32014
+	CodeUnknownTransfer  = -32015
+)
+
+// codeTable is the one place typed errors meet protocol codes. The agent maps
+// an error to the code of its first matching row; the client makes an *Error
+// match (errors.Is) every sentinel of its code's rows.
+var codeTable = []struct {
+	code int
+	err  error
+}{
+	{CodeParse, ErrParse},
+	{CodeInvalidRequest, ErrInvalidRequest},
+	{CodeMethodNotFound, ErrMethodNotFound},
+	{CodeInvalidParams, ErrInvalidParams},
+	{CodeUnknownTool, tools.ErrUnknownTool},
+	{CodeClosed, ErrShuttingDown},
+	{CodeClosed, tools.ErrClosed},
+	{CodeCancelled, context.Canceled},
+	{CodeDeadline, context.DeadlineExceeded},
+	{CodeBusy, ErrBusy},
+	{CodeFrameTooLarge, ErrFrameTooLarge},
+	{CodeOutsideWorkspace, ErrOutsideWorkspace},
+	{CodeBadArchive, ErrBadArchive},
+	{CodeNotFound, fs.ErrNotExist},
+	{CodePermission, fs.ErrPermission},
+	{CodeExists, fs.ErrExist},
+	{CodeUnknownTransfer, ErrUnknownTransfer},
+	{CodeInternal, ErrInternal},
+}
+
+// Error is a protocol error as carried in a response: the agent's message,
+// written for a person, and a code from the table above.
+type Error struct {
+	Code    int    `json:"code"`
+	Message string `json:"message"`
+}
+
+func (e *Error) Error() string { return e.Message }
+
+// Is reports whether target is a sentinel of e's code, so that
+// errors.Is(err, tools.ErrUnknownTool) holds on the host for an unknown tool.
+func (e *Error) Is(target error) bool {
+	for _, row := range codeTable {
+		if row.code == e.Code && row.err == target {
+			return true
+		}
+	}
+	return false
+}
+
+// toWireError turns any error into the *Error sent on the wire.
+func toWireError(err error) *Error {
+	var we *Error
+	if errors.As(err, &we) {
+		return we
+	}
+	code := CodeInternal
+	for _, row := range codeTable {
+		if errors.Is(err, row.err) {
+			code = row.code
+			break
+		}
+	}
+	return &Error{Code: code, Message: err.Error()}
+}

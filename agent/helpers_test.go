@@ -1,0 +1,150 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/sandboxd/sandboxd/tools"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var quiet = slog.New(slog.DiscardHandler)
+
+// testKit is a test toolset whose tools report what happened to them.
+type testKit struct {
+	closed    atomic.Int32
+	cancelled chan string // name of a tool whose ctx ended
+
+	mu      sync.Mutex
+	inside  int
+	barrier chan struct{} // closed when barrierN calls are inside at once
+	barN    int
+}
+
+func (k *testKit) Close() error { k.closed.Add(1); return nil }
+
+type (
+	echoArgs struct {
+		Text string `json:"text"`
+	}
+	sleepArgs struct {
+		MS int `json:"ms"`
+	}
+	streamArgs struct {
+		N int `json:"n"`
+	}
+	noArgs struct{}
+)
+
+func newTestKit(t *testing.T, barrierN int) (*testKit, *tools.Toolset) {
+	t.Helper()
+	k := &testKit{cancelled: make(chan string, 100), barrier: make(chan struct{}), barN: barrierN}
+	mk := func(tool *tools.Tool, err error) *tools.Tool {
+		require.NoError(t, err)
+		return tool
+	}
+	def := func(name string) tools.Definition { return tools.Definition{Name: name, Description: name + " (test)"} }
+	ts, err := tools.NewToolset(
+		mk(tools.NewFunc(def("echo"), func(_ context.Context, a echoArgs) (*tools.Observation, error) {
+			return tools.TextResult(a.Text, nil), nil
+		}, k)),
+		mk(tools.NewFunc(def("sleep"), func(ctx context.Context, a sleepArgs) (*tools.Observation, error) {
+			select {
+			case <-time.After(time.Duration(a.MS) * time.Millisecond):
+				return tools.TextResult("slept", nil), nil
+			case <-ctx.Done():
+				k.cancelled <- "sleep"
+				return nil, ctx.Err()
+			}
+		}, k)),
+		// barrier returns once barrierN barrier calls run at the same time:
+		// it can only succeed if calls really overlap.
+		mk(tools.NewFunc(def("barrier"), func(ctx context.Context, _ noArgs) (*tools.Observation, error) {
+			k.mu.Lock()
+			k.inside++
+			if k.inside == k.barN {
+				close(k.barrier)
+			}
+			k.mu.Unlock()
+			select {
+			case <-k.barrier:
+				return tools.TextResult("together", nil), nil
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}, k)),
+		mk(tools.NewFunc(def("panic"), func(context.Context, noArgs) (*tools.Observation, error) {
+			panic("boom")
+		}, k)),
+		mk(tools.NewFunc(def("stream"), func(ctx context.Context, a streamArgs) (*tools.Observation, error) {
+			out := tools.StreamFrom(ctx)
+			for i := 1; i <= a.N; i++ {
+				out(fmt.Appendf(nil, "chunk %d\n", i))
+			}
+			return tools.TextResult("done", nil), nil
+		}, k)),
+		mk(tools.NewFunc(def("fail"), func(context.Context, noArgs) (*tools.Observation, error) {
+			return tools.Errorf("the model should read this"), nil
+		}, k)),
+	)
+	require.NoError(t, err)
+	return k, ts
+}
+
+// pair is a Server and a Client joined by net.Pipe.
+type pair struct {
+	srv      *Server
+	cli      *Client
+	kit      *testKit
+	ws       string
+	serveErr chan error
+}
+
+func newPair(t *testing.T, tweak ...func(*ServerOptions)) *pair {
+	t.Helper()
+	kit, ts := newTestKit(t, 4)
+	opts := ServerOptions{Toolset: ts, Workspace: t.TempDir(), Logger: quiet}
+	for _, f := range tweak {
+		f(&opts)
+	}
+	srv, err := NewServer(opts)
+	require.NoError(t, err)
+	p := &pair{srv: srv, kit: kit, ws: opts.Workspace, serveErr: make(chan error, 1)}
+	p.cli = p.connect(t)
+	t.Cleanup(func() {
+		p.cli.Close()
+		srv.Close()
+	})
+	return p
+}
+
+// connect serves one more connection and returns its client.
+func (p *pair) connect(t *testing.T) *Client {
+	hostEnd, agentEnd := net.Pipe()
+	go func() {
+		err := p.srv.Serve(context.Background(), agentEnd)
+		select {
+		case p.serveErr <- err:
+		default:
+		}
+	}()
+	cli := NewClient(hostEnd, WithLogger(quiet))
+	t.Cleanup(func() { cli.Close() })
+	return cli
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}

@@ -1,0 +1,517 @@
+package agent
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sandboxd/sandboxd/tools"
+)
+
+func TestPingListCall(t *testing.T) {
+	p := newPair(t)
+	ctx := ctxT(t)
+	require.NoError(t, p.cli.Ping(ctx))
+
+	defs, err := p.cli.ListTools(ctx)
+	require.NoError(t, err)
+	var names []string
+	for _, d := range defs {
+		names = append(names, d.Name)
+	}
+	assert.Equal(t, []string{"echo", "sleep", "barrier", "panic", "stream", "fail"}, names)
+	require.NotNil(t, defs[0].InputSchema)
+
+	obs, err := p.cli.Call(ctx, "echo", json.RawMessage(`{"text":"hi"}`), nil)
+	require.NoError(t, err)
+	assert.Equal(t, "hi", obs.Text())
+	assert.False(t, obs.IsError)
+
+	obs, err = p.cli.Call(ctx, "fail", nil, nil)
+	require.NoError(t, err, "a tool-level failure is an observation, not an error")
+	assert.True(t, obs.IsError)
+	assert.Equal(t, "the model should read this", obs.Text())
+}
+
+func TestBadArgumentsAreObservations(t *testing.T) {
+	p := newPair(t)
+	ctx := ctxT(t)
+	cases := []struct{ name, args, want string }{
+		{"wrong type", `{"text":5}`, "text"},
+		{"unknown field", `{"text":"a","nope":1}`, "nope"},
+		{"not an object", `[1]`, "expected a JSON object"},
+		{"not json", `{"text":`, "Invalid arguments for tool \"echo\": not valid JSON: unexpected end of JSON input"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			obs, err := p.cli.Call(ctx, "echo", json.RawMessage(c.args), nil)
+			require.NoError(t, err)
+			assert.True(t, obs.IsError)
+			assert.Contains(t, obs.Text(), c.want)
+		})
+	}
+}
+
+func TestCallsRunConcurrently(t *testing.T) {
+	p := newPair(t) // the barrier tool needs 4 calls inside at once
+	ctx := ctxT(t)
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for range 4 {
+		wg.Go(func() {
+			obs, err := p.cli.Call(ctx, "barrier", nil, nil)
+			if err == nil && obs.Text() != "together" {
+				err = fmt.Errorf("got %q", obs.Text())
+			}
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+}
+
+func TestCancelStopsTheCall(t *testing.T) {
+	p := newPair(t)
+	ctx, cancel := context.WithCancel(ctxT(t))
+	done := make(chan error, 1)
+	go func() {
+		_, err := p.cli.Call(ctx, "sleep", json.RawMessage(`{"ms":60000}`), nil)
+		done <- err
+	}()
+	waitFor(t, func() bool { return inFlight(p.srv) == 1 })
+	start := time.Now()
+	cancel()
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, context.Canceled)
+		assert.Less(t, time.Since(start), time.Second)
+	case <-time.After(5 * time.Second):
+		t.Fatal("Call did not return after its context was cancelled")
+	}
+	select {
+	case name := <-p.kit.cancelled:
+		assert.Equal(t, "sleep", name, "the tool's ctx must be cancelled on the agent")
+	case <-time.After(5 * time.Second):
+		t.Fatal("the agent did not cancel the tool")
+	}
+	waitFor(t, func() bool { return inFlight(p.srv) == 0 })
+	require.NoError(t, p.cli.Ping(ctxT(t)), "the connection survives a cancel")
+}
+
+func TestQueuedCallCanBeCancelledAndBusyIsReported(t *testing.T) {
+	p := newPair(t, func(o *ServerOptions) { o.MaxConcurrentCalls = 1; o.MaxQueuedRequests = 2 })
+	ctx, cancel := context.WithCancel(ctxT(t))
+	defer cancel()
+	results := make(chan error, 2)
+	go func() { _, err := p.cli.Call(ctx, "sleep", json.RawMessage(`{"ms":60000}`), nil); results <- err }()
+	waitFor(t, func() bool { return p.srv.queued.Load() == 1 })
+	go func() { _, err := p.cli.Call(ctx, "sleep", json.RawMessage(`{"ms":1}`), nil); results <- err }()
+	waitFor(t, func() bool { return p.srv.queued.Load() == 2 })
+
+	_, err := p.cli.Call(ctxT(t), "echo", json.RawMessage(`{"text":"x"}`), nil)
+	require.ErrorIs(t, err, ErrBusy)
+	assert.Contains(t, err.Error(), "retry later")
+	require.NoError(t, p.cli.Ping(ctxT(t)), "ping is not queued behind tool calls")
+
+	cancel()
+	for range 2 {
+		require.ErrorIs(t, <-results, context.Canceled)
+	}
+	waitFor(t, func() bool { return p.srv.queued.Load() == 0 })
+}
+
+func TestStreamOrderingAndCompleteness(t *testing.T) {
+	p := newPair(t)
+	const n = 500
+	var got []string
+	obs, err := p.cli.Call(ctxT(t), "stream", json.RawMessage(fmt.Sprintf(`{"n":%d}`, n)), func(b []byte) {
+		got = append(got, string(b))
+	})
+	require.NoError(t, err)
+	assert.Equal(t, "done", obs.Text())
+	require.Len(t, got, n, "every chunk arrives before Call returns")
+	for i, s := range got {
+		require.Equal(t, fmt.Sprintf("chunk %d\n", i+1), s)
+	}
+
+	// Without a stream func the call still works and nothing is sent.
+	obs, err = p.cli.Call(ctxT(t), "stream", json.RawMessage(`{"n":3}`), nil)
+	require.NoError(t, err)
+	assert.Equal(t, "done", obs.Text())
+}
+
+func TestPanicIsRecovered(t *testing.T) {
+	p := newPair(t)
+	_, err := p.cli.Call(ctxT(t), "panic", nil, nil)
+	require.ErrorIs(t, err, ErrInternal)
+	assert.Contains(t, err.Error(), `tool "panic" panicked: boom`)
+	var we *Error
+	require.ErrorAs(t, err, &we)
+	assert.Equal(t, CodeInternal, we.Code)
+	require.NoError(t, p.cli.Ping(ctxT(t)))
+	obs, err := p.cli.Call(ctxT(t), "echo", json.RawMessage(`{"text":"still here"}`), nil)
+	require.NoError(t, err)
+	assert.Equal(t, "still here", obs.Text())
+}
+
+func TestUnknownToolAndMethod(t *testing.T) {
+	p := newPair(t)
+	_, err := p.cli.Call(ctxT(t), "nope", nil, nil)
+	require.ErrorIs(t, err, tools.ErrUnknownTool)
+	assert.Contains(t, err.Error(), `unknown tool "nope"; available tools: [echo sleep`)
+
+	_, err = p.cli.roundTrip(ctxT(t), "tools/frobnicate", struct{}{}, nil)
+	require.ErrorIs(t, err, ErrMethodNotFound)
+	assert.Contains(t, err.Error(), `"tools/frobnicate"; the agent knows fs/download/begin`)
+
+	_, err = p.cli.roundTrip(ctxT(t), MethodToolsCall, map[string]any{"tool": "echo"}, nil)
+	require.ErrorIs(t, err, ErrInvalidParams)
+	assert.Contains(t, err.Error(), `unknown field "tool"`)
+
+	_, err = p.cli.roundTrip(ctxT(t), MethodToolsCall, map[string]any{"name": ""}, nil)
+	require.ErrorIs(t, err, ErrInvalidParams)
+	assert.Contains(t, err.Error(), "needs the name of a tool")
+	require.NoError(t, p.cli.Ping(ctxT(t)))
+}
+
+func TestClientRefusesOversizedFrame(t *testing.T) {
+	p := newPair(t)
+	huge := json.RawMessage(`{"text":"` + strings.Repeat("x", MaxFrameSize) + `"}`)
+	_, err := p.cli.Call(ctxT(t), "echo", huge, nil)
+	require.ErrorIs(t, err, ErrFrameTooLarge)
+	require.NoError(t, p.cli.Ping(ctxT(t)), "nothing was written: the connection is fine")
+}
+
+// rawConn talks frames by hand to a server, for what a Client never sends.
+type rawConn struct {
+	t     *testing.T
+	conn  net.Conn
+	r     *bufio.Reader
+	sendq chan []byte // written in order by one goroutine (net.Pipe writes block)
+	done  chan error
+}
+
+func newRaw(t *testing.T) *rawConn {
+	_, ts := newTestKit(t, 1)
+	srv, err := NewServer(ServerOptions{Toolset: ts, Workspace: t.TempDir(), Logger: quiet})
+	require.NoError(t, err)
+	hostEnd, agentEnd := net.Pipe()
+	rc := &rawConn{t: t, conn: hostEnd, r: bufio.NewReader(hostEnd), sendq: make(chan []byte, 16), done: make(chan error, 1)}
+	go func() { rc.done <- srv.Serve(context.Background(), agentEnd) }()
+	writerDone := make(chan struct{})
+	go func() {
+		defer close(writerDone)
+		for b := range rc.sendq {
+			if _, err := hostEnd.Write(b); err != nil {
+				return
+			}
+		}
+	}()
+	t.Cleanup(func() { close(rc.sendq); hostEnd.Close(); srv.Close(); <-writerDone })
+	return rc
+}
+
+func (rc *rawConn) send(b []byte) { rc.sendq <- b }
+
+func (rc *rawConn) sendFrame(body string) {
+	buf := make([]byte, 4+len(body))
+	binary.BigEndian.PutUint32(buf, uint32(len(body)))
+	copy(buf[4:], body)
+	rc.send(buf)
+}
+
+func (rc *rawConn) read() (*frame, error) {
+	rc.conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	var hdr [4]byte
+	body, data, err := readFrame(rc.r, &hdr)
+	if err != nil {
+		return nil, err
+	}
+	var f frame
+	require.NoError(rc.t, json.Unmarshal(body, &f))
+	f.Data = data
+	return &f, nil
+}
+
+func TestOversizedFrameHeaderClosesTheConnection(t *testing.T) {
+	rc := newRaw(t)
+	var hdr [4]byte
+	binary.BigEndian.PutUint32(hdr[:], MaxFrameSize+1)
+	rc.send(hdr[:])
+	f, err := rc.read()
+	require.NoError(t, err)
+	require.NotNil(t, f.Error)
+	assert.Equal(t, CodeFrameTooLarge, f.Error.Code)
+	assert.Contains(t, f.Error.Message, "the limit is 33554432")
+	_, err = rc.read()
+	assert.Error(t, err, "the agent hangs up after a bad header")
+	assert.ErrorIs(t, <-rc.done, ErrFrameTooLarge)
+}
+
+func TestGarbageBytes(t *testing.T) {
+	t.Run("stray text is not a frame header", func(t *testing.T) {
+		rc := newRaw(t)
+		rc.send([]byte("hello, is this bash?\n"))
+		f, err := rc.read()
+		require.NoError(t, err)
+		assert.Equal(t, CodeFrameTooLarge, f.Error.Code)
+		assert.Contains(t, f.Error.Message, "not sandboxd frames")
+		assert.ErrorIs(t, <-rc.done, ErrFrameTooLarge)
+	})
+	t.Run("a framed body that is not JSON is skipped", func(t *testing.T) {
+		rc := newRaw(t)
+		rc.sendFrame("{not json")
+		f, err := rc.read()
+		require.NoError(t, err)
+		assert.Equal(t, CodeParse, f.Error.Code)
+		assert.Zero(t, f.ID)
+		rc.sendFrame(`{"id":9,"method":"ping"}`)
+		f, err = rc.read()
+		require.NoError(t, err)
+		assert.EqualValues(t, 9, f.ID)
+		assert.JSONEq(t, `{}`, string(f.Result))
+	})
+	t.Run("a binary frame with a bad JSON length is skipped", func(t *testing.T) {
+		rc := newRaw(t)
+		buf := make([]byte, 4+8)
+		binary.BigEndian.PutUint32(buf, frameBinary|8)
+		binary.BigEndian.PutUint32(buf[4:], 100) // more JSON than the body holds
+		rc.send(buf)
+		f, err := rc.read()
+		require.NoError(t, err)
+		assert.Equal(t, CodeParse, f.Error.Code)
+		assert.Contains(t, f.Error.Message, "announces 100 bytes of JSON in a body of 8")
+		rc.sendFrame(`{"id":2,"method":"ping"}`)
+		f, err = rc.read()
+		require.NoError(t, err)
+		assert.EqualValues(t, 2, f.ID)
+	})
+	t.Run("requests without a method or id", func(t *testing.T) {
+		rc := newRaw(t)
+		rc.sendFrame(`{"id":3}`)
+		f, err := rc.read()
+		require.NoError(t, err)
+		assert.EqualValues(t, 3, f.ID)
+		assert.Equal(t, CodeInvalidRequest, f.Error.Code)
+		rc.sendFrame(`{"method":"no-such-notification"}`) // ignored, no answer
+		rc.sendFrame(`{"id":4,"method":"ping"}`)
+		f, err = rc.read()
+		require.NoError(t, err)
+		assert.EqualValues(t, 4, f.ID)
+	})
+	t.Run("a duplicate id in flight", func(t *testing.T) {
+		rc := newRaw(t)
+		rc.sendFrame(`{"id":5,"method":"tools/call","params":{"name":"sleep","arguments":{"ms":300}}}`)
+		time.Sleep(50 * time.Millisecond)
+		rc.sendFrame(`{"id":5,"method":"tools/call","params":{"name":"echo","arguments":{"text":"x"}}}`)
+		f, err := rc.read()
+		require.NoError(t, err)
+		assert.Equal(t, CodeInvalidRequest, f.Error.Code)
+		assert.Contains(t, f.Error.Message, "already in flight")
+		f, err = rc.read()
+		require.NoError(t, err)
+		assert.Nil(t, f.Error, "the first request still gets its answer")
+	})
+}
+
+func TestDisconnectFailsPendingCalls(t *testing.T) {
+	_, ts := newTestKit(t, 1)
+	srv, err := NewServer(ServerOptions{Toolset: ts, Workspace: t.TempDir(), Logger: quiet})
+	require.NoError(t, err)
+	defer srv.Close()
+	hostEnd, agentEnd := net.Pipe()
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(context.Background(), agentEnd) }()
+	cli := NewClient(hostEnd, WithLogger(quiet))
+	defer cli.Close()
+
+	const n = 5
+	errs := make(chan error, n)
+	for range n {
+		go func() {
+			_, err := cli.Call(context.Background(), "sleep", json.RawMessage(`{"ms":60000}`), nil)
+			errs <- err
+		}()
+	}
+	waitFor(t, func() bool { return srv.queued.Load() == n })
+	agentEnd.Close() // the agent "crashes"
+	for range n {
+		select {
+		case err := <-errs:
+			require.ErrorIs(t, err, ErrDisconnected)
+		case <-time.After(5 * time.Second):
+			t.Fatal("a pending call hangs after the connection ended")
+		}
+	}
+	select {
+	case <-cli.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("Done not closed")
+	}
+	require.ErrorIs(t, cli.Err(), ErrDisconnected)
+	assert.Contains(t, cli.Err().Error(), "the agent closed the stream")
+	err = cli.Ping(context.Background())
+	require.ErrorIs(t, err, ErrDisconnected, "calls after the end fail at once")
+	require.NoError(t, <-served)
+	waitFor(t, func() bool { return srv.queued.Load() == 0 })
+}
+
+func TestCallReturnsPromptlyOnAStalledStream(t *testing.T) {
+	hostEnd, agentEnd := net.Pipe() // nobody reads agentEnd: every write blocks
+	defer agentEnd.Close()
+	cli := NewClient(hostEnd, WithLogger(quiet))
+	defer cli.Close()
+	for range writeQueue + 2 { // more than the write queue holds
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		start := time.Now()
+		_, err := cli.Call(ctx, "echo", json.RawMessage(`{"text":"x"}`), nil)
+		cancel()
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		require.Less(t, time.Since(start), 2*time.Second)
+	}
+}
+
+func TestClientCloseFailsPendingCalls(t *testing.T) {
+	p := newPair(t)
+	errs := make(chan error, 1)
+	go func() {
+		_, err := p.cli.Call(context.Background(), "sleep", json.RawMessage(`{"ms":60000}`), nil)
+		errs <- err
+	}()
+	waitFor(t, func() bool { return inFlight(p.srv) == 1 })
+	require.NoError(t, p.cli.Close())
+	err := <-errs
+	require.ErrorIs(t, err, ErrDisconnected)
+	assert.Contains(t, err.Error(), "client was closed")
+	select {
+	case <-p.kit.cancelled:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the agent did not cancel the calls of a closed connection")
+	}
+}
+
+func TestShutdownMethod(t *testing.T) {
+	p := newPair(t)
+	ctx := ctxT(t)
+	running := make(chan error, 1)
+	go func() {
+		_, err := p.cli.Call(ctx, "sleep", json.RawMessage(`{"ms":60000}`), nil)
+		running <- err
+	}()
+	waitFor(t, func() bool { return inFlight(p.srv) == 1 })
+	require.NoError(t, p.cli.Shutdown(ctx))
+	assert.EqualValues(t, 1, p.kit.closed.Load(), "the toolset (its shared closer) is closed once")
+	err := <-running
+	require.ErrorIs(t, err, context.Canceled, "in-flight calls are cancelled: %v", err)
+	select {
+	case <-p.srv.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("server not done after shutdown")
+	}
+	select {
+	case <-p.cli.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the agent did not close the connection after shutdown")
+	}
+	require.NoError(t, <-p.serveErr)
+	// A new connection is refused.
+	hostEnd, agentEnd := net.Pipe()
+	defer hostEnd.Close()
+	require.ErrorIs(t, p.srv.Serve(ctx, agentEnd), ErrShuttingDown)
+}
+
+func TestShutdownRefusesNewCalls(t *testing.T) {
+	p := newPair(t)
+	require.NoError(t, p.cli.Ping(ctxT(t))) // the connection is being served
+	require.NoError(t, p.srv.stop(ctxT(t))) // stopped, connections still open
+	_, err := p.cli.Call(ctxT(t), "echo", json.RawMessage(`{"text":"x"}`), nil)
+	require.ErrorIs(t, err, ErrShuttingDown)
+	require.ErrorIs(t, err, tools.ErrClosed, "one code, both sentinels")
+	require.NoError(t, p.cli.Ping(ctxT(t)), "ping still answers while shutting down")
+}
+
+func TestServeCtxEndsConnection(t *testing.T) {
+	_, ts := newTestKit(t, 1)
+	srv, err := NewServer(ServerOptions{Toolset: ts, Workspace: t.TempDir(), Logger: quiet})
+	require.NoError(t, err)
+	defer srv.Close()
+	hostEnd, agentEnd := net.Pipe()
+	cli := NewClient(hostEnd, WithLogger(quiet))
+	defer cli.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ctx, agentEnd) }()
+	require.NoError(t, cli.Ping(ctxT(t)))
+	cancel()
+	require.ErrorIs(t, <-served, context.Canceled)
+	<-cli.Done()
+}
+
+func TestManyConnectionsShareOneToolset(t *testing.T) {
+	p := newPair(t) // barrier of 4: two calls on each of two connections
+	other := p.connect(t)
+	var wg sync.WaitGroup
+	for _, c := range []*Client{p.cli, p.cli, other, other} {
+		wg.Go(func() {
+			obs, err := c.Call(ctxT(t), "barrier", nil, nil)
+			assert.NoError(t, err)
+			assert.Equal(t, "together", obs.Text())
+		})
+	}
+	wg.Wait()
+	require.NoError(t, other.Close())
+	require.NoError(t, p.cli.Ping(ctxT(t)), "one connection closing leaves the others")
+}
+
+func TestNewServerValidates(t *testing.T) {
+	_, ts := newTestKit(t, 1)
+	_, err := NewServer(ServerOptions{Workspace: "/w"})
+	assert.ErrorContains(t, err, "Toolset is required")
+	_, err = NewServer(ServerOptions{Toolset: ts, Workspace: "rel"})
+	assert.ErrorContains(t, err, "absolute")
+}
+
+func TestErrorTable(t *testing.T) {
+	for _, row := range codeTable {
+		we := toWireError(fmt.Errorf("wrapped: %w", row.err))
+		assert.True(t, errors.Is(we, row.err), "code %d must match %v", we.Code, row.err)
+	}
+	assert.Equal(t, CodeInternal, toWireError(errors.New("other")).Code)
+}
+
+func inFlight(s *Server) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for c := range s.conns {
+		c.mu.Lock()
+		n += len(c.calls)
+		c.mu.Unlock()
+	}
+	return n
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met in 10s")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}

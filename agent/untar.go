@@ -1,0 +1,216 @@
+package agent
+
+import (
+	"archive/tar"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+)
+
+// extractLimits say where an extraction happens, for the symlink check.
+type extractLimits struct {
+	workspace string // absolute workspace root
+	destRel   string // destination directory, relative to the workspace
+}
+
+// extractTar writes the entries of a tar stream under dst. The rules, and
+// why:
+//   - names are relative: an absolute name or one that climbs out with ".."
+//     is refused (ErrBadArchive), it cannot mean anything under dst;
+//   - every file operation goes through os.Root, so an existing symlink in
+//     the workspace cannot carry a write outside it;
+//   - a symlink entry may only point inside the workspace (ErrOutsideWorkspace):
+//     the agent does not create links that lead a later reader out;
+//   - device files and FIFOs are refused: nothing a workspace needs, and a
+//     FIFO would block the next reader;
+//   - permission bits (0777 and sticky) and file mtimes are kept; setuid and
+//     setgid are dropped; owners are not changed (the agent is not root);
+//   - an existing file, link or empty slot is replaced; an existing
+//     directory is kept and merged into.
+//
+// Entries extracted before an error stay on disk; the error names the entry.
+// After the end-of-archive marker the rest of r is drained, so the sender
+// never blocks on trailing padding.
+func extractTar(dst *os.Root, r io.Reader, lim extractLimits) (UploadResult, error) {
+	var res UploadResult
+	type dirMode struct {
+		name string
+		mode fs.FileMode
+	}
+	var dirs []dirMode
+	tr := tar.NewReader(r)
+	for {
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, tar.ErrHeader) || errors.Is(err, tar.ErrInsecurePath) {
+				return res, fmt.Errorf("%w: %v", ErrBadArchive, err)
+			}
+			return res, err // an abort or a cancellation: keep its error
+		}
+		if hdr.Typeflag == tar.TypeXGlobalHeader {
+			continue
+		}
+		name, err := entryName(hdr.Name)
+		if err != nil {
+			return res, err
+		}
+		if name == "." {
+			continue // the "./" entry of `tar -C dir .`: dst itself
+		}
+		mode := fs.FileMode(hdr.Mode).Perm()
+		if hdr.Mode&0o1000 != 0 {
+			mode |= fs.ModeSticky
+		}
+		fail := func(err error) (UploadResult, error) {
+			if errors.Is(err, io.ErrUnexpectedEOF) {
+				err = fmt.Errorf("%w: the archive ends inside this file", ErrBadArchive)
+			}
+			return res, fmt.Errorf("entry %q: %w", hdr.Name, rootErr(err))
+		}
+		switch hdr.Typeflag {
+		case tar.TypeDir:
+			if err := dst.MkdirAll(name, 0o700); err != nil {
+				return fail(err)
+			}
+			// Modes are applied at the end: a read-only directory must not
+			// stop its own entries from being written.
+			dirs = append(dirs, dirMode{name, mode})
+			res.Dirs++
+		case tar.TypeReg, tar.TypeRegA: //nolint:staticcheck // TypeRegA is still written by old tars
+			if err := prepare(dst, name); err != nil {
+				return fail(err)
+			}
+			n, err := writeFile(dst, name, tr, mode)
+			res.Bytes += n
+			if err != nil {
+				return fail(err)
+			}
+			if !hdr.ModTime.IsZero() {
+				_ = dst.Chtimes(name, hdr.ModTime, hdr.ModTime)
+			}
+			res.Files++
+		case tar.TypeSymlink:
+			if err := checkSymlink(name, hdr.Linkname, lim); err != nil {
+				return res, err
+			}
+			if err := prepare(dst, name); err != nil {
+				return fail(err)
+			}
+			if err := dst.Symlink(hdr.Linkname, name); err != nil {
+				return fail(err)
+			}
+			res.Links++
+		case tar.TypeLink:
+			target, err := entryName(hdr.Linkname)
+			if err != nil {
+				return res, fmt.Errorf("hard link %q: %w", hdr.Name, err)
+			}
+			if err := prepare(dst, name); err != nil {
+				return fail(err)
+			}
+			if err := dst.Link(target, name); err != nil {
+				return fail(err)
+			}
+			res.Links++
+		case tar.TypeChar, tar.TypeBlock, tar.TypeFifo:
+			return res, fmt.Errorf("%w: entry %q is a device file or FIFO (type %q); only files, directories and links can be uploaded",
+				ErrBadArchive, hdr.Name, string(hdr.Typeflag))
+		default:
+			return res, fmt.Errorf("%w: entry %q has the unsupported tar type %q", ErrBadArchive, hdr.Name, string(hdr.Typeflag))
+		}
+	}
+	// Deepest first, so a parent made read-only does not block its children.
+	slices.Reverse(dirs)
+	for _, d := range dirs {
+		if err := dst.Chmod(d.name, d.mode); err != nil {
+			return res, fmt.Errorf("entry %q: %w", d.name, rootErr(err))
+		}
+	}
+	_, err := io.Copy(io.Discard, r)
+	return res, err
+}
+
+// entryName validates and cleans a tar entry name: slash-separated,
+// relative, not climbing out.
+func entryName(name string) (string, error) {
+	if name == "" {
+		return "", fmt.Errorf("%w: an entry has an empty name", ErrBadArchive)
+	}
+	if strings.HasPrefix(name, "/") || filepath.IsAbs(name) {
+		return "", fmt.Errorf("%w: entry %q has an absolute name; archive entries must be relative to the destination", ErrBadArchive, name)
+	}
+	if strings.ContainsRune(name, 0) {
+		return "", fmt.Errorf("%w: entry %q contains a NUL byte", ErrBadArchive, name)
+	}
+	clean := path.Clean(name)
+	if clean == ".." || strings.HasPrefix(clean, "../") {
+		return "", fmt.Errorf("%w: entry %q leads outside the destination (..)", ErrBadArchive, name)
+	}
+	return clean, nil
+}
+
+// checkSymlink refuses a link whose target, taken from the link's place,
+// is not inside the workspace.
+func checkSymlink(name, target string, lim extractLimits) error {
+	if target == "" {
+		return fmt.Errorf("%w: symlink %q has an empty target", ErrBadArchive, name)
+	}
+	var inside bool
+	if path.IsAbs(target) {
+		rel, err := filepath.Rel(lim.workspace, filepath.Clean(target))
+		inside = err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
+	} else {
+		joined := path.Join(filepath.ToSlash(lim.destRel), path.Dir(name), target)
+		inside = joined != ".." && !strings.HasPrefix(joined, "../")
+	}
+	if !inside {
+		return fmt.Errorf("%w: symlink %q points to %q, outside the workspace %s", ErrOutsideWorkspace, name, target, lim.workspace)
+	}
+	return nil
+}
+
+// prepare makes the parent directories of name and removes what is in the
+// way of a new file or link (but never a directory).
+func prepare(dst *os.Root, name string) error {
+	if dir := path.Dir(name); dir != "." {
+		if err := dst.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+	}
+	fi, err := dst.Lstat(name)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	case err != nil:
+		return err
+	case fi.IsDir():
+		return fmt.Errorf("%w: a directory is in the way", fs.ErrExist)
+	}
+	// Replace rather than truncate: a read-only file or a symlink at the
+	// name must not decide where or whether the new content is written.
+	return dst.Remove(name)
+}
+
+func writeFile(dst *os.Root, name string, r io.Reader, mode fs.FileMode) (int64, error) {
+	f, err := dst.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return 0, err
+	}
+	n, err := io.Copy(f, r)
+	if err == nil {
+		err = f.Chmod(mode) // fchmod: exact bits, whatever the umask
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return n, err
+}

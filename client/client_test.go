@@ -1,0 +1,296 @@
+package client_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/sandboxd/sandboxd/client"
+	"github.com/sandboxd/sandboxd/server/servertest"
+	"github.com/sandboxd/sandboxd/server/wsproto"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// Keep-alive connections of http.DefaultTransport, matched anywhere
+		// in the stack (not internal/poll.runtime_pollWait, which would
+		// hide a leaked WebSocket read loop).
+		goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
+		goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
+	)
+}
+
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
+
+func dial(t *testing.T, url, token string, opts client.Options) *client.Client {
+	t.Helper()
+	c, err := client.Dial(ctx(t), url, token, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func TestCreateCallCloseSession(t *testing.T) {
+	ts := servertest.Start(t, nil)
+	c := dial(t, ts.URL, ts.Token, client.Options{})
+	s, err := c.CreateSession(ctx(t), client.CreateOptions{Env: map[string]string{"A": "1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.ID == "" || s.Token == "" || len(s.Tools) == 0 {
+		t.Fatalf("session %+v", s)
+	}
+	var streamed bytes.Buffer
+	obs, err := s.Call(ctx(t), "stream", map[string]int{"chunks": 20, "size": 10}, func(b []byte) { streamed.Write(b) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if obs.Text() != "done" || streamed.Len() != 200 {
+		t.Fatalf("obs %q, streamed %d bytes", obs.Text(), streamed.Len())
+	}
+	obs, err = s.Call(ctx(t), "fail", nil, nil)
+	if err != nil || !obs.IsError {
+		t.Fatalf("fail: %+v %v", obs, err)
+	}
+	_, err = s.Call(ctx(t), "no-such-tool", nil, nil)
+	var rpcErr *client.Error
+	if !errors.As(err, &rpcErr) || rpcErr.Code != wsproto.CodeInvalidParams {
+		t.Fatalf("unknown tool: %v", err)
+	}
+	openai, err := s.ToolsList(ctx(t), "openai")
+	if err != nil || len(openai) != len(s.Tools) || !strings.Contains(string(openai[0]), `"function"`) {
+		t.Fatalf("openai tools: %s %v", openai, err)
+	}
+	list, err := c.ListSessions(ctx(t))
+	if err != nil || len(list) != 1 {
+		t.Fatalf("list: %+v %v", list, err)
+	}
+	if err := s.Close(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-s.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("session not done after Close")
+	}
+	if ts.Manager.Live() != 0 {
+		t.Fatal("sandbox still live")
+	}
+}
+
+func TestUploadDownload(t *testing.T) {
+	ts := servertest.Start(t, nil)
+	const chunk = 64 << 10
+	c := dial(t, ts.URL, ts.Token, client.Options{ChunkSize: chunk})
+	s, err := c.CreateSession(ctx(t), client.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, size := range []int{0, 100, chunk, 2*chunk + 7} {
+		data := bytes.Repeat([]byte{byte(size)}, size)
+		if err := s.Upload(ctx(t), "/workspace/x", bytes.NewReader(data)); err != nil {
+			t.Fatalf("upload %d: %v", size, err)
+		}
+		var out bytes.Buffer
+		if err := s.Download(ctx(t), "/workspace/x", &out); err != nil {
+			t.Fatalf("download %d: %v", size, err)
+		}
+		if !bytes.Equal(out.Bytes(), data) {
+			t.Fatalf("size %d: downloaded %d bytes", size, out.Len())
+		}
+	}
+}
+
+// Another client attaches with the session token and sees the output of
+// calls it did not make (what `sandboxd shell` does).
+func TestAttachWithSessionToken(t *testing.T) {
+	ts := servertest.Start(t, nil)
+	c := dial(t, ts.URL, ts.Token, client.Options{})
+	s, err := c.CreateSession(ctx(t), client.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	viewer := dial(t, ts.URL, s.Token, client.Options{})
+	vs, err := viewer.Attach(ctx(t), s.ID, s.Token, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var seen strings.Builder
+	vs.OnOutput = func(o wsproto.StreamOutput) { mu.Lock(); seen.WriteString(o.Data); mu.Unlock() }
+	if _, err := s.Call(ctx(t), "echo", map[string]string{"text": "shared"}, func([]byte) {}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		mu.Lock()
+		got := seen.String()
+		mu.Unlock()
+		if got == "shared" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("viewer saw %q", got)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if _, err := viewer.CreateSession(ctx(t), client.CreateOptions{}); err == nil {
+		t.Fatal("a session token created a session")
+	}
+}
+
+// proxy forwards TCP connections to target and can cut them all.
+type proxy struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	conns  []net.Conn
+	wg     sync.WaitGroup
+}
+
+func newProxy(t *testing.T, target string) *proxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proxy{ln: ln, target: target}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		for {
+			in, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			out, err := net.Dial("tcp", target)
+			if err != nil {
+				in.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, in, out)
+			p.mu.Unlock()
+			p.wg.Add(2)
+			go func() { defer p.wg.Done(); io.Copy(out, in); out.Close() }()
+			go func() { defer p.wg.Done(); io.Copy(in, out); in.Close() }()
+		}
+	}()
+	t.Cleanup(func() { ln.Close(); p.cut(); p.wg.Wait() })
+	return p
+}
+
+func (p *proxy) url() string { return "ws://" + p.ln.Addr().String() + "/v1/ws" }
+
+func (p *proxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
+}
+
+// The connection drops in the middle of a streaming call: the client
+// reconnects, re-attaches from the last chunk it saw and retries the call
+// with the same id. The call runs once, and the stream callback sees every
+// byte exactly once, in order.
+func TestReconnectResumes(t *testing.T) {
+	ts := servertest.Start(t, nil)
+	p := newProxy(t, ts.HTTP.Listener.Addr().String())
+	c := dial(t, p.url(), ts.Token, client.Options{Reconnect: true, ReconnectTimeout: 10 * time.Second})
+	s, err := c.CreateSession(ctx(t), client.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const chunks, size = 200, 50
+	var mu sync.Mutex
+	var got []byte
+	cutOnce := sync.OnceFunc(func() { go p.cut() })
+	obs, err := s.Call(ctx(t), "stream", map[string]int{"chunks": chunks, "size": size, "pause_us": 2000}, func(b []byte) {
+		mu.Lock()
+		got = append(got, b...)
+		n := len(got)
+		mu.Unlock()
+		if n >= chunks*size/3 {
+			cutOnce()
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if obs.Text() != "done" {
+		t.Fatalf("result %q", obs.Text())
+	}
+	if len(got) != chunks*size {
+		t.Fatalf("streamed %d bytes, want %d", len(got), chunks*size)
+	}
+	// The count tool proves calls after the resume work and ran once each.
+	for i := 1; i <= 3; i++ {
+		obs, err := s.Call(ctx(t), "count", nil, nil)
+		if err != nil || obs.Text() != strings.Repeat("", 0)+string(rune('0'+i)) {
+			t.Fatalf("count %d: %v %v", i, obs, err)
+		}
+	}
+}
+
+func TestConnectionLostWithoutReconnect(t *testing.T) {
+	ts := servertest.Start(t, nil)
+	p := newProxy(t, ts.HTTP.Listener.Addr().String())
+	c := dial(t, p.url(), ts.Token, client.Options{})
+	s, err := c.CreateSession(ctx(t), client.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { time.Sleep(50 * time.Millisecond); p.cut() }()
+	_, err = s.Call(ctx(t), "sleep", map[string]int{"ms": 2000}, nil)
+	if err == nil || !strings.Contains(err.Error(), client.ErrConnectionLost.Error()) {
+		t.Fatalf("call on a lost connection: %v", err)
+	}
+	<-c.Done()
+	if !errors.Is(c.Err(), client.ErrConnectionLost) {
+		t.Fatalf("client err %v", c.Err())
+	}
+}
+
+func TestBadToken(t *testing.T) {
+	ts := servertest.Start(t, nil)
+	_, err := client.Dial(ctx(t), ts.URL, "not-the-token-not-the-token-not-the-token", client.Options{})
+	if err == nil || !strings.Contains(err.Error(), "401") {
+		t.Fatalf("dial with a bad token: %v", err)
+	}
+}
+
+// Close does not wait for a reconnect that cannot succeed.
+func TestCloseWhileReconnecting(t *testing.T) {
+	ts := servertest.Start(t, nil)
+	p := newProxy(t, ts.HTTP.Listener.Addr().String())
+	c, err := client.Dial(ctx(t), p.url(), ts.Token, client.Options{Reconnect: true, ReconnectTimeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.ln.Close() // no more connections
+	p.cut()
+	time.Sleep(300 * time.Millisecond) // the client is retrying now
+	start := time.Now()
+	c.Close()
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("Close took %v", d)
+	}
+	if !errors.Is(c.Err(), client.ErrClosed) {
+		t.Fatalf("err %v", c.Err())
+	}
+}

@@ -1,0 +1,245 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/sandboxd/sandboxd/server/wsproto"
+	"github.com/sandboxd/sandboxd/tools"
+)
+
+// ChunkSize is the default size of the pieces files.upload and
+// files.download move (4 MiB: 5.3 MiB of base64 per message).
+const ChunkSize = 4 << 20
+
+// Session is a sandbox session on the server.
+type Session struct {
+	c *Client
+	// ID and Token identify the session; Token is its capability (keep it
+	// secret, hand it to whoever should use this session and nothing else).
+	ID, Token string
+	// Tools are the session's tool definitions.
+	Tools []tools.Definition
+
+	// OnOutput, if set, receives every output chunk of the session, of
+	// calls made by any client (set it before making calls).
+	OnOutput func(wsproto.StreamOutput)
+
+	mu      sync.Mutex
+	lastSeq uint64
+	streams map[string]tools.StreamFunc // by call id (JSON)
+	done    chan struct{}
+	reason  string
+}
+
+func newSession(c *Client, id, token string) *Session {
+	return &Session{c: c, ID: id, Token: token, streams: map[string]tools.StreamFunc{}, done: make(chan struct{})}
+}
+
+// Done is closed when the session ends (closed by anyone, idle timeout,
+// failure, or this client stopping); Reason says why.
+func (s *Session) Done() <-chan struct{} { return s.done }
+
+// Reason says why the session ended.
+func (s *Session) Reason() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.reason
+}
+
+// LastSeq is the seq of the last output chunk received.
+func (s *Session) LastSeq() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lastSeq
+}
+
+func (s *Session) end(reason string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	select {
+	case <-s.done:
+	default:
+		s.reason = reason
+		close(s.done)
+	}
+}
+
+func (s *Session) ref() wsproto.SessionRef {
+	return wsproto.SessionRef{SessionID: s.ID, SessionToken: s.Token}
+}
+
+func (s *Session) attach(ctx context.Context) (*wsproto.AttachResult, error) {
+	var r wsproto.AttachResult
+	err := s.c.call(ctx, wsproto.MethodSessionAttach, wsproto.AttachParams{SessionID: s.ID, SessionToken: s.Token, LastSeq: s.LastSeq()}, &r)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	if r.NextSeq <= s.lastSeq { // the server's stream restarted (a new daemon)
+		s.lastSeq = r.NextSeq - 1
+	}
+	s.mu.Unlock()
+	return &r, nil
+}
+
+// output delivers a chunk once: chunks replayed after a reconnect that were
+// already seen are dropped.
+func (s *Session) output(o wsproto.StreamOutput) {
+	s.mu.Lock()
+	if o.Seq <= s.lastSeq {
+		s.mu.Unlock()
+		return
+	}
+	s.lastSeq = o.Seq
+	f := s.streams[string(o.CallID)]
+	on := s.OnOutput
+	s.mu.Unlock()
+	if f != nil {
+		f([]byte(o.Data))
+	}
+	if on != nil {
+		on(o)
+	}
+}
+
+// Call runs a tool. args is anything that marshals to the tool's JSON
+// arguments (a struct, a map, json.RawMessage). stream, if not nil, receives
+// output while the call runs. A failure of the tool is an observation with
+// IsError; an error means the call could not run. Cancelling ctx cancels the
+// call on the server.
+func (s *Session) Call(ctx context.Context, name string, args any, stream tools.StreamFunc) (*tools.Observation, error) {
+	raw, ok := args.(json.RawMessage)
+	if !ok && args != nil {
+		b, err := json.Marshal(args)
+		if err != nil {
+			return nil, fmt.Errorf("arguments of %s: %w", name, err)
+		}
+		raw = b
+	}
+	id := s.c.newID()
+	key, _ := json.Marshal(id)
+	if stream != nil {
+		s.mu.Lock()
+		s.streams[string(key)] = stream
+		s.mu.Unlock()
+		defer func() {
+			s.mu.Lock()
+			delete(s.streams, string(key))
+			s.mu.Unlock()
+		}()
+	}
+	var obs tools.Observation
+	_, err := s.c.callID(ctx, id, wsproto.MethodToolsCall, wsproto.CallParams{
+		SessionRef: s.ref(), Name: name, Arguments: raw, Stream: stream != nil || s.OnOutput != nil,
+	}, &obs)
+	if err != nil {
+		if ctx.Err() != nil {
+			s.cancel(key)
+		}
+		return nil, err
+	}
+	return &obs, nil
+}
+
+// cancel asks the server to cancel a call, in the background (the caller's
+// context is done).
+func (s *Session) cancel(callID json.RawMessage) {
+	s.c.wg.Add(1)
+	go func() {
+		defer s.c.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = s.c.call(ctx, wsproto.MethodToolsCancel, wsproto.CancelParams{SessionRef: s.ref(), CallID: callID}, nil)
+	}()
+}
+
+// ToolsList returns the tools in a format: "" (sandboxd's definitions),
+// "mcp" or "openai".
+func (s *Session) ToolsList(ctx context.Context, format string) ([]json.RawMessage, error) {
+	var r struct {
+		Tools []json.RawMessage `json:"tools"`
+	}
+	err := s.c.call(ctx, wsproto.MethodToolsList, wsproto.ToolsListParams{SessionRef: s.ref(), Format: format}, &r)
+	return r.Tools, err
+}
+
+// Upload unpacks a tar stream into destDir in the sandbox, in chunks.
+func (s *Session) Upload(ctx context.Context, destDir string, tar io.Reader) error {
+	size := s.c.opts.ChunkSize
+	cur, eof, err := readChunk(tar, size)
+	var offset int64
+	var uploadID string
+	for {
+		if err != nil {
+			return fmt.Errorf("reading the tar stream: %w", err)
+		}
+		var next []byte
+		if !eof { // read ahead to know whether cur is the last chunk
+			if next, eof, err = readChunk(tar, size); err != nil {
+				return fmt.Errorf("reading the tar stream: %w", err)
+			}
+		}
+		final := eof && len(next) == 0
+		p := wsproto.UploadParams{SessionRef: s.ref(), UploadID: uploadID, Offset: offset, Data: cur, Final: &final}
+		if uploadID == "" {
+			p.Path = destDir
+		}
+		var r wsproto.UploadResult
+		if err := s.c.call(ctx, wsproto.MethodFilesUpload, p, &r); err != nil {
+			return err
+		}
+		if final {
+			return nil
+		}
+		uploadID, offset, cur = r.UploadID, r.Bytes, next
+	}
+}
+
+// readChunk reads up to size bytes; eof reports the end of r.
+func readChunk(r io.Reader, size int) (b []byte, eof bool, err error) {
+	buf := make([]byte, size)
+	n, err := io.ReadFull(r, buf)
+	switch {
+	case err == nil:
+		return buf, false, nil
+	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
+		return buf[:n], true, nil
+	}
+	return nil, false, err
+}
+
+// Download writes a tar stream of path (a file or directory) to w.
+func (s *Session) Download(ctx context.Context, path string, w io.Writer) error {
+	p := wsproto.DownloadParams{SessionRef: s.ref(), Path: path, ChunkSize: s.c.opts.ChunkSize}
+	for {
+		var r wsproto.DownloadResult
+		if err := s.c.call(ctx, wsproto.MethodFilesDownload, p, &r); err != nil {
+			return err
+		}
+		if _, err := w.Write(r.Data); err != nil {
+			return err
+		}
+		if r.EOF {
+			return nil
+		}
+		p = wsproto.DownloadParams{SessionRef: s.ref(), DownloadID: r.DownloadID, Offset: r.Offset + int64(len(r.Data)), ChunkSize: s.c.opts.ChunkSize}
+	}
+}
+
+// Close ends the session on the server (its sandbox is removed).
+func (s *Session) Close(ctx context.Context) error {
+	err := s.c.call(ctx, wsproto.MethodSessionClose, s.ref(), nil)
+	if err == nil {
+		s.end("closed")
+		s.c.mu.Lock()
+		delete(s.c.sessions, s.ID)
+		s.c.mu.Unlock()
+	}
+	return err
+}

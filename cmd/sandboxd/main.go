@@ -1,0 +1,161 @@
+// Command sandboxd is one static binary with two roles: `sandboxd serve` on
+// the host (API server, sessions, Docker) and `sandboxd agent` inside each
+// sandbox (the tool executors), plus CLI subcommands.
+//
+// Each subcommand lives in its own file and registers itself from init with
+// register(&command{...}); it parses its own flags with newFlagSet.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"syscall"
+)
+
+// Exit codes.
+const (
+	exitOK    = 0
+	exitError = 1 // the command failed
+	exitUsage = 2 // bad command line
+)
+
+// stdio is where a command reads and writes; tests pass their own.
+type stdio struct {
+	in       io.Reader
+	out, err io.Writer
+}
+
+// command is one subcommand.
+type command struct {
+	name    string
+	summary string // one line, for the command list
+	// run does the work; args are the arguments after the command name.
+	// It returns nil (exit 0), a usage error (exit 2, see usageErrorf),
+	// flag.ErrHelp (exit 0: -h was asked) or another error (exit 1).
+	run func(ctx context.Context, std stdio, args []string) error
+}
+
+var commands = map[string]*command{}
+
+// register adds a subcommand; called from the init of each command's file.
+func register(c *command) {
+	if _, dup := commands[c.name]; dup {
+		panic("sandboxd: command registered twice: " + c.name)
+	}
+	commands[c.name] = c
+}
+
+func main() {
+	os.Exit(run(os.Args[1:], stdio{in: os.Stdin, out: os.Stdout, err: os.Stderr}))
+}
+
+// run dispatches to a subcommand and turns its outcome into an exit code.
+// SIGINT and SIGTERM cancel the command's context: commands shut down
+// cleanly and return.
+func run(args []string, std stdio) int {
+	if len(args) == 0 {
+		printUsage(std.err)
+		return exitUsage
+	}
+	switch args[0] {
+	case "-h", "-help", "--help", "help":
+		printUsage(std.out)
+		return exitOK
+	}
+	cmd, ok := commands[args[0]]
+	if !ok {
+		fmt.Fprintf(std.err, "sandboxd: unknown command %q; run 'sandboxd help' for the list\n", args[0])
+		return exitUsage
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	err := cmd.run(ctx, std, args[1:])
+	var ue *usageError
+	var ec exitCodeError
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return exitOK
+	case errors.As(err, &ec):
+		return int(ec)
+	case errors.As(err, &ue):
+		if !ue.printed {
+			fmt.Fprintf(std.err, "sandboxd %s: %v\nrun 'sandboxd %s -h' for help\n", cmd.name, ue.err, cmd.name)
+		}
+		return exitUsage
+	default:
+		fmt.Fprintf(std.err, "sandboxd %s: %v\n", cmd.name, err)
+		return exitError
+	}
+}
+
+func printUsage(w io.Writer) {
+	names := make([]string, 0, len(commands))
+	width := 0
+	for n := range commands {
+		names = append(names, n)
+		width = max(width, len(n))
+	}
+	sort.Strings(names)
+	var b strings.Builder
+	b.WriteString("usage: sandboxd <command> [flags]\n\ncommands:\n")
+	for _, n := range names {
+		fmt.Fprintf(&b, "  %-*s  %s\n", width, n, commands[n].summary)
+	}
+	b.WriteString("\nrun 'sandboxd <command> -h' for the flags of a command\n")
+	io.WriteString(w, b.String())
+}
+
+// exitCodeError ends the process with this exit code and no message: a
+// command whose outcome is another program's exit code (sandboxd run).
+type exitCodeError int
+
+func (e exitCodeError) Error() string { return fmt.Sprintf("exit code %d", int(e)) }
+
+// usageError is a bad command line (exit code 2).
+type usageError struct {
+	err     error
+	printed bool // the flag package already printed it with the usage
+}
+
+func (e *usageError) Error() string { return e.err.Error() }
+func (e *usageError) Unwrap() error { return e.err }
+
+func usageErrorf(format string, args ...any) error {
+	return &usageError{err: fmt.Errorf(format, args...)}
+}
+
+// newFlagSet returns the flag set of a command, printing its help (synopsis,
+// description, flags) to std.err on -h or a parse error.
+func newFlagSet(name string, std stdio, synopsis, description string) *flag.FlagSet {
+	fs := flag.NewFlagSet("sandboxd "+name, flag.ContinueOnError)
+	fs.SetOutput(std.err)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: sandboxd %s %s\n\n%s\n\nflags:\n", name, synopsis, strings.TrimSpace(description))
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parseFlags parses args; a parse error (already printed with the usage by
+// the flag package) becomes a usage error, -h becomes flag.ErrHelp.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	err := fs.Parse(args)
+	switch {
+	case err == nil:
+		if fs.NArg() > 0 {
+			return usageErrorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
+		}
+		return nil
+	case errors.Is(err, flag.ErrHelp):
+		return err
+	default:
+		return &usageError{err: err, printed: true}
+	}
+}

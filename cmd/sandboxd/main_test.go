@@ -1,0 +1,77 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"go.uber.org/goleak"
+)
+
+// binPath is the sandboxd binary built once for the tests that run it as a
+// child process, the way a sandbox runs it.
+var binPath string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "sandboxd-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binPath = filepath.Join(dir, "sandboxd")
+	args := []string{"build", "-o", binPath}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	build := exec.Command("go", append(args, ".")...)
+	if !raceEnabled {
+		build.Env = append(os.Environ(), "CGO_ENABLED=0") // the shipped build
+	}
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "building sandboxd: %v\n%s", err, out)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(int) { os.RemoveAll(dir) }))
+}
+
+func TestDispatch(t *testing.T) {
+	cases := []struct {
+		name    string
+		args    []string
+		code    int
+		out     string
+		errText string
+	}{
+		{"no command", nil, exitUsage, "", "usage: sandboxd <command>"},
+		{"help", []string{"help"}, exitOK, "agent-proxy", ""},
+		{"--help", []string{"--help"}, exitOK, "commands:", ""},
+		{"unknown", []string{"frobnicate"}, exitUsage, "", `unknown command "frobnicate"`},
+		{"agent -h", []string{"agent", "-h"}, exitOK, "", "--stdio"},
+		{"agent without a mode", []string{"agent"}, exitUsage, "", "give --stdio, --socket PATH, or both"},
+		{"agent bad flag", []string{"agent", "--nope"}, exitUsage, "", "flag provided but not defined: -nope"},
+		{"agent extra args", []string{"agent", "--stdio", "extra"}, exitUsage, "", "unexpected arguments: extra"},
+		{"agent bad tools", []string{"agent", "--stdio", "--tools", "{"}, exitUsage, "", "not a JSON array of tool specs"},
+		{"agent nameless tool", []string{"agent", "--stdio", "--tools", "[{}]"}, exitUsage, "", "spec 0 has no name"},
+		{"agent tools file missing", []string{"agent", "--stdio", "--tools", "@/nonexistent.json"}, exitUsage, "", "no such file"},
+		{"agent bad log level", []string{"agent", "--stdio", "--log-level", "loud"}, exitUsage, "", "want debug, info, warn or error"},
+		{"agent unknown tool", []string{"agent", "--socket", filepath.Join(t.TempDir(), "a.sock"), "--workspace", t.TempDir(), "--state-dir", t.TempDir(),
+			"--tools", `[{"name":"nope"}]`}, exitError, "", `starting the tools: tools: no factory "nope"`},
+		{"proxy without socket", []string{"agent-proxy"}, exitUsage, "", "--socket PATH is required"},
+		{"proxy, no agent", []string{"agent-proxy", "--socket", "/nonexistent.sock"}, exitError, "", "no agent socket at /nonexistent.sock"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			code := run(c.args, stdio{in: strings.NewReader(""), out: &out, err: &errOut})
+			assert.Equal(t, c.code, code, "stderr: %s", errOut.String())
+			assert.Contains(t, out.String(), c.out)
+			assert.Contains(t, errOut.String(), c.errText)
+		})
+	}
+}

@@ -1,0 +1,226 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/sandboxd/sandboxd/client"
+	"github.com/sandboxd/sandboxd/server/auth"
+	"github.com/sandboxd/sandboxd/tools"
+)
+
+func init() {
+	register(&command{
+		name:    "run",
+		summary: "run one command in a fresh sandbox through a sandboxd server, exit with its exit code",
+		run:     runRun,
+	})
+}
+
+const runHelp = `
+Creates a session on a running sandboxd server, runs CMD in its terminal,
+prints the output as it comes, closes the session and exits with the
+command's exit code (124 if --timeout passed first).
+
+CMD runs in bash: "sandboxd run -- ls -la" and "sandboxd run -- 'ls | wc -l'"
+both work; arguments are quoted as given.
+
+The server and token come from --server and --token-file, or SANDBOXD_URL
+and SANDBOXD_TOKEN, or else the local server's token file.`
+
+// connFlags are how the CLI commands reach a server.
+type connFlags struct {
+	server, tokenFile, stateDir string
+}
+
+func (c *connFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&c.server, "server", envOr("SANDBOXD_URL", "ws://127.0.0.1:7070/v1/ws"), "WebSocket URL of the server (env SANDBOXD_URL)")
+	fs.StringVar(&c.tokenFile, "token-file", "", "file holding the operator token (default: SANDBOXD_TOKEN, else <state-dir>/token)")
+	fs.StringVar(&c.stateDir, "state-dir", os.Getenv("SANDBOXD_STATE_DIR"), "state directory of the local server, for its token file")
+}
+
+// operatorToken finds the operator token: --token-file, SANDBOXD_TOKEN, the
+// local server's token file.
+func (c *connFlags) operatorToken() (string, error) {
+	if c.tokenFile != "" {
+		return auth.ReadTokenFile(c.tokenFile)
+	}
+	if t := os.Getenv("SANDBOXD_TOKEN"); t != "" {
+		return t, nil
+	}
+	dir := c.stateDir
+	if dir == "" {
+		var err error
+		if dir, err = auth.DefaultStateDir(); err != nil {
+			return "", err
+		}
+	}
+	t, err := auth.ReadTokenFile(filepath.Join(dir, auth.TokenFileName))
+	if errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("no token: set SANDBOXD_TOKEN, give --token-file, or start `sandboxd serve` here (it writes %s)", filepath.Join(dir, auth.TokenFileName))
+	}
+	return t, err
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+// envList is a repeatable KEY=VALUE flag.
+type envList map[string]string
+
+func (e envList) String() string { return "" }
+func (e envList) Set(v string) error {
+	k, val, ok := strings.Cut(v, "=")
+	if !ok || k == "" {
+		return fmt.Errorf("%q: want KEY=VALUE", v)
+	}
+	e[k] = val
+	return nil
+}
+
+// pollSeconds is the terminal timeout of each call: the CLI regains control
+// this often to forward input or Ctrl-C, and to wait on (empty command).
+const pollSeconds = 1.0
+
+func runRun(ctx context.Context, std stdio, args []string) error {
+	var conn connFlags
+	var image, network, cwd string
+	var timeout time.Duration
+	env := envList{}
+	fs := newFlagSet("run", std, "[flags] -- CMD [ARG...]", runHelp)
+	conn.register(fs)
+	fs.StringVar(&image, "image", "", "image of the sandbox (default: the server's)")
+	fs.StringVar(&network, "network", "", "network of the sandbox: none (default) or bridge")
+	fs.StringVar(&cwd, "cwd", "", "working directory (default /workspace)")
+	fs.Var(env, "env", "KEY=VALUE for the command's environment, repeatable")
+	fs.DurationVar(&timeout, "timeout", 0, "give up (Ctrl-C the command, exit 124) after this long; 0: never")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return &usageError{err: err, printed: true}
+	}
+	if fs.NArg() == 0 {
+		return usageErrorf("no command: sandboxd run [flags] -- CMD [ARG...]")
+	}
+	// A subshell: `exit N` ends it, not the session's shell (which would
+	// print "exit" and restart); newlines keep a trailing comment inside.
+	command := "(\n" + shellJoin(fs.Args()) + "\n)"
+	token, err := conn.operatorToken()
+	if err != nil {
+		return err
+	}
+	code, err := runOnce(ctx, conn.server, token, client.CreateOptions{Image: image, Network: network, Cwd: cwd, Env: env}, command, timeout, std.out)
+	if err != nil {
+		return err
+	}
+	if code != 0 {
+		return exitCodeError(code) // the command's code is the process's
+	}
+	return nil
+}
+
+// runOnce dials, creates a session, runs command and closes the session.
+func runOnce(ctx context.Context, server, token string, opts client.CreateOptions, command string, timeout time.Duration, out io.Writer) (int, error) {
+	// Signals (ctx) interrupt the command; the session is still closed.
+	work := context.WithoutCancel(ctx)
+	dctx, cancel := context.WithTimeout(work, 30*time.Second)
+	c, err := client.Dial(dctx, server, token, client.Options{})
+	cancel()
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	cctx, cancel := context.WithTimeout(work, 3*time.Minute)
+	s, err := c.CreateSession(cctx, opts)
+	cancel()
+	if err != nil {
+		return 0, fmt.Errorf("creating a session: %w", err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_ = s.Close(ctx)
+	}()
+	var deadline <-chan time.Time
+	if timeout > 0 {
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		deadline = t.C
+	}
+	return runCommand(work, ctx.Done(), deadline, s, command, out)
+}
+
+// runCommand runs command in the session's terminal until it ends, writing
+// its output to out. interrupt and deadline send Ctrl-C (a deadline also
+// makes the exit code 124).
+func runCommand(ctx context.Context, interrupt <-chan struct{}, deadline <-chan time.Time, s *client.Session, command string, out io.Writer) (int, error) {
+	timedOut := false
+	action := map[string]any{"command": command, "timeout": pollSeconds}
+	for {
+		obs, err := s.Call(ctx, "terminal", action, func(b []byte) { out.Write(b) })
+		if err != nil {
+			return 0, err
+		}
+		if obs.IsError {
+			return 0, errors.New(strings.TrimSpace(obs.Text()))
+		}
+		code, running := terminalState(obs)
+		if !running {
+			if timedOut {
+				return 124, nil
+			}
+			return code, nil
+		}
+		action = map[string]any{"command": "", "timeout": pollSeconds}
+		select {
+		case <-interrupt:
+			interrupt = nil
+			action = map[string]any{"command": "C-c", "is_input": true, "timeout": pollSeconds}
+		case <-deadline:
+			deadline, timedOut = nil, true
+			action = map[string]any{"command": "C-c", "is_input": true, "timeout": pollSeconds}
+		default:
+		}
+	}
+}
+
+// terminalState reads the exit code of a terminal observation; running is
+// true while the command has not finished (exit code -1).
+func terminalState(obs *tools.Observation) (code int, running bool) {
+	m, _ := obs.Structured.(map[string]any)
+	if v, ok := m["exit_code"].(float64); ok {
+		code = int(v)
+	}
+	return code, code == -1
+}
+
+// shellJoin quotes args for bash, leaving a single argument as is (so that
+// `sandboxd run -- 'ls | wc -l'` runs a pipeline).
+func shellJoin(args []string) string {
+	if len(args) == 1 {
+		return args[0]
+	}
+	q := make([]string, len(args))
+	for i, a := range args {
+		if a != "" && strings.IndexFunc(a, func(r rune) bool {
+			return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./=:,+@%", r))
+		}) < 0 {
+			q[i] = a
+		} else {
+			q[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+	}
+	return strings.Join(q, " ")
+}

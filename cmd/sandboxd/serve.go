@@ -1,0 +1,231 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/sandboxd/sandboxd/sandbox"
+	"github.com/sandboxd/sandboxd/sandbox/docker"
+	"github.com/sandboxd/sandboxd/server"
+	"github.com/sandboxd/sandboxd/server/auth"
+	"github.com/sandboxd/sandboxd/server/sandboxmgr"
+)
+
+func init() {
+	register(&command{
+		name:    "serve",
+		summary: "run the API server: sessions over WebSocket (/v1/ws) and MCP (/mcp), on Docker",
+		run:     runServe,
+	})
+}
+
+const serveHelp = `
+Serves sandboxd's APIs on one address: the WebSocket JSON-RPC API at /v1/ws,
+MCP (streamable HTTP) at /mcp, /metrics (Prometheus) and /healthz. Every
+request but /healthz needs "Authorization: Bearer <token>" with the operator
+token: SANDBOXD_TOKEN, or else the token in <state-dir>/token, generated on
+first start (0600). Sessions run in Docker containers; the agent inside them
+is this binary (it must be static: build with CGO_ENABLED=0).
+
+The server binds loopback by default and refuses a non-loopback address
+without TLS (--tls-cert/--tls-key) or --insecure-allow-remote.
+
+SIGTERM or SIGINT shuts down gracefully: no new work, calls in flight get
+--drain-timeout to finish, WebSockets close with 1001, then sessions are
+removed (or kept running with --keep-sessions, for the next start to adopt).
+
+Every flag can also be set in the environment: SANDBOXD_<FLAG> with dashes
+as underscores (SANDBOXD_LISTEN, SANDBOXD_MCP_IMAGE, ...); flags win.`
+
+type serveConfig struct {
+	listen, stateDir, tlsCert, tlsKey   string
+	insecureRemote, keepSessions        bool
+	allowOrigins, allowHosts, allowImgs listFlag
+	image, mcpImage, agentBinary        string
+	mcpIdle, drainTimeout, shutdownTime time.Duration
+	maxSessions, pool, maxStarts        int
+	maxMessage                          int64
+	logLevel, logFormat                 string
+	labels                              envList
+}
+
+// listFlag is a repeatable, comma-separable string flag.
+type listFlag []string
+
+func (l *listFlag) String() string { return strings.Join(*l, ",") }
+func (l *listFlag) Set(v string) error {
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			*l = append(*l, s)
+		}
+	}
+	return nil
+}
+
+func runServe(ctx context.Context, std stdio, args []string) error {
+	var cfg serveConfig
+	fs := newFlagSet("serve", std, "[flags]", serveHelp)
+	fs.StringVar(&cfg.listen, "listen", server.DefaultListen, "address to listen on: host:port, or unix:/path for a unix socket (mode 0600)")
+	fs.StringVar(&cfg.stateDir, "state-dir", "", "where the operator token and session records live (default $XDG_STATE_HOME/sandboxd or ~/.local/state/sandboxd)")
+	fs.StringVar(&cfg.tlsCert, "tls-cert", "", "serve HTTPS/WSS with this certificate (PEM)")
+	fs.StringVar(&cfg.tlsKey, "tls-key", "", "the key of --tls-cert (PEM)")
+	fs.BoolVar(&cfg.insecureRemote, "insecure-allow-remote", false, "allow a non-loopback --listen without TLS (only behind a TLS-terminating proxy)")
+	fs.Var(&cfg.allowOrigins, "allow-origin", "browser origin allowed to call the API (scheme://host[:port]), repeatable; '*' allows any")
+	fs.Var(&cfg.allowHosts, "allow-host", "Host name accepted besides the loopback names (for a remote or proxied server), repeatable; '*' allows any")
+	fs.Var(&cfg.allowImgs, "allow-image", "image pattern (path.Match) clients may ask for, repeatable; default: any image")
+	fs.StringVar(&cfg.image, "image", sandbox.DefaultImage, "default image of sessions that name none")
+	fs.StringVar(&cfg.mcpImage, "mcp-image", server.DefaultMCPImage, "image of the sandbox of each MCP session")
+	fs.DurationVar(&cfg.mcpIdle, "mcp-idle-timeout", 30*time.Minute, "end an MCP session (and its sandbox) after this long without a request")
+	cfg.labels = envList{}
+	fs.Var(cfg.labels, "label", "KEY=VALUE put on every container, volume and network of this server, repeatable; "+
+		"the server adopts and reaps only resources that carry all its labels, so servers with different labels share an engine safely")
+	fs.StringVar(&cfg.agentBinary, "agent-binary", "", "static sandboxd binary to run as the agent in sandboxes (default: this binary)")
+	fs.IntVar(&cfg.pool, "pool", 0, "keep this many started sandboxes of the default image ready (warm pool)")
+	fs.IntVar(&cfg.maxStarts, "max-concurrent-starts", sandbox.DefaultMaxConcurrentStarts,
+		"sandboxes being started at once (client creates go before pool refills); on 2 cores 4 gave the best ready latency")
+	fs.IntVar(&cfg.maxSessions, "max-sessions", server.DefaultMaxSessions, "cap on live sessions, WebSocket and MCP together (-1: none)")
+	fs.Int64Var(&cfg.maxMessage, "max-message-bytes", server.DefaultMaxMessageBytes, "largest WebSocket message or MCP request body accepted")
+	fs.BoolVar(&cfg.keepSessions, "keep-sessions", false, "leave sessions running at shutdown; the next start adopts them")
+	fs.DurationVar(&cfg.drainTimeout, "drain-timeout", server.DefaultDrainTimeout, "at shutdown, how long calls in flight may take to finish before they are cancelled")
+	fs.DurationVar(&cfg.shutdownTime, "shutdown-timeout", 60*time.Second, "hard limit of the whole shutdown")
+	fs.StringVar(&cfg.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&cfg.logFormat, "log-format", "text", "text or json")
+	if err := envDefaults(fs, "SANDBOXD_"); err != nil {
+		return err
+	}
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if cfg.pool < 0 {
+		return usageErrorf("--pool %d: want 0 (no warm pool) or more", cfg.pool)
+	}
+	if cfg.maxStarts < 1 {
+		return usageErrorf("--max-concurrent-starts %d: want 1 or more", cfg.maxStarts)
+	}
+	log, err := newServeLogger(std.err, cfg.logLevel, cfg.logFormat)
+	if err != nil {
+		return err
+	}
+	if cfg.stateDir == "" {
+		if cfg.stateDir, err = auth.DefaultStateDir(); err != nil {
+			return err
+		}
+	}
+	token, tokenPath, created, err := auth.OperatorToken(os.Getenv("SANDBOXD_TOKEN"), cfg.stateDir)
+	if err != nil {
+		return err
+	}
+	// Refuse a bad address before touching Docker.
+	if err := server.CheckListen(server.Options{Listen: cfg.listen, TLSCert: cfg.tlsCert, TLSKey: cfg.tlsKey, InsecureAllowRemote: cfg.insecureRemote}); err != nil {
+		return usageErrorf("%v", err)
+	}
+
+	rt, err := docker.New(ctx, docker.Options{AgentBinary: cfg.agentBinary, Labels: cfg.labels, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer rt.Close()
+	mopts := sandbox.ManagerOptions{Defaults: sandbox.SessionOptions{Image: cfg.image}, MaxConcurrentStarts: cfg.maxStarts, Logger: log}
+	if cfg.pool > 0 {
+		mopts.Pools = []sandbox.PoolOptions{{Size: cfg.pool}}
+	}
+	m, err := sandbox.NewManager(ctx, rt, mopts)
+	if err != nil {
+		return err
+	}
+	srv, err := server.New(server.Options{
+		Listen: cfg.listen, TLSCert: cfg.tlsCert, TLSKey: cfg.tlsKey, InsecureAllowRemote: cfg.insecureRemote,
+		AllowOrigins: cfg.allowOrigins, AllowHosts: cfg.allowHosts,
+		Manager: sandboxmgr.New(m), OperatorToken: token, StateDir: cfg.stateDir,
+		AllowedImages: cfg.allowImgs, MaxSessions: cfg.maxSessions, MaxMessageBytes: cfg.maxMessage,
+		MCPImage: cfg.mcpImage, MCPSessionTimeout: cfg.mcpIdle,
+		KeepSessions: cfg.keepSessions, DrainTimeout: cfg.drainTimeout,
+		Logger: log, Version: version(),
+	})
+	if err != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), cfg.shutdownTime)
+		defer cancel()
+		_ = m.Shutdown(sctx, cfg.keepSessions)
+		return err
+	}
+	return srv.Run(ctx, cfg.shutdownTime, func(addr net.Addr) {
+		base := baseURL(cfg, addr)
+		where := "from SANDBOXD_TOKEN"
+		if tokenPath != "" {
+			where = "in " + tokenPath
+			if created {
+				where = "generated, in " + tokenPath
+			}
+		}
+		log.Info("sandboxd serving", "addr", addr.String(), "websocket", wsURL(base), "mcp", base+"/mcp", "token", where)
+		fmt.Fprintf(std.err, "sandboxd %s serving on %s\n  WebSocket: %s\n  MCP:       %s/mcp\n  token:     %s\n"+
+			"try, in another terminal (same user):\n  sandboxd run -- 'uname -a; id'   # a command in a fresh sandbox\n  sandboxd shell                    # an interactive terminal\n"+
+			"  MCP clients: %s/mcp with the header \"Authorization: Bearer <token>\"\n",
+			version(), addr, wsURL(base), base, where, base)
+	})
+}
+
+func baseURL(cfg serveConfig, addr net.Addr) string {
+	scheme := "http"
+	if cfg.tlsCert != "" {
+		scheme = "https"
+	}
+	if addr.Network() == "unix" {
+		return "unix:" + addr.String()
+	}
+	return scheme + "://" + addr.String()
+}
+
+func wsURL(base string) string {
+	if strings.HasPrefix(base, "unix:") {
+		return base + " (path /v1/ws)"
+	}
+	return "ws" + strings.TrimPrefix(base, "http") + "/v1/ws"
+}
+
+// envDefaults sets every flag from prefix+NAME (upper case, dashes as
+// underscores) before the command line is parsed, so flags win.
+func envDefaults(fs *flag.FlagSet, prefix string) error {
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		name := prefix + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v, ok := os.LookupEnv(name); ok && err == nil {
+			if e := fs.Set(f.Name, v); e != nil {
+				err = usageErrorf("%s=%q: %v", name, v, e)
+			}
+		}
+	})
+	return err
+}
+
+func newServeLogger(w io.Writer, level, format string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, usageErrorf("--log-level %q: want debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: l}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, usageErrorf("--log-format %q: want text or json", format)
+}
+
+// version is the module version of the binary, "dev" when built from a
+// work tree.
+func version() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "dev"
+}

@@ -1,0 +1,24 @@
+package main
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+)
+
+// Bad numbers are refused before anything starts (no token file, no Docker).
+func TestServeRefusesBadNumbers(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--pool", "-1"}, "--pool -1"},
+		{[]string{"--max-concurrent-starts", "0"}, "--max-concurrent-starts 0"},
+	} {
+		var out, errb bytes.Buffer
+		code := run(append([]string{"serve", "--state-dir", t.TempDir()}, c.args...), stdio{in: &bytes.Buffer{}, out: &out, err: &errb})
+		assert.Equal(t, exitUsage, code, errb.String())
+		assert.Contains(t, errb.String(), c.want)
+	}
+}

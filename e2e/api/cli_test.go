@@ -1,0 +1,176 @@
+package api
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sandboxd/sandboxd/client"
+	"github.com/sandboxd/sandboxd/server/auth"
+)
+
+// `sandboxd run -- CMD` against a `sandboxd serve` process: the output and
+// the exit code of the command come back, the session is gone after, and
+// the server shuts down cleanly on SIGTERM.
+func TestCLIRunAgainstServe(t *testing.T) {
+	state := t.TempDir()
+	serve := startServe(t, state)
+	run := func(args ...string) (string, int) {
+		t.Helper()
+		cmd := exec.Command(binary, append([]string{"run", "--server", serve.url, "--state-dir", state, "--"}, args...)...)
+		var out, errOut bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errOut
+		err := cmd.Run()
+		var ee *exec.ExitError
+		if err != nil && !errors.As(err, &ee) {
+			t.Fatal(err)
+		}
+		if errOut.Len() > 0 {
+			t.Logf("stderr of run %v: %s", args, errOut.String())
+		}
+		return out.String(), cmd.ProcessState.ExitCode()
+	}
+	out, code := run("echo", "hi")
+	if strings.TrimSpace(out) != "hi" || code != 0 {
+		t.Fatalf("run echo hi: %q, exit %d", out, code)
+	}
+	out, code = run("echo to-stdout; echo to-stderr >&2; exit 7")
+	if !strings.Contains(out, "to-stdout") || code != 7 {
+		t.Fatalf("run exit 7: %q, exit %d", out, code)
+	}
+	if n := containers(t); n != 0 {
+		t.Fatalf("%d containers after run", n)
+	}
+	serve.stop(t)
+}
+
+// serveProc is a `sandboxd serve` child process.
+type serveProc struct {
+	cmd     *exec.Cmd
+	url     string
+	exited  chan error
+	logs    func() string
+	stopped bool
+}
+
+func startServe(t *testing.T, state string, extra ...string) *serveProc {
+	t.Helper()
+	args := append([]string{"serve", "--listen", "127.0.0.1:0", "--state-dir", state,
+		"--image", testImage, "--mcp-image", testImage, "--label", labelRun + "=" + runID, "--log-level", "warn"}, extra...)
+	cmd := exec.Command(binary, args...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &serveProc{cmd: cmd, exited: make(chan error, 1)}
+	var mu sync.Mutex
+	var buf bytes.Buffer
+	p.logs = func() string { mu.Lock(); defer mu.Unlock(); return buf.String() }
+	addr := make(chan string, 1)
+	go func() {
+		re := regexp.MustCompile(`WebSocket: (ws://\S+)`)
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			mu.Lock()
+			buf.WriteString(sc.Text() + "\n")
+			mu.Unlock()
+			if m := re.FindStringSubmatch(sc.Text()); m != nil {
+				addr <- m[1]
+			}
+		}
+		p.exited <- cmd.Wait()
+	}()
+	t.Cleanup(func() { // a test that failed before stop
+		if !p.stopped {
+			cmd.Process.Kill()
+			<-p.exited
+		}
+	})
+	select {
+	case p.url = <-addr:
+	case err := <-p.exited:
+		p.stopped = true
+		t.Fatalf("serve exited: %v\n%s", err, p.logs())
+	case <-time.After(time.Minute):
+		t.Fatalf("serve did not start:\n%s", p.logs())
+	}
+	return p
+}
+
+// stop sends SIGTERM and waits for a clean exit.
+func (p *serveProc) stop(t *testing.T) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-p.exited:
+		p.stopped = true
+		if err != nil {
+			t.Fatalf("serve exited with %v\n%s", err, p.logs())
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("serve did not stop on SIGTERM")
+	}
+}
+
+// With --keep-sessions, a session survives a server restart: the next
+// server adopts it and its token still opens it (and only it).
+func TestKeepSessionsOverRestart(t *testing.T) {
+	state := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	first := startServe(t, state, "--keep-sessions")
+	token, err := auth.ReadTokenFile(filepath.Join(state, auth.TokenFileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.Dial(ctx, first.url, token, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := c.CreateSession(ctx, client.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if obs, err := s.Call(ctx, "terminal", map[string]any{"command": "echo kept > /workspace/f; export MARK=still-here"}, nil); err != nil || obs.IsError {
+		t.Fatalf("prepare: %v %v", err, obs)
+	}
+	c.Close()
+	first.stop(t)
+	if n := containers(t); n != 1 {
+		t.Fatalf("%d containers after a shutdown with --keep-sessions, want 1", n)
+	}
+
+	second := startServe(t, state)
+	defer second.stop(t) // without --keep-sessions: removes the session
+	c2, err := client.Dial(ctx, second.url, s.Token, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	s2, err := c2.Attach(ctx, s.ID, s.Token, 0)
+	if err != nil {
+		t.Fatalf("attach after restart: %v\n%s", err, second.logs())
+	}
+	obs, err := s2.Call(ctx, "terminal", map[string]any{"command": "cat /workspace/f; echo $MARK"}, nil)
+	if err != nil || !strings.Contains(obs.Text(), "kept") || !strings.Contains(obs.Text(), "still-here") {
+		t.Fatalf("after restart: %v %q", err, obs.Text())
+	}
+	list, err := c2.ListSessions(ctx)
+	if err != nil || len(list) != 1 {
+		t.Fatalf("a session token lists %+v %v", list, err)
+	}
+}

@@ -1,0 +1,171 @@
+// Package api holds the end-to-end tests of sandboxd's APIs against a real
+// Docker engine: MCP through the official Go SDK client, the WebSocket API
+// through a bare gorilla client and the Go client, and the CLI against a
+// `sandboxd serve` process. Sessions run the test image (sandboxd-test,
+// built by images/build-test-image.sh when missing).
+//
+// Every container, volume and network of a run carries labelRun=<run id>;
+// the suite fails if any is left at the end.
+package api
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandboxd/sandboxd/internal/testenv"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/client"
+	"go.uber.org/goleak"
+
+	"github.com/sandboxd/sandboxd/sandbox"
+	"github.com/sandboxd/sandboxd/sandbox/docker"
+	"github.com/sandboxd/sandboxd/server"
+	"github.com/sandboxd/sandboxd/server/auth"
+	"github.com/sandboxd/sandboxd/server/sandboxmgr"
+)
+
+// labelRun scopes everything a run makes; the runtimes of this suite only
+// see (adopt, reap) resources with it, so they never touch other runs.
+const labelRun = "sandboxd.e2e-api.run"
+
+var (
+	binary    string // static sandboxd binary (agent and CLI)
+	testImage string
+	runID     string
+	engine    *client.Client
+)
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	if testing.Short() {
+		fmt.Println("e2e/api: skipped with -short")
+		os.Exit(0)
+	}
+	code, err := setup(m)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e/api:", err)
+		if code == 0 {
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+func setup(m *testing.M) (int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if os.Getenv("SANDBOXD_E2E_VERBOSE") == "" {
+		slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	}
+	var err error
+	if engine, err = client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation()); err != nil {
+		return 0, err
+	}
+	defer engine.Close()
+	pctx, pcancel := context.WithTimeout(ctx, 10*time.Second)
+	_, err = engine.Ping(pctx)
+	pcancel()
+	if err != nil {
+		fmt.Println("e2e/api: skipped, no Docker engine:", err)
+		return 0, nil
+	}
+	runID = auth.NewToken()[:12]
+	tmp, err := os.MkdirTemp("", "sandboxd-e2e-api-")
+	if err != nil {
+		return 0, err
+	}
+	defer os.RemoveAll(tmp)
+	if binary, err = testenv.BuildBinary(ctx, tmp); err != nil {
+		return 0, err
+	}
+	if testImage, err = testenv.EnsureTestImage(ctx, engine); err != nil {
+		return 0, err
+	}
+
+	before := goleak.IgnoreCurrent() // the engine client's idle connections, etc.
+	code := m.Run()
+
+	if left := testenv.Leftovers(context.Background(), engine, labelRun, runID); len(left) > 0 {
+		fmt.Fprintf(os.Stderr, "e2e/api: resources left behind: %s\n", strings.Join(left, ", "))
+		code = 1
+	}
+	if code == 0 {
+		if err := goleak.Find(before,
+			// Idle keep-alive connections, matched anywhere in the stack
+			// (not runtime_pollWait: that hides leaked socket readers).
+			goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
+			goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop")); err != nil {
+			fmt.Fprintln(os.Stderr, "e2e/api: goroutine leak:", err)
+			code = 1
+		}
+	}
+	return code, nil
+}
+
+// containers counts this run's session containers.
+func containers(t *testing.T) int {
+	t.Helper()
+	f := filters.NewArgs(filters.Arg("label", labelRun+"="+runID), filters.Arg("label", sandbox.LabelManaged+"=true"))
+	ctrs, err := engine.ContainerList(context.Background(), container.ListOptions{All: true, Filters: f})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ctrs)
+}
+
+// apiServer is an in-process server over a real Docker runtime.
+type apiServer struct {
+	*server.Server
+	http    *httptest.Server
+	token   string
+	base    string // http://127.0.0.1:port
+	ws      string // ws://127.0.0.1:port/v1/ws
+	manager *sandbox.Manager
+}
+
+// startServer starts a server whose sessions (and MCP sessions) run the
+// test image; it is shut down, closing every session, when the test ends.
+func startServer(t *testing.T) *apiServer {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rt, err := docker.New(ctx, docker.Options{AgentBinary: binary, Labels: map[string]string{labelRun: runID}, Logger: slog.Default()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := sandbox.NewManager(ctx, rt, sandbox.ManagerOptions{Defaults: sandbox.SessionOptions{Image: testImage}, Logger: slog.Default()})
+	if err != nil {
+		rt.Close()
+		t.Fatal(err)
+	}
+	token := auth.NewToken()
+	srv, err := server.New(server.Options{
+		Manager: sandboxmgr.New(m), OperatorToken: token, StateDir: t.TempDir(),
+		MCPImage: testImage, Logger: slog.Default(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv.Handler())
+	s := &apiServer{Server: srv, http: hs, token: token, base: hs.URL, ws: "ws" + strings.TrimPrefix(hs.URL, "http") + "/v1/ws", manager: m}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if err := srv.Shutdown(ctx); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+		hs.CloseClientConnections()
+		hs.Close()
+		rt.Close()
+	})
+	return s
+}

@@ -1,0 +1,209 @@
+package api
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/sandboxd/sandboxd/client"
+	"github.com/sandboxd/sandboxd/server/wsproto"
+)
+
+// wsConn is a bare JSON-RPC client: the protocol as a non-Go client sees it.
+type wsConn struct {
+	t     *testing.T
+	ws    *websocket.Conn
+	notes []wsproto.StreamOutput
+}
+
+func dialWS(t *testing.T, s *apiServer) *wsConn {
+	t.Helper()
+	ws, _, err := websocket.DefaultDialer.Dial(s.ws, http.Header{"Authorization": {"Bearer " + s.token}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ws.Close() })
+	return &wsConn{t: t, ws: ws}
+}
+
+func (c *wsConn) send(id, method string, params any) {
+	c.t.Helper()
+	if err := c.ws.WriteJSON(map[string]any{"jsonrpc": "2.0", "id": id, "method": method, "params": params}); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// next reads one message; notifications of stream output are collected.
+func (c *wsConn) next() (wsproto.Message, error) {
+	_ = c.ws.SetReadDeadline(time.Now().Add(time.Minute))
+	var m wsproto.Message
+	_, b, err := c.ws.ReadMessage()
+	if err != nil {
+		return m, err
+	}
+	if err := json.Unmarshal(b, &m); err != nil {
+		c.t.Fatalf("invalid JSON from the server: %s", b)
+	}
+	if m.Method == wsproto.NotifyStreamOutput {
+		var o wsproto.StreamOutput
+		_ = json.Unmarshal(m.Params, &o)
+		c.notes = append(c.notes, o)
+	}
+	return m, nil
+}
+
+func (c *wsConn) wait(id string, into any) {
+	c.t.Helper()
+	for {
+		m, err := c.next()
+		if err != nil {
+			c.t.Fatalf("waiting for %s: %v", id, err)
+		}
+		if m.Method != "" || string(m.ID) != `"`+id+`"` {
+			continue
+		}
+		if m.Error != nil {
+			c.t.Fatalf("%s: %v", id, m.Error)
+		}
+		if into != nil {
+			if err := json.Unmarshal(m.Result, into); err != nil {
+				c.t.Fatal(err)
+			}
+		}
+		return
+	}
+}
+
+// A WebSocket client creates a session, streams a command's output, loses
+// its connection in the middle, re-attaches from the last chunk it saw,
+// retries the call by id (it does not run twice) and closes the session.
+func TestWebSocketStreamReconnectResume(t *testing.T) {
+	s := startServer(t)
+	c := dialWS(t, s)
+	var created wsproto.CreateResult
+	c.send("create", wsproto.MethodSessionCreate, map[string]any{"env": map[string]string{"GREETING": "hej"}})
+	c.wait("create", &created)
+	if created.SessionToken == "" || len(created.Tools) < 4 {
+		t.Fatalf("create: %+v", created)
+	}
+	// Counting runs in a file shows whether the retried call ran twice.
+	script := `echo run >> /workspace/runs; for i in 1 2 3 4 5 6; do echo "$GREETING line $i"; sleep 0.3; done`
+	callParams := map[string]any{"session_id": created.SessionID, "name": "terminal", "stream": true,
+		"arguments": map[string]any{"command": script, "timeout": 30}}
+	c.send("call-1", wsproto.MethodToolsCall, callParams)
+	for len(c.notes) == 0 || !strings.Contains(joinData(c.notes), "line 2") {
+		if _, err := c.next(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seen := append([]wsproto.StreamOutput(nil), c.notes...)
+	c.ws.Close() // the connection drops mid-call
+
+	c2 := dialWS(t, s)
+	var att wsproto.AttachResult
+	c2.send("attach", wsproto.MethodSessionAttach, map[string]any{
+		"session_id": created.SessionID, "session_token": created.SessionToken, "last_seq": seen[len(seen)-1].Seq})
+	c2.wait("attach", &att)
+	if att.Missed {
+		t.Fatal("output was lost")
+	}
+	var obs wsproto.CallResult
+	c2.send("call-1", wsproto.MethodToolsCall, callParams) // the retry
+	c2.wait("call-1", &obs)
+	all := append(seen, c2.notes...)
+	for i := 1; i < len(all); i++ {
+		if all[i].Seq != all[i-1].Seq+1 {
+			t.Fatalf("seq %d after %d", all[i].Seq, all[i-1].Seq)
+		}
+	}
+	out := joinData(all)
+	for i := 1; i <= 6; i++ {
+		if n := strings.Count(out, "hej line "+string(rune('0'+i))); n != 1 {
+			t.Fatalf("line %d appears %d times in the stream:\n%s", i, n, out)
+		}
+	}
+	if m, _ := obs.Structured.(map[string]any); m["exit_code"] != float64(0) {
+		t.Fatalf("call result: %+v", obs)
+	}
+	var runs wsproto.CallResult
+	c2.send("runs", wsproto.MethodToolsCall, map[string]any{"session_id": created.SessionID, "name": "terminal",
+		"arguments": map[string]any{"command": "wc -l < /workspace/runs"}})
+	c2.wait("runs", &runs)
+	if !strings.Contains(runs.Text(), "1") || strings.Contains(runs.Text(), "2") {
+		t.Fatalf("the call ran more than once: %q", runs.Text())
+	}
+
+	c2.send("close", wsproto.MethodSessionClose, map[string]any{"session_id": created.SessionID})
+	c2.wait("close", nil)
+	if n := containers(t); n != 0 {
+		t.Fatalf("%d containers after close", n)
+	}
+}
+
+func joinData(outs []wsproto.StreamOutput) string {
+	var b strings.Builder
+	for _, o := range outs {
+		b.WriteString(o.Data)
+	}
+	return b.String()
+}
+
+// The Go client moves files in and out of a sandbox.
+func TestGoClientFiles(t *testing.T) {
+	s := startServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := client.Dial(ctx, s.ws, s.token, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	sess, err := c.CreateSession(ctx, client.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close(ctx)
+
+	var archive bytes.Buffer
+	tw := tar.NewWriter(&archive)
+	body := bytes.Repeat([]byte("sandboxd\n"), 100000) // 900 KB
+	tw.WriteHeader(&tar.Header{Name: "data/big.txt", Mode: 0o644, Size: int64(len(body))})
+	tw.Write(body)
+	tw.Close()
+	if err := sess.Upload(ctx, "/workspace/in", &archive); err != nil {
+		t.Fatal(err)
+	}
+	obs, err := sess.Call(ctx, "terminal", map[string]any{"command": "wc -l < /workspace/in/data/big.txt"}, nil)
+	if err != nil || !strings.Contains(obs.Text(), "100000") {
+		t.Fatalf("uploaded file: %v %q", err, obs.Text())
+	}
+	var out bytes.Buffer
+	if err := sess.Download(ctx, "/workspace/in/data/big.txt", &out); err != nil {
+		t.Fatal(err)
+	}
+	tr := tar.NewReader(&out)
+	var got []byte
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h.Typeflag == tar.TypeReg {
+			got, _ = io.ReadAll(tr)
+		}
+	}
+	if !bytes.Equal(got, body) {
+		t.Fatalf("downloaded %d bytes, want %d", len(got), len(body))
+	}
+}

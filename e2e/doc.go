@@ -1,0 +1,14 @@
+// Package e2e holds sandboxd's end-to-end tests: real Docker engine, real
+// sandboxd binary, real test image. `go test ./e2e/...` builds the static
+// binary once (CGO_ENABLED=0 go build ./cmd/sandboxd) and the test image
+// sandboxd-test:latest (images/build-test-image.sh) when it is missing.
+// Every resource the suite creates carries a label with the run's id, so
+// parallel runs do not collide, and the suite fails if any is left behind.
+//
+// Skipped with -short and when no Docker engine answers.
+//
+// Environment:
+//
+//	SANDBOXD_E2E_BINARY   use this static sandboxd binary instead of building one
+//	SANDBOXD_TEST_IMAGE   test image (default sandboxd-test:latest)
+package e2e

@@ -1,0 +1,116 @@
+package e2e
+
+import (
+	"context"
+	"testing"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/mount"
+	"github.com/docker/docker/api/types/network"
+	"github.com/docker/docker/api/types/volume"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sandboxd/sandboxd/sandbox"
+	sdocker "github.com/sandboxd/sandboxd/sandbox/docker"
+)
+
+// Copy mode (what a remote engine gets): the agent binary travels into a
+// shared volume over the API instead of a bind mount of a host path.
+func TestCopyAgentMode(t *testing.T) {
+	t.Parallel()
+	rt := newRuntime(t, func(o *sdocker.Options) { o.CopyAgent = true })
+	t.Cleanup(func() { assert.NoError(t, rt.Prune(context.Background())) })
+	m := newManager(t, rt, sandbox.ManagerOptions{})
+	for range 2 { // the second start reuses the filled volume
+		s, err := m.Create(ctxT(t), sandbox.SessionOptions{})
+		require.NoError(t, err)
+		assert.Contains(t, sh(t, s, "ls -l /.sandboxd/sandboxd; touch /.sandboxd/x 2>&1"), "Read-only file system")
+		for _, mt := range containerOf(t, s.ID()).Mounts {
+			if mt.Destination == sandbox.AgentDir {
+				assert.Equal(t, "volume", string(mt.Type))
+				assert.False(t, mt.RW)
+			}
+		}
+		require.NoError(t, s.Close(ctxT(t)))
+	}
+}
+
+func TestNetworkModes(t *testing.T) {
+	t.Parallel()
+	m := newManager(t, newRuntime(t), sandbox.ManagerOptions{})
+	for _, mode := range []string{sandbox.NetworkBridge, sandbox.NetworkInternal} {
+		s, err := m.Create(ctxT(t), sandbox.SessionOptions{Network: mode})
+		require.NoError(t, err, mode)
+		nets, err := docker.NetworkList(ctxT(t), network.ListOptions{
+			Filters: filters.NewArgs(filters.Arg("label", sandbox.LabelSession+"="+s.ID()))})
+		require.NoError(t, err)
+		require.Len(t, nets, 1, "a private network per session")
+		assert.Equal(t, mode == sandbox.NetworkInternal, nets[0].Internal, mode)
+		assert.Equal(t, nets[0].Name, string(containerOf(t, s.ID()).HostConfig.NetworkMode))
+		assert.Contains(t, sh(t, s, "cat /proc/net/dev"), "eth0", mode)
+		require.NoError(t, s.Close(ctxT(t)))
+		assert.Zero(t, sessionResources(t, s.ID()), "the network goes with the session")
+	}
+}
+
+func TestDiskLimit(t *testing.T) {
+	t.Parallel()
+	m := newManager(t, newRuntime(t), sandbox.ManagerOptions{})
+	s, err := m.Create(ctxT(t), sandbox.SessionOptions{Limits: sandbox.Limits{Disk: 32 << 20, Memory: 256 << 20}})
+	require.NoError(t, err)
+	out := sh(t, s, "df -k /workspace | tail -1; dd if=/dev/zero of=/workspace/big bs=1M count=64 2>&1; echo dd=$?; id -u; ls -ldn /workspace")
+	t.Log(out)
+	assert.Contains(t, out, "No space left on device")
+	assert.NotContains(t, out, "dd=0")
+	assert.Contains(t, out, " 1000 ", "the workspace belongs to the session user")
+	out = sh(t, s, `df -k ~ | tail -1; stat -c 'home=%u:%g' ~; touch ~/x && echo home=ok`)
+	assert.Contains(t, out, "tmpfs", "HOME is capped too")
+	assert.Contains(t, out, "home=1000:1000")
+	assert.Contains(t, out, "home=ok")
+}
+
+func TestMissingImageIsAClearError(t *testing.T) {
+	t.Parallel()
+	m := newManager(t, newRuntime(t), sandbox.ManagerOptions{})
+	_, err := m.Create(ctxT(t), sandbox.SessionOptions{Image: "sandboxd-no-such-image:nope"})
+	require.ErrorIs(t, err, sandbox.ErrStart)
+	require.ErrorIs(t, err, sandbox.ErrImageNotFound)
+	assert.Contains(t, err.Error(), `image "sandboxd-no-such-image:nope" is not on the engine`)
+	assert.Empty(t, m.List())
+}
+
+// Reclaim removes what a crashed daemon left without a live container.
+func TestReclaimRemovesOrphans(t *testing.T) {
+	t.Parallel()
+	labels := testLabels(t)
+	labels[sandbox.LabelManaged] = "true"
+	labels[sandbox.LabelSession] = "orphan-" + runID
+	_, err := docker.VolumeCreate(ctxT(t), volume.CreateOptions{Name: "sandboxd-orphan-" + runID + "-workspace", Labels: labels})
+	require.NoError(t, err)
+	require.Equal(t, 1, sessionResources(t, "orphan-"+runID))
+	newManager(t, newRuntime(t), sandbox.ManagerOptions{})
+	assert.Zero(t, sessionResources(t, "orphan-"+runID))
+}
+
+// A helper container left by a daemon that crashed while fixing volume
+// ownership (never started, session labels) goes with its volumes.
+func TestReclaimRemovesLeftoverHelper(t *testing.T) {
+	t.Parallel()
+	id := "helper-" + runID
+	labels := testLabels(t)
+	labels[sandbox.LabelManaged] = "true"
+	labels[sandbox.LabelSession] = id
+	labels[sdocker.LabelHelper] = "chown"
+	vol := "sandboxd-" + id + "-workspace"
+	_, err := docker.VolumeCreate(ctxT(t), volume.CreateOptions{Name: vol, Labels: labels})
+	require.NoError(t, err)
+	_, err = docker.ContainerCreate(ctxT(t), &container.Config{Image: testImage, Entrypoint: []string{sandbox.AgentPath}, Labels: labels},
+		&container.HostConfig{NetworkMode: "none", Mounts: []mount.Mount{{Type: mount.TypeVolume, Source: vol, Target: sandbox.WorkspaceDir}}},
+		nil, nil, "sandboxd-"+id+"-chown")
+	require.NoError(t, err)
+	require.Equal(t, 2, sessionResources(t, id))
+	newManager(t, newRuntime(t), sandbox.ManagerOptions{})
+	assert.Zero(t, sessionResources(t, id))
+}

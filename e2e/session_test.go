@@ -1,0 +1,279 @@
+package e2e
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sandboxd/sandboxd/sandbox"
+	"github.com/sandboxd/sandboxd/tools"
+)
+
+func TestSessionCallAndClose(t *testing.T) {
+	t.Parallel()
+	m := newManager(t, newRuntime(t), sandbox.ManagerOptions{})
+	s, err := m.Create(ctxT(t), sandbox.SessionOptions{Env: map[string]string{"GREETING": "hi there"}})
+	require.NoError(t, err)
+	assert.Equal(t, sandbox.StateReady, s.State())
+
+	defs, err := s.Tools(ctxT(t))
+	require.NoError(t, err)
+	var names []string
+	for _, d := range defs {
+		names = append(names, d.Name)
+	}
+	assert.Subset(t, names, []string{"terminal", "file_editor", "grep", "glob"})
+
+	out := sh(t, s, `echo "$GREETING from $(id -u)"`)
+	assert.Contains(t, out, "hi there from 1000")
+
+	sh(t, s, "mkdir -p /workspace/src")
+	call(t, s, "file_editor", map[string]any{"command": "create", "path": "/workspace/src/main.go",
+		"file_text": "package main\n\nfunc main() { println(\"needle\") }\n"})
+	assert.Contains(t, call(t, s, "file_editor", map[string]any{"command": "view", "path": "/workspace/src/main.go"}), "needle")
+	assert.Contains(t, call(t, s, "grep", map[string]any{"pattern": "needle"}), "/workspace/src/main.go")
+	assert.Contains(t, call(t, s, "glob", map[string]any{"pattern": "**/*.go"}), "/workspace/src/main.go")
+
+	require.NoError(t, s.Close(ctxT(t)))
+	assert.Equal(t, sandbox.StateClosed, s.State())
+	assert.Zero(t, sessionResources(t, s.ID()), "Close removes container, volume and network")
+	_, err = m.Get(s.ID())
+	assert.ErrorIs(t, err, sandbox.ErrNotFound)
+}
+
+func TestCwdAndToolSelection(t *testing.T) {
+	t.Parallel()
+	m := newManager(t, newRuntime(t), sandbox.ManagerOptions{})
+	s, err := m.Create(ctxT(t), sandbox.SessionOptions{Cwd: "/tmp",
+		Tools: []tools.Spec{{Name: "terminal"}, {Name: "grep"}}})
+	require.NoError(t, err)
+	assert.Contains(t, sh(t, s, "pwd"), "/tmp\n")
+	defs, err := s.Tools(ctxT(t))
+	require.NoError(t, err)
+	require.Len(t, defs, 2)
+	assert.Equal(t, "terminal", defs[0].Name)
+	assert.Equal(t, "grep", defs[1].Name)
+	_, err = s.Call(ctxT(t), "file_editor", []byte(`{"command":"view","path":"/workspace"}`), nil)
+	assert.ErrorIs(t, err, tools.ErrUnknownTool)
+}
+
+func TestCloseIdempotentAndConcurrent(t *testing.T) {
+	t.Parallel()
+	m := newManager(t, newRuntime(t), sandbox.ManagerOptions{})
+	s, err := m.Create(ctxT(t), sandbox.SessionOptions{})
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	errs := make([]error, 5)
+	for i := range errs {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[i] = s.Close(ctxT(t)) }()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		assert.NoError(t, err)
+	}
+	// Every caller returned only once all was gone.
+	assert.Zero(t, sessionResources(t, s.ID()))
+	assert.NoError(t, s.Close(ctxT(t)), "closing twice")
+	assert.ErrorIs(t, m.Close(ctxT(t), s.ID()), sandbox.ErrNotFound)
+}
+
+// Tool calls on one session run at once: file_editor calls complete while a
+// terminal command is still running on the same stream.
+func TestConcurrentCallsOverlap(t *testing.T) {
+	t.Parallel()
+	m := newManager(t, newRuntime(t), sandbox.ManagerOptions{})
+	s, err := m.Create(ctxT(t), sandbox.SessionOptions{})
+	require.NoError(t, err)
+	sh(t, s, "echo warm > /workspace/f.txt")
+
+	long := make(chan time.Time, 1)
+	go func() {
+		sh(t, s, "sleep 2; echo slept")
+		long <- time.Now()
+	}()
+	time.Sleep(200 * time.Millisecond) // the terminal command is running
+	var wg sync.WaitGroup
+	ends := make(chan time.Time, 16)
+	for range cap(ends) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			assert.Contains(t, call(t, s, "file_editor", map[string]any{"command": "view", "path": "/workspace/f.txt"}), "warm")
+			ends <- time.Now()
+		}()
+	}
+	wg.Wait()
+	close(ends)
+	longEnd := <-long
+	for end := range ends {
+		assert.True(t, end.Before(longEnd), "a short call waited for the long one")
+	}
+}
+
+func TestIdleTimeoutClosesSession(t *testing.T) {
+	t.Parallel()
+	m := newManager(t, newRuntime(t), sandbox.ManagerOptions{})
+	s, err := m.Create(ctxT(t), sandbox.SessionOptions{IdleTimeout: time.Second})
+	require.NoError(t, err)
+	sh(t, s, "true") // activity
+	select {
+	case <-s.Done():
+	case <-time.After(20 * time.Second):
+		t.Fatal("idle session not closed")
+	}
+	require.Eventually(t, func() bool { return s.State() == sandbox.StateClosed }, 20*time.Second, 50*time.Millisecond)
+	assert.Zero(t, sessionResources(t, s.ID()))
+	_, err = s.Call(ctxT(t), "terminal", []byte(`{"command":"true"}`), nil)
+	assert.ErrorIs(t, err, sandbox.ErrClosed)
+}
+
+func TestKilledContainerFailsSession(t *testing.T) {
+	t.Parallel()
+	m := newManager(t, newRuntime(t), sandbox.ManagerOptions{})
+	s, err := m.Create(ctxT(t), sandbox.SessionOptions{})
+	require.NoError(t, err)
+	sh(t, s, "true")
+
+	inflight := make(chan error, 1)
+	go func() {
+		_, err := s.Call(context.Background(), "terminal", []byte(`{"command":"sleep 60","timeout":120}`), nil)
+		inflight <- err
+	}()
+	time.Sleep(300 * time.Millisecond)
+	require.NoError(t, docker.ContainerKill(ctxT(t), containerOf(t, s.ID()).ID, "SIGKILL"))
+
+	select {
+	case <-s.Done():
+	case <-time.After(15 * time.Second):
+		t.Fatal("session not marked failed after docker kill")
+	}
+	assert.Equal(t, sandbox.StateFailed, s.State())
+	require.ErrorIs(t, s.Err(), sandbox.ErrFailed)
+	assert.Contains(t, s.Err().Error(), "137")
+	t.Log("failure:", s.Err())
+
+	select {
+	case err := <-inflight:
+		require.Error(t, err)
+		t.Log("in-flight call:", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the in-flight call hangs")
+	}
+	start := time.Now()
+	_, err = s.Call(ctxT(t), "terminal", []byte(`{"command":"true"}`), nil)
+	assert.ErrorIs(t, err, sandbox.ErrFailed)
+	assert.Less(t, time.Since(start), time.Second, "fails fast")
+
+	require.NoError(t, s.Close(ctxT(t)))
+	assert.Zero(t, sessionResources(t, s.ID()))
+}
+
+func TestWarmPoolHandOut(t *testing.T) {
+	t.Parallel()
+	m := newManager(t, newRuntime(t), sandbox.ManagerOptions{Pools: []sandbox.PoolOptions{{Size: 1}}})
+	require.Eventually(t, func() bool { return m.Pools()[0].Ready == 1 }, time.Minute, 20*time.Millisecond)
+	assert.Empty(t, m.List(), "a warm sandbox is no session")
+
+	s, err := m.Create(ctxT(t), sandbox.SessionOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, 0, m.Pools()[0].Ready, "handed out from the pool")
+	assert.Contains(t, sh(t, s, "echo warm"), "warm")
+	// Claimed: renamed out of the pool's names.
+	require.Eventually(t, func() bool {
+		return containerOf(t, s.ID()).Name == "/sandboxd-"+s.ID()
+	}, 10*time.Second, 20*time.Millisecond)
+	// And the pool refills.
+	require.Eventually(t, func() bool { return m.Pools()[0].Ready == 1 }, time.Minute, 20*time.Millisecond)
+
+	// Other options do not take from the pool.
+	other, err := m.Create(ctxT(t), sandbox.SessionOptions{Env: map[string]string{"X": "1"}})
+	require.NoError(t, err)
+	assert.Equal(t, 1, m.Pools()[0].Ready)
+	require.NoError(t, other.Close(ctxT(t)))
+}
+
+func TestRestartAdoptsLiveSession(t *testing.T) {
+	rt := newRuntime(t)
+	ctx := ctxT(t)
+	m1, err := sandbox.NewManager(ctx, rt, sandbox.ManagerOptions{Defaults: sandbox.SessionOptions{Image: testImage}, Logger: logger()})
+	require.NoError(t, err)
+	live, err := m1.Create(ctx, sandbox.SessionOptions{IdleTimeout: time.Hour})
+	require.NoError(t, err)
+	sh(t, live, "cd /tmp; export X=1")
+	dead, err := m1.Create(ctx, sandbox.SessionOptions{})
+	require.NoError(t, err)
+	require.NoError(t, m1.Shutdown(ctx, true)) // as if the daemon stopped
+	assert.Equal(t, sandbox.StateClosed, live.State())
+	assert.NotZero(t, sessionResources(t, live.ID()), "kept running")
+	require.NoError(t, docker.ContainerKill(ctx, containerOf(t, dead.ID()).ID, "SIGKILL"))
+
+	m2 := newManager(t, rt, sandbox.ManagerOptions{})
+	s, err := m2.Get(live.ID())
+	require.NoError(t, err, "the live session is adopted")
+	assert.Equal(t, sandbox.StateReady, s.State())
+	assert.Equal(t, time.Hour, s.Options().IdleTimeout, "options come back from the label")
+	out := sh(t, s, "pwd; echo X=$X")
+	assert.Contains(t, out, "/tmp")
+	assert.Contains(t, out, "X=1", "shell state survived the restart")
+
+	_, err = m2.Get(dead.ID())
+	assert.ErrorIs(t, err, sandbox.ErrNotFound)
+	assert.Zero(t, sessionResources(t, dead.ID()), "the dead session was reaped")
+	require.NoError(t, s.Close(ctx))
+	assert.Zero(t, sessionResources(t, live.ID()))
+}
+
+func TestUploadDownloadRoundTrip(t *testing.T) {
+	t.Parallel()
+	m := newManager(t, newRuntime(t), sandbox.ManagerOptions{})
+	s, err := m.Create(ctxT(t), sandbox.SessionOptions{})
+	require.NoError(t, err)
+
+	files := map[string]string{
+		"proj/README.md":     "# hello\n",
+		"proj/src/a.txt":     strings.Repeat("a", 300_000),
+		"proj/src/deep/b.sh": "#!/bin/sh\necho b\n",
+	}
+	require.NoError(t, s.Upload(ctxT(t), "/workspace/in", makeTar(t, files)))
+	out := sh(t, s, "cd /workspace/in/proj && find . -type f | sort && wc -c src/a.txt && ls -ln src/deep/b.sh")
+	assert.Contains(t, out, "./src/deep/b.sh")
+	assert.Contains(t, out, "300000 src/a.txt")
+	assert.Contains(t, out, " 1000 ", "extracted as the session user")
+
+	var buf strings.Builder
+	require.NoError(t, s.Download(ctxT(t), "/workspace/in/proj", &buf))
+	got := readTar(t, buf.String())
+	for name, body := range files {
+		assert.Equal(t, body, got[name], name)
+	}
+
+	// Transfers are confined to the workspace.
+	assert.Error(t, s.Download(ctxT(t), "/etc/passwd", &buf))
+	assert.Error(t, s.Upload(ctxT(t), "/tmp", makeTar(t, map[string]string{"x": "y"})))
+}
+
+func TestContainerRemovedFromOutside(t *testing.T) {
+	t.Parallel()
+	m := newManager(t, newRuntime(t), sandbox.ManagerOptions{})
+	s, err := m.Create(ctxT(t), sandbox.SessionOptions{})
+	require.NoError(t, err)
+	require.NoError(t, docker.ContainerRemove(ctxT(t), containerOf(t, s.ID()).ID, container.RemoveOptions{Force: true}))
+	select {
+	case <-s.Done():
+	case <-time.After(15 * time.Second):
+		t.Fatal("session not marked failed after docker rm -f")
+	}
+	require.ErrorIs(t, s.Err(), sandbox.ErrFailed)
+	t.Log("failure:", s.Err())
+	_, err = s.Call(ctxT(t), "terminal", []byte(`{"command":"true"}`), nil)
+	assert.ErrorIs(t, err, sandbox.ErrFailed)
+	require.NoError(t, s.Close(ctxT(t)), "closing what is half gone")
+	assert.Zero(t, sessionResources(t, s.ID()), "its volume went too")
+}

@@ -1,0 +1,111 @@
+// Package testenv is what the real-Docker suites (e2e, e2e/api) and the
+// benchmarks share to set themselves up: the static sandboxd binary, the
+// test image, and the check that a run left nothing in the engine.
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/network"
+	"github.com/docker/docker/api/types/volume"
+	"github.com/docker/docker/client"
+)
+
+// DefaultTestImage is the tiny image the suites run (images/build-test-image.sh).
+const DefaultTestImage = "sandboxd-test:latest"
+
+// RepoRoot is the directory of the sandboxd module.
+func RepoRoot() (string, error) {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("locating the module: %w", err)
+	}
+	mod := strings.TrimSpace(string(out))
+	if mod == "" || mod == os.DevNull {
+		return "", fmt.Errorf("not inside the sandboxd module")
+	}
+	return filepath.Dir(mod), nil
+}
+
+// BuildBinary builds the static sandboxd binary (CGO off, as shipped: it is
+// mounted into sandboxes as their agent) into dir, unless
+// SANDBOXD_E2E_BINARY names a prebuilt one.
+func BuildBinary(ctx context.Context, dir string) (string, error) {
+	if p := os.Getenv("SANDBOXD_E2E_BINARY"); p != "" {
+		return p, nil
+	}
+	root, err := RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	out := filepath.Join(dir, "sandboxd")
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", out, "./cmd/sandboxd")
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building the sandboxd binary: %v\n%s", err, b)
+	}
+	return out, nil
+}
+
+// EnsureTestImage returns the test image ($SANDBOXD_TEST_IMAGE or
+// DefaultTestImage), building it with the project's script when the engine
+// does not have it.
+func EnsureTestImage(ctx context.Context, cli *client.Client) (string, error) {
+	img := os.Getenv("SANDBOXD_TEST_IMAGE")
+	if img == "" {
+		img = DefaultTestImage
+	}
+	if _, err := cli.ImageInspect(ctx, img); err == nil {
+		return img, nil
+	}
+	root, err := RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	cmd := exec.CommandContext(ctx, "bash", filepath.Join(root, "images", "build-test-image.sh"))
+	cmd.Env = append(os.Environ(), "SANDBOXD_TEST_IMAGE="+img)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building test image %s: %v\n%s", img, err, b)
+	}
+	return img, nil
+}
+
+// Leftovers lists, and removes, every container, volume and network that
+// carries the label key=value: what a run left behind.
+func Leftovers(ctx context.Context, cli *client.Client, key, value string) []string {
+	f := filters.NewArgs(filters.Arg("label", key+"="+value))
+	var left []string
+	if ctrs, err := cli.ContainerList(ctx, container.ListOptions{All: true, Filters: f}); err == nil {
+		for _, c := range ctrs {
+			left = append(left, "container "+strings.Join(c.Names, ","))
+			_ = cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true})
+		}
+	} else {
+		left = append(left, "listing containers: "+err.Error())
+	}
+	if vols, err := cli.VolumeList(ctx, volume.ListOptions{Filters: f}); err == nil {
+		for _, v := range vols.Volumes {
+			left = append(left, "volume "+v.Name)
+			_ = cli.VolumeRemove(ctx, v.Name, true)
+		}
+	} else {
+		left = append(left, "listing volumes: "+err.Error())
+	}
+	if nets, err := cli.NetworkList(ctx, network.ListOptions{Filters: f}); err == nil {
+		for _, n := range nets {
+			left = append(left, "network "+n.Name)
+			_ = cli.NetworkRemove(ctx, n.ID)
+		}
+	} else {
+		left = append(left, "listing networks: "+err.Error())
+	}
+	return left
+}

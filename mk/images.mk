@@ -1,0 +1,33 @@
+# Sandbox images, built without an image registry (see images/README.md).
+# Included by the top-level Makefile. Builds need root (debootstrap, chown) and a
+# reachable Docker engine; each skips work when the image's recipe hash is current.
+#
+#   make image        default session image  ($(SANDBOXD_DEFAULT_IMAGE))
+#   make test-image   tiny busybox+bash test image ($(SANDBOXD_TEST_IMAGE))
+#   make images       both
+#   make images IMAGES_FORCE=1                       rebuild even when up to date
+#   make image SANDBOXD_IMAGE_EXTRA_PACKAGES="build-essential python3-dev"
+
+IMAGES_DIR := $(abspath $(dir $(lastword $(MAKEFILE_LIST)))..)/images
+
+SANDBOXD_DEFAULT_IMAGE ?= sandboxd-default:latest
+SANDBOXD_BASE_IMAGE ?= sandboxd-base:bookworm
+SANDBOXD_TEST_IMAGE ?= sandboxd-test:latest
+SANDBOXD_IMAGE_EXTRA_PACKAGES ?=
+IMAGES_FORCE ?=
+
+IMAGES_FLAGS := $(if $(filter-out 0 no false,$(IMAGES_FORCE)),--force)
+
+.PHONY: image test-image images
+
+image: ## default session image (debootstrap from the host's apt mirror; no registry)
+	SANDBOXD_DEFAULT_IMAGE='$(SANDBOXD_DEFAULT_IMAGE)' \
+	SANDBOXD_BASE_IMAGE='$(SANDBOXD_BASE_IMAGE)' \
+	SANDBOXD_IMAGE_EXTRA_PACKAGES='$(SANDBOXD_IMAGE_EXTRA_PACKAGES)' \
+	  '$(IMAGES_DIR)/build-default-image.sh' $(IMAGES_FLAGS)
+
+test-image: ## tiny busybox+bash test image, in seconds
+	SANDBOXD_TEST_IMAGE='$(SANDBOXD_TEST_IMAGE)' \
+	  '$(IMAGES_DIR)/build-test-image.sh' $(IMAGES_FLAGS)
+
+images: test-image image ## both images (IMAGES_FORCE=1 rebuilds)

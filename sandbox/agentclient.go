@@ -1,0 +1,34 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+
+	"github.com/sandboxd/sandboxd/agent"
+	"github.com/sandboxd/sandboxd/tools"
+)
+
+// AgentClient is what a session needs of the agent protocol client;
+// *agent.Client implements it. It is an interface so that tests of the
+// Manager can run without containers.
+type AgentClient interface {
+	Ping(ctx context.Context) error
+	ListTools(ctx context.Context) ([]tools.Definition, error)
+	Call(ctx context.Context, name string, args json.RawMessage, stream tools.StreamFunc) (*tools.Observation, error)
+	Upload(ctx context.Context, destDir string, tarStream io.Reader) error
+	Download(ctx context.Context, path string, w io.Writer) error
+	// Shutdown asks the agent to end its tools and exit.
+	Shutdown(ctx context.Context) error
+	// Close drops the connection and leaves the agent running.
+	Close() error
+	// Done is closed when the connection ends; Err says why.
+	Done() <-chan struct{}
+	Err() error
+}
+
+// DialFunc wraps a stream to an agent in a client.
+type DialFunc func(conn io.ReadWriteCloser) AgentClient
+
+// DialAgent is the default DialFunc: the agent package's client.
+func DialAgent(conn io.ReadWriteCloser) AgentClient { return agent.NewClient(conn) }

@@ -1,0 +1,225 @@
+package docker
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sort"
+	"strconv"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/mount"
+	"github.com/docker/docker/api/types/network"
+	"github.com/docker/go-units"
+
+	"github.com/sandboxd/sandboxd/sandbox"
+	"github.com/sandboxd/sandboxd/tools/bash"
+	"github.com/sandboxd/sandboxd/tools/builtin"
+)
+
+// Hardening constants (see ARCHITECTURE.md, "Container settings").
+const (
+	// oomScoreAdj makes a sandbox the host OOM killer's first choice over
+	// the daemon and the engine.
+	oomScoreAdj = 500
+	// nofile bounds open files per process.
+	nofileSoft, nofileHard = 4096, 8192
+	hostname               = "sandbox"
+)
+
+// AgentCommand is the container's command: the agent serving its stdio
+// (the attach stream) and its unix socket (for agent-proxy after a daemon
+// restart) at once, with the session's tools.
+func AgentCommand(o sandbox.SessionOptions) ([]string, error) {
+	cmd := []string{
+		sandbox.AgentPath, "agent",
+		"--stdio",
+		"--socket", sandbox.AgentSocket,
+		"--workspace", sandbox.WorkspaceDir,
+		"--state-dir", sandbox.AgentStateDir,
+	}
+	specs, err := toolSpecs(o)
+	if err != nil || specs == "" {
+		return cmd, err
+	}
+	return append(cmd, "--tools", specs), nil
+}
+
+// toolSpecs is the agent's --tools value: the session's tools, with the
+// terminal started in Cwd; empty when the agent's defaults are what the
+// session asks for.
+func toolSpecs(o sandbox.SessionOptions) (string, error) {
+	if len(o.Tools) == 0 && (o.Cwd == "" || o.Cwd == sandbox.WorkspaceDir) {
+		return "", nil
+	}
+	specs := slices.Clone(o.Tools)
+	if len(specs) == 0 {
+		specs = builtin.DefaultSpecs()
+	}
+	if o.Cwd != "" && o.Cwd != sandbox.WorkspaceDir {
+		for i, s := range specs {
+			if s.Name != bash.Name {
+				continue
+			}
+			params := map[string]json.RawMessage{}
+			if len(s.Params) > 0 {
+				if err := json.Unmarshal(s.Params, &params); err != nil {
+					return "", fmt.Errorf("tools: params of %s: %w", s.Name, err)
+				}
+			}
+			if _, set := params["dir"]; !set {
+				params["dir"], _ = json.Marshal(o.Cwd)
+			}
+			specs[i].Params, _ = json.Marshal(params)
+		}
+	}
+	b, err := json.Marshal(specs)
+	return string(b), err
+}
+
+// ProxyCommand bridges an exec stream to the agent's unix socket.
+func ProxyCommand() []string {
+	return []string{sandbox.AgentPath, "agent-proxy", "--socket", sandbox.AgentSocket}
+}
+
+// containerSpec is everything ContainerCreate takes.
+type containerSpec struct {
+	name    string
+	config  *container.Config
+	host    *container.HostConfig
+	network *network.NetworkingConfig
+}
+
+// buildContainer maps a session spec to engine settings. It is pure, so
+// the security settings are unit-tested without an engine; e2e reads them
+// back from a real container.
+func (r *Runtime) buildContainer(spec sandbox.Spec, netName string, l layout) (containerSpec, error) {
+	o := spec.Options
+	uid, gid, err := sandbox.ParseUser(o.User)
+	if err != nil {
+		return containerSpec{}, fmt.Errorf("user: %w", err)
+	}
+	env := make([]string, 0, len(o.Env)+1)
+	for k, v := range o.Env {
+		env = append(env, k+"="+v)
+	}
+	if l.setHome {
+		env = append(env, "HOME="+l.home)
+	}
+	sort.Strings(env)
+	labels := r.labels(spec.Labels)
+	labels[LabelSeccomp] = seccompProfileID()
+	cmd, err := AgentCommand(o)
+	if err != nil {
+		return containerSpec{}, err
+	}
+
+	cfg := &container.Config{
+		Image:      o.Image,
+		User:       o.User,
+		Env:        env,
+		WorkingDir: o.Cwd,
+		Hostname:   hostname,
+		Labels:     labels,
+		Entrypoint: cmd[:1], // replaces any entrypoint of the image
+		Cmd:        cmd[1:],
+		// The agent's stdio is the protocol stream: stdin open and kept
+		// open when an attach ends (StdinOnce false), no TTY so stdout and
+		// stderr stay apart (multiplexed, demuxed with stdcopy).
+		OpenStdin:    true,
+		StdinOnce:    false,
+		AttachStdin:  true,
+		AttachStdout: true,
+		AttachStderr: true,
+		Tty:          false,
+	}
+
+	secOpts, err := securityOpts()
+	if err != nil {
+		return containerSpec{}, err
+	}
+	pids := o.Limits.Pids
+	init := true
+	host := &container.HostConfig{
+		NetworkMode:    container.NetworkMode(netName),
+		ReadonlyRootfs: !o.WritableRootfs,
+		CapDrop:        []string{"ALL"},
+		// no-new-privileges and Docker's default seccomp profile without
+		// io_uring (seccomp.go), never seccomp=unconfined.
+		SecurityOpt: secOpts,
+		Init:        &init,
+		OomScoreAdj: oomScoreAdj,
+		IpcMode:     container.IPCModePrivate,
+		// No PortBindings, no PublishAllPorts: nothing is published on
+		// the host; the agent is reached over stdio.
+		RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyDisabled},
+		LogConfig: container.LogConfig{Type: "json-file", Config: map[string]string{
+			"max-size": r.opts.LogMaxSize, "max-file": r.opts.LogMaxFiles,
+		}},
+		Resources: container.Resources{
+			Memory:     o.Limits.Memory,
+			MemorySwap: o.Limits.Memory, // equal: no swap
+			NanoCPUs:   int64(o.Limits.CPUs * 1e9),
+			PidsLimit:  &pids,
+			Ulimits: []*container.Ulimit{
+				{Name: "nofile", Soft: nofileSoft, Hard: nofileHard},
+				{Name: "core", Soft: 0, Hard: 0},
+			},
+		},
+		Tmpfs: map[string]string{
+			"/tmp": "rw,nosuid,nodev,mode=1777,size=" + strconv.FormatInt(o.Limits.Tmpfs, 10),
+			sandbox.RunDir: fmt.Sprintf("rw,nosuid,nodev,noexec,mode=0700,uid=%d,gid=%d,size=%d",
+				uid, gid, r.runDirSize(o)),
+		},
+		Mounts: []mount.Mount{r.agentMount(), volumeMount(spec.SessionID, sandbox.WorkspaceDir, l)},
+	}
+	if l.home != "" {
+		host.Mounts = append(host.Mounts, volumeMount(spec.SessionID, l.home, l))
+	}
+	return containerSpec{
+		name:    containerName(spec.SessionID, spec.Pooled),
+		config:  cfg,
+		host:    host,
+		network: &network.NetworkingConfig{},
+	}, nil
+}
+
+// runDirSize is the size of the RunDir tmpfs: Options.RunDirSize, but at
+// most a sixteenth of the session's memory in whole MiB (4 MiB at
+// sandbox.MinMemory). Its pages (the terminal's saved full outputs, kept
+// until the tmpfs is full) are charged to the memory limit like /tmp's,
+// and sandbox.MemoryHeadroom counts on them staying this few.
+func (r *Runtime) runDirSize(o sandbox.SessionOptions) int64 {
+	return min(r.opts.RunDirSize, (o.Limits.Memory/16)&^(1<<20-1))
+}
+
+// volumeMount mounts the session's volume for target (the workspace or the
+// home folder). A volume the ownership fix handled was seeded by its helper
+// and is mounted without the engine's copy-up (see fixOwnership).
+func volumeMount(id, target string, l layout) mount.Mount {
+	m := mount.Mount{Type: mount.TypeVolume, Source: volumeAt(id, target, l), Target: target}
+	if slices.Contains(l.fix, target) {
+		m.VolumeOptions = &mount.VolumeOptions{NoCopy: true}
+	}
+	return m
+}
+
+// volumeOptions are the driver options of the workspace and home volumes:
+// none (a plain local volume, seeded from the image's folder at its mount
+// point), or with a Disk limit a size-capped tmpfs owned by the session
+// user.
+func volumeOptions(o sandbox.SessionOptions) map[string]string {
+	if o.Limits.Disk == 0 {
+		return nil
+	}
+	uid, gid, _ := sandbox.ParseUser(o.User)
+	return map[string]string{
+		"type":   "tmpfs",
+		"device": "tmpfs",
+		"o": fmt.Sprintf("size=%d,uid=%d,gid=%d,mode=0755,nosuid,nodev",
+			o.Limits.Disk, uid, gid),
+	}
+}
+
+// humanBytes is for log lines.
+func humanBytes(n int64) string { return units.BytesSize(float64(n)) }

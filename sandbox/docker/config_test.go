@@ -1,0 +1,251 @@
+package docker
+
+import (
+	"encoding/json"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/docker/docker/api/types/mount"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sandboxd/sandboxd/sandbox"
+	"github.com/sandboxd/sandboxd/tools"
+)
+
+func testRuntime(copyAgent bool) *Runtime {
+	return &Runtime{
+		opts: Options{Labels: map[string]string{"scope": "t"}, LogMaxSize: "1m", LogMaxFiles: "2",
+			RunDirSize: 16 << 20, CopyAgent: copyAgent},
+		agent: &agentBinary{path: "/opt/sandboxd", sum: "0123456789abcdef0123"},
+	}
+}
+
+func resolved(t *testing.T, o sandbox.SessionOptions) sandbox.SessionOptions {
+	r, err := o.Resolve(sandbox.SessionOptions{Image: "img"})
+	require.NoError(t, err)
+	return r
+}
+
+func TestBuildContainerHardening(t *testing.T) {
+	o := resolved(t, sandbox.SessionOptions{User: "1234:5678", Env: map[string]string{"B": "2", "A": "1"},
+		Limits: sandbox.Limits{Memory: 512 << 20, CPUs: 1.5, Pids: 100, Tmpfs: 8 << 20}})
+	spec := sandbox.Spec{SessionID: "sid", Options: o, Labels: sandbox.SessionLabels("sid", o, "", testTime)}
+	cs, err := testRuntime(false).buildContainer(spec, "none", layout{})
+	require.NoError(t, err)
+	c, h := cs.config, cs.host
+
+	assert.Equal(t, "sandboxd-sid", cs.name)
+	assert.Equal(t, "1234:5678", c.User)
+	assert.Equal(t, []string{"A=1", "B=2"}, c.Env)
+	assert.Equal(t, sandbox.WorkspaceDir, c.WorkingDir)
+	want, err := AgentCommand(o)
+	require.NoError(t, err)
+	assert.Equal(t, append([]string(c.Entrypoint), c.Cmd...), want)
+	assert.NotContains(t, want, "--tools", "defaults need no tool specs")
+	assert.True(t, c.OpenStdin && c.AttachStdin && c.AttachStdout && c.AttachStderr)
+	assert.False(t, c.StdinOnce)
+	assert.False(t, c.Tty)
+	assert.Equal(t, "t", c.Labels["scope"])
+	assert.Equal(t, "sid", c.Labels[sandbox.LabelSession])
+	assert.Equal(t, "true", c.Labels[sandbox.LabelManaged])
+
+	assert.Equal(t, []string{"ALL"}, []string(h.CapDrop))
+	assert.Empty(t, h.CapAdd)
+	profile, err := seccompProfile()
+	require.NoError(t, err)
+	assert.Equal(t, []string{"no-new-privileges:true", "seccomp=" + profile}, h.SecurityOpt)
+	assert.True(t, h.ReadonlyRootfs)
+	assert.False(t, h.Privileged)
+	assert.True(t, *h.Init)
+	assert.Equal(t, "none", string(h.NetworkMode))
+	assert.Empty(t, h.PortBindings)
+	assert.EqualValues(t, 512<<20, h.Memory)
+	assert.Equal(t, h.Memory, h.MemorySwap)
+	assert.EqualValues(t, 1.5e9, h.NanoCPUs)
+	assert.EqualValues(t, 100, *h.PidsLimit)
+	assert.Equal(t, "json-file", h.LogConfig.Type)
+	assert.Equal(t, map[string]string{"max-size": "1m", "max-file": "2"}, h.LogConfig.Config)
+	assert.Equal(t, "rw,nosuid,nodev,mode=1777,size=8388608", h.Tmpfs["/tmp"])
+	assert.Equal(t, "rw,nosuid,nodev,noexec,mode=0700,uid=1234,gid=5678,size=16777216", h.Tmpfs[sandbox.RunDir])
+	assert.NotEqual(t, "host", string(h.UsernsMode))
+	assert.Equal(t, "no", string(h.RestartPolicy.Name))
+	require.Len(t, h.Mounts, 2)
+	assert.Equal(t, mount.Mount{Type: mount.TypeBind, Source: "/opt/sandboxd", Target: sandbox.AgentPath, ReadOnly: true}, h.Mounts[0])
+	assert.Equal(t, mount.TypeVolume, h.Mounts[1].Type)
+	assert.Equal(t, "sandboxd-sid-workspace", h.Mounts[1].Source)
+	assert.Equal(t, sandbox.WorkspaceDir, h.Mounts[1].Target)
+}
+
+func TestBuildContainerPooledAndCopyMode(t *testing.T) {
+	o := resolved(t, sandbox.SessionOptions{})
+	cs, err := testRuntime(true).buildContainer(sandbox.Spec{SessionID: "p", Options: o, Pooled: true}, "sandboxd-p", layout{})
+	require.NoError(t, err)
+	assert.Equal(t, "sandboxd-pool-p", cs.name)
+	assert.Equal(t, "sandboxd-p", string(cs.host.NetworkMode))
+	m := cs.host.Mounts[0]
+	assert.Equal(t, mount.TypeVolume, m.Type)
+	assert.Equal(t, sandbox.AgentDir, m.Target)
+	assert.True(t, m.ReadOnly)
+	assert.Equal(t, "sandboxd-agent-0123456789abcdef", m.Source)
+}
+
+// The agent's state tmpfs is charged to memory like /tmp: at most a
+// sixteenth of it.
+func TestRunDirSize(t *testing.T) {
+	r := testRuntime(false)
+	r.opts.RunDirSize = DefaultRunDirSize
+	for mem, want := range map[int64]int64{
+		4 << 30:           DefaultRunDirSize,
+		1 << 30:           DefaultRunDirSize,
+		512 << 20:         32 << 20,
+		256 << 20:         16 << 20,
+		100<<20 + 12345:   6 << 20,
+		sandbox.MinMemory: 4 << 20,
+	} {
+		o := resolved(t, sandbox.SessionOptions{Limits: sandbox.Limits{Memory: mem}})
+		assert.EqualValues(t, want, r.runDirSize(o), mem)
+		cs, err := r.buildContainer(sandbox.Spec{SessionID: "s", Options: o}, "none", layout{})
+		require.NoError(t, err)
+		assert.True(t, strings.HasSuffix(cs.host.Tmpfs[sandbox.RunDir], fmt.Sprintf(",size=%d", want)), cs.host.Tmpfs[sandbox.RunDir])
+	}
+}
+
+func TestVolumeOptions(t *testing.T) {
+	assert.Nil(t, volumeOptions(resolved(t, sandbox.SessionOptions{})))
+	opts := volumeOptions(resolved(t, sandbox.SessionOptions{Limits: sandbox.Limits{Disk: 64 << 20}}))
+	assert.Equal(t, "tmpfs", opts["type"])
+	assert.Equal(t, "size=67108864,uid=1000,gid=1000,mode=0755,nosuid,nodev", opts["o"])
+}
+
+func TestCheckAgentBinary(t *testing.T) {
+	dir := t.TempDir()
+	notELF := filepath.Join(dir, "script")
+	require.NoError(t, os.WriteFile(notELF, []byte("#!/bin/sh\n"), 0o755))
+	_, err := checkAgentBinary(notELF)
+	assert.ErrorContains(t, err, "not an ELF")
+
+	notExec := filepath.Join(dir, "plain")
+	require.NoError(t, os.WriteFile(notExec, []byte("x"), 0o644))
+	_, err = checkAgentBinary(notExec)
+	assert.ErrorContains(t, err, "not an executable")
+
+	_, err = checkAgentBinary(filepath.Join(dir, "missing"))
+	assert.Error(t, err)
+
+	// /bin/sh on any Debian host is dynamically linked.
+	if _, err := os.Stat("/bin/sh"); err == nil {
+		_, err = checkAgentBinary("/bin/sh")
+		if err != nil {
+			assert.ErrorContains(t, err, "CGO_ENABLED=0")
+		}
+	}
+}
+
+func TestToolSpecs(t *testing.T) {
+	got, err := toolSpecs(resolved(t, sandbox.SessionOptions{}))
+	require.NoError(t, err)
+	assert.Empty(t, got)
+
+	got, err = toolSpecs(resolved(t, sandbox.SessionOptions{Cwd: "/tmp"}))
+	require.NoError(t, err)
+	assert.JSONEq(t, `[{"name":"terminal","params":{"dir":"/tmp"}},{"name":"file_editor"},{"name":"grep"},{"name":"glob"}]`, got)
+
+	got, err = toolSpecs(resolved(t, sandbox.SessionOptions{Cwd: "/tmp", Tools: []tools.Spec{
+		{Name: "terminal", Params: json.RawMessage(`{"soft_timeout_seconds":5}`)}, {Name: "grep"}}}))
+	require.NoError(t, err)
+	assert.JSONEq(t, `[{"name":"terminal","params":{"dir":"/tmp","soft_timeout_seconds":5}},{"name":"grep"}]`, got)
+
+	got, err = toolSpecs(resolved(t, sandbox.SessionOptions{Cwd: "/tmp", Tools: []tools.Spec{
+		{Name: "terminal", Params: json.RawMessage(`{"dir":"/workspace/x"}`)}}}))
+	require.NoError(t, err)
+	assert.JSONEq(t, `[{"name":"terminal","params":{"dir":"/workspace/x"}}]`, got, "an explicit dir wins")
+}
+
+func TestLineLogger(t *testing.T) {
+	var buf strings.Builder
+	l := &lineLogger{log: slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))}
+	l.Write([]byte(`{"time":"x","level":"WARN","msg":"tool failed","tool":"grep"}` + "\npanic: boom\npartial"))
+	l.flush()
+	out := buf.String()
+	assert.Contains(t, out, `level=WARN msg="agent: tool failed"`)
+	assert.Contains(t, out, `level=WARN msg="agent stderr" line="panic: boom"`)
+	assert.Contains(t, out, `line=partial`)
+}
+
+func TestBuildContainerHomeAndWritableRootfs(t *testing.T) {
+	o := resolved(t, sandbox.SessionOptions{Env: map[string]string{"A": "1"}, WritableRootfs: true})
+	spec := sandbox.Spec{SessionID: "sid", Options: o}
+	l := layout{home: sandbox.FallbackHome, setHome: true, fix: []string{sandbox.WorkspaceDir, sandbox.FallbackHome}}
+	cs, err := testRuntime(false).buildContainer(spec, "none", l)
+	require.NoError(t, err)
+	assert.False(t, cs.host.ReadonlyRootfs)
+	assert.Equal(t, []string{"A=1", "HOME=" + sandbox.FallbackHome}, cs.config.Env)
+	require.Len(t, cs.host.Mounts, 3)
+	noCopy := &mount.VolumeOptions{NoCopy: true}
+	assert.Equal(t, mount.Mount{Type: mount.TypeVolume, Source: "sandboxd-sid-workspace", Target: sandbox.WorkspaceDir, VolumeOptions: noCopy}, cs.host.Mounts[1])
+	assert.Equal(t, mount.Mount{Type: mount.TypeVolume, Source: "sandboxd-sid-home", Target: sandbox.FallbackHome, VolumeOptions: noCopy}, cs.host.Mounts[2])
+
+	// The image's own home, seeded by the engine: no HOME in env, copy-up on.
+	cs, err = testRuntime(false).buildContainer(spec, "none", layout{home: "/home/agent"})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"A=1"}, cs.config.Env)
+	assert.Equal(t, mount.Mount{Type: mount.TypeVolume, Source: "sandboxd-sid-home", Target: "/home/agent"}, cs.host.Mounts[2])
+	assert.Nil(t, cs.host.Mounts[1].VolumeOptions)
+}
+
+func TestPlanLayout(t *testing.T) {
+	ours := imageFacts{home: "/home/agent", user: "1000:1000", ours: true}
+	foreign := imageFacts{home: "/root", user: "0"}
+	ws, fb := sandbox.WorkspaceDir, sandbox.FallbackHome
+	tests := []struct {
+		name string
+		o    sandbox.SessionOptions
+		img  imageFacts
+		want layout
+	}{
+		{"our image as its user: nothing to fix", sandbox.SessionOptions{}, ours, layout{home: "/home/agent"}},
+		{"our image, another user", sandbox.SessionOptions{User: "2000:2000"}, ours, layout{home: "/home/agent", fix: []string{ws, "/home/agent"}}},
+		{"our image, uid only", sandbox.SessionOptions{User: "1000"}, ours, layout{home: "/home/agent"}},
+		{"our image, the session's own HOME", sandbox.SessionOptions{Env: map[string]string{"HOME": "/home/me"}}, ours,
+			layout{home: "/home/me", fix: []string{"/home/me"}}},
+		{"a user's image", sandbox.SessionOptions{}, foreign, layout{home: "/root", fix: []string{ws, "/root"}}},
+		{"image with USER by name", sandbox.SessionOptions{}, imageFacts{home: "/home/agent", user: "agent", ours: true},
+			layout{home: "/home/agent", fix: []string{ws, "/home/agent"}}},
+		{"image without HOME", sandbox.SessionOptions{}, imageFacts{}, layout{home: fb, setHome: true, fix: []string{ws, fb}}},
+		{"image HOME=/", sandbox.SessionOptions{}, imageFacts{home: "/"}, layout{home: fb, setHome: true, fix: []string{ws, fb}}},
+		{"image HOME in /proc", sandbox.SessionOptions{}, imageFacts{home: "/proc/1"}, layout{home: fb, setHome: true, fix: []string{ws, fb}}},
+		{"image HOME /usr", sandbox.SessionOptions{}, imageFacts{home: "/usr"}, layout{home: fb, setHome: true, fix: []string{ws, fb}}},
+		{"image HOME under /var", sandbox.SessionOptions{}, imageFacts{home: "/var/lib/app"}, layout{home: "/var/lib/app", fix: []string{ws, "/var/lib/app"}}},
+		{"image HOME relative", sandbox.SessionOptions{}, imageFacts{home: "home"}, layout{home: fb, setHome: true, fix: []string{ws, fb}}},
+		{"image HOME in the workspace", sandbox.SessionOptions{}, imageFacts{home: "/workspace/home"}, layout{fix: []string{ws}}},
+		{"image HOME in /tmp", sandbox.SessionOptions{}, imageFacts{home: "/tmp"}, layout{fix: []string{ws}}},
+		{"session HOME unusable: no volume, no fallback", sandbox.SessionOptions{Env: map[string]string{"HOME": "/"}}, foreign, layout{fix: []string{ws}}},
+		{"session HOME in the agent's folder", sandbox.SessionOptions{Env: map[string]string{"HOME": sandbox.RunDir + "/x"}}, ours, layout{}},
+		{"disk limit: tmpfs volumes, owned at creation", sandbox.SessionOptions{Limits: sandbox.Limits{Disk: 64 << 20}}, foreign, layout{home: "/root"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.Equal(t, tt.want, planLayout(resolved(t, tt.o), tt.img))
+		})
+	}
+}
+
+func TestVolumeAt(t *testing.T) {
+	l := layout{home: "/home/agent"}
+	assert.Equal(t, "sandboxd-s-home", volumeAt("s", "/home/agent", l))
+	assert.Equal(t, "sandboxd-s-workspace", volumeAt("s", sandbox.WorkspaceDir, l))
+	assert.Equal(t, "sandboxd-s-workspace", volumeAt("s", sandbox.WorkspaceDir, layout{}))
+}
+
+func TestTarMode(t *testing.T) {
+	assert.EqualValues(t, 0o755, tarMode(fs.ModeDir|0o755))
+	assert.EqualValues(t, 0o1777, tarMode(fs.ModeDir|fs.ModeSticky|0o777))
+	assert.EqualValues(t, 0o2770, tarMode(fs.ModeDir|fs.ModeSetgid|0o770))
+	assert.EqualValues(t, 0o4700, tarMode(fs.ModeDir|fs.ModeSetuid|0o700))
+}

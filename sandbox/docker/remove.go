@@ -1,0 +1,61 @@
+package docker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/network"
+	"github.com/docker/docker/api/types/volume"
+)
+
+// Remove deletes a session's container (killing its processes), then its
+// volumes and networks, all found by the session label. What is gone
+// already is no error, so Remove is idempotent and safe to repeat after a
+// partial failure.
+func (r *Runtime) Remove(ctx context.Context, sessionID string) error {
+	if sessionID == "" {
+		return errors.New("remove: empty session id")
+	}
+	f := r.filter(sessionID)
+	var errs []error
+	cctx, cancel := r.call(ctx)
+	defer cancel()
+
+	ctrs, err := r.cli.ContainerList(cctx, container.ListOptions{All: true, Filters: f})
+	if err != nil {
+		return fmt.Errorf("session %s: listing containers: %w", sessionID, err)
+	}
+	for _, c := range ctrs {
+		err := r.cli.ContainerRemove(cctx, c.ID, container.RemoveOptions{Force: true, RemoveVolumes: true})
+		if err != nil && !isNotFound(err) {
+			errs = append(errs, fmt.Errorf("removing container %s: %w", c.ID[:12], err))
+		}
+	}
+	vols, err := r.cli.VolumeList(cctx, volume.ListOptions{Filters: f})
+	if err != nil {
+		errs = append(errs, fmt.Errorf("listing volumes: %w", err))
+	} else {
+		for _, v := range vols.Volumes {
+			if err := r.cli.VolumeRemove(cctx, v.Name, true); err != nil && !isNotFound(err) {
+				errs = append(errs, fmt.Errorf("removing volume %s: %w", v.Name, err))
+			}
+		}
+	}
+	nets, err := r.cli.NetworkList(cctx, network.ListOptions{Filters: f})
+	if err != nil {
+		errs = append(errs, fmt.Errorf("listing networks: %w", err))
+	} else {
+		for _, n := range nets {
+			if err := r.cli.NetworkRemove(cctx, n.ID); err != nil && !isNotFound(err) {
+				errs = append(errs, fmt.Errorf("removing network %s: %w", n.Name, err))
+			}
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("session %s: %w", sessionID, errors.Join(errs...))
+	}
+	r.log.Debug("sandbox removed", "session", sessionID, "containers", len(ctrs))
+	return nil
+}

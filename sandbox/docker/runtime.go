@@ -1,0 +1,219 @@
+// Package docker is the Docker Engine runtime of sandboxd: one hardened
+// container per session, whose main process (under the engine's init) is the
+// agent binary, reached through an attach stream opened before the container
+// starts. One operation per file: create/start (start.go), connect
+// (connect.go), claim (claim.go), inspect (inspect.go), list (list.go),
+// remove (remove.go), prune (prune.go); the container settings are built in
+// config.go, where the workspace and home volumes go and whether their
+// owner needs fixing is decided in layout.go, the fix itself (for images
+// that are not sandboxd's own) is chown.go, the agent binary is checked and
+// (remote engines) copied in agentbin.go, and stream.go turns hijacked
+// connections into the agent's byte stream.
+package docker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"os"
+	"strings"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/client"
+
+	"github.com/sandboxd/sandboxd/sandbox"
+)
+
+// Defaults of Options.
+const (
+	DefaultCallTimeout = 30 * time.Second
+	DefaultLogMaxSize  = "1m"
+	DefaultLogMaxFiles = "2"
+	// DefaultRunDirSize is the tmpfs at sandbox.RunDir (agent socket and
+	// the tools' state files, e.g. full outputs of truncated commands).
+	DefaultRunDirSize = 64 << 20
+)
+
+// Options configure the Docker runtime. The zero value is usable.
+type Options struct {
+	// Client is a configured engine client; nil makes one from the
+	// environment (DOCKER_HOST etc.) with API version negotiation.
+	Client *client.Client
+	// AgentBinary is the host path of the static sandboxd binary put into
+	// every sandbox; empty is the running executable.
+	AgentBinary string
+	// CopyAgent puts the agent binary into the sandbox through a volume
+	// filled over the API instead of a bind mount of a host path. It is
+	// turned on by itself when the engine is not on a local unix socket
+	// (DOCKER_HOST=tcp://..., ssh://...), where a host path means nothing.
+	CopyAgent bool
+	// Labels are put on every resource and required when listing, so
+	// runtimes with different Labels never see each other's resources
+	// (e.g. a test run's id).
+	Labels map[string]string
+	// CallTimeout bounds every engine call (default 30s).
+	CallTimeout time.Duration
+	// LogMaxSize and LogMaxFiles cap the json-file log of each container
+	// (the agent's stdout carries the protocol, so the log is of little use
+	// and must not grow without bound).
+	LogMaxSize  string
+	LogMaxFiles string
+	// RunDirSize is the size of the tmpfs at sandbox.RunDir.
+	RunDirSize int64
+	// Logger receives structured logs (component=docker); nil is
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+// Runtime is the Docker implementation of sandbox.Runtime.
+type Runtime struct {
+	cli       *client.Client
+	ownClient bool
+	opts      Options
+	log       *slog.Logger
+	agent     *agentBinary
+}
+
+var _ sandbox.Runtime = (*Runtime)(nil)
+
+// New connects to the engine (checking it answers) and checks the agent
+// binary.
+func New(ctx context.Context, opts Options) (*Runtime, error) {
+	if opts.CallTimeout <= 0 {
+		opts.CallTimeout = DefaultCallTimeout
+	}
+	if opts.LogMaxSize == "" {
+		opts.LogMaxSize = DefaultLogMaxSize
+	}
+	if opts.LogMaxFiles == "" {
+		opts.LogMaxFiles = DefaultLogMaxFiles
+	}
+	if opts.RunDirSize <= 0 {
+		opts.RunDirSize = DefaultRunDirSize
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	for k := range opts.Labels {
+		if strings.HasPrefix(k, sandbox.ReservedLabelPrefix+"managed") || k == sandbox.LabelSession {
+			return nil, fmt.Errorf("docker runtime: label %q is set by sandboxd itself", k)
+		}
+	}
+	r := &Runtime{cli: opts.Client, opts: opts, log: opts.Logger.With("component", "docker")}
+	if r.cli == nil {
+		cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+		if err != nil {
+			return nil, fmt.Errorf("docker runtime: engine client: %w", err)
+		}
+		r.cli, r.ownClient = cli, true
+	}
+	pctx, cancel := context.WithTimeout(ctx, opts.CallTimeout)
+	defer cancel()
+	if _, err := r.cli.Ping(pctx); err != nil {
+		r.Close()
+		return nil, fmt.Errorf("docker runtime: the engine at %s does not answer: %w", r.cli.DaemonHost(), err)
+	}
+	if !strings.HasPrefix(r.cli.DaemonHost(), "unix://") {
+		r.opts.CopyAgent = true
+	}
+	path := opts.AgentBinary
+	if path == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			r.Close()
+			return nil, fmt.Errorf("docker runtime: locating the running binary for the agent: %w", err)
+		}
+		path = exe
+	}
+	ab, err := checkAgentBinary(path)
+	if err != nil {
+		r.Close()
+		return nil, fmt.Errorf("docker runtime: %w", err)
+	}
+	r.agent = ab
+	r.log.Info("docker runtime ready", "engine", r.cli.DaemonHost(), "api", r.cli.ClientVersion(),
+		"agent", ab.path, "agent_delivery", map[bool]string{true: "copied volume", false: "bind mount"}[r.opts.CopyAgent])
+	return r, nil
+}
+
+// Client is the engine client (for tests and tools built on the runtime).
+func (r *Runtime) Client() *client.Client { return r.cli }
+
+// Close releases the engine client if the runtime made it. Sandboxes are
+// left alone.
+func (r *Runtime) Close() error {
+	if r.ownClient {
+		return r.cli.Close()
+	}
+	return nil
+}
+
+// call returns a context for one engine call, bounded by CallTimeout.
+func (r *Runtime) call(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, r.opts.CallTimeout)
+}
+
+// labels are spec's labels plus the runtime's own.
+func (r *Runtime) labels(base map[string]string) map[string]string {
+	l := make(map[string]string, len(base)+len(r.opts.Labels))
+	maps.Copy(l, base)
+	maps.Copy(l, r.opts.Labels)
+	return l
+}
+
+// filter selects the resources of this runtime (and of one session if id
+// is not empty).
+func (r *Runtime) filter(id string) filters.Args {
+	f := filters.NewArgs(filters.Arg("label", sandbox.LabelManaged+"=true"))
+	for k, v := range r.opts.Labels {
+		f.Add("label", k+"="+v)
+	}
+	if id != "" {
+		f.Add("label", sandbox.LabelSession+"="+id)
+	}
+	return f
+}
+
+// Resource names. Deterministic, so a repeated create hits a conflict
+// instead of making a twin.
+func containerName(id string, pooled bool) string {
+	if pooled {
+		return "sandboxd-pool-" + id
+	}
+	return "sandboxd-" + id
+}
+
+func workspaceVolume(id string) string { return "sandboxd-" + id + "-workspace" }
+func homeVolume(id string) string      { return "sandboxd-" + id + "-home" }
+
+// volumeAt names the session's volume mounted at target.
+func volumeAt(id, target string, l layout) string {
+	if target == l.home && target != "" {
+		return homeVolume(id)
+	}
+	return workspaceVolume(id)
+}
+
+func networkName(id string) string { return "sandboxd-" + id }
+
+// wrap adds the sandbox sentinel for a missing object.
+func wrap(err error, format string, args ...any) error {
+	if err == nil {
+		return nil
+	}
+	msg := fmt.Sprintf(format, args...)
+	if isNotFound(err) {
+		return fmt.Errorf("%s: %w: %w", msg, sandbox.ErrNotFound, err)
+	}
+	return fmt.Errorf("%s: %w", msg, err)
+}
+
+func isNotFound(err error) bool {
+	return err != nil && (cerrdefs.IsNotFound(err) || errors.Is(err, errNotFound))
+}
+
+var errNotFound = errors.New("not found")

@@ -1,0 +1,134 @@
+package docker
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"maps"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/network"
+	"github.com/docker/docker/api/types/volume"
+
+	"github.com/sandboxd/sandboxd/sandbox"
+)
+
+// Start creates the session's network (if it asks for a private one), its
+// workspace and home volumes (handing their roots to the session user when
+// the image does not, see layout.go and chown.go) and its container,
+// attaches to the container's stdio and only then starts it, so that not a
+// byte of the agent's output is missed. On any failure everything of the
+// session is removed again.
+func (r *Runtime) Start(ctx context.Context, spec sandbox.Spec) (_ io.ReadWriteCloser, err error) {
+	id := spec.SessionID
+	log := r.log.With("session", id)
+	defer func() {
+		if err != nil {
+			rctx, cancel := r.call(context.WithoutCancel(ctx))
+			defer cancel()
+			if rerr := r.Remove(rctx, id); rerr != nil {
+				log.Error("rolling back a failed start", "err", rerr)
+			}
+		}
+	}()
+
+	if r.opts.CopyAgent {
+		if err := r.ensureAgentVolume(ctx, spec.Options.Image); err != nil {
+			return nil, err
+		}
+	}
+	// Volumes and networks carry the session's labels but not the options
+	// JSON, which only the container needs.
+	resLabels := maps.Clone(r.labels(spec.Labels))
+	delete(resLabels, sandbox.LabelOptions)
+	delete(resLabels, sandbox.LabelPool)
+
+	img, err := r.inspectImage(ctx, spec.Options.Image)
+	if err != nil {
+		return nil, err
+	}
+	l := planLayout(spec.Options, img)
+
+	netName, err := r.createNetwork(ctx, id, spec.Options.Network, resLabels)
+	if err != nil {
+		return nil, err
+	}
+	cctx, cancel := r.call(ctx)
+	defer cancel()
+	vols := map[string]string{workspaceVolume(id): "workspace"}
+	if l.home != "" {
+		vols[homeVolume(id)] = "home"
+	}
+	for name, what := range vols {
+		if _, err := r.cli.VolumeCreate(cctx, volume.CreateOptions{
+			Name: name, Labels: resLabels, Driver: "local", DriverOpts: volumeOptions(spec.Options),
+		}); err != nil {
+			return nil, fmt.Errorf("creating %s volume: %w", what, err)
+		}
+	}
+	if len(l.fix) > 0 {
+		if err := r.fixOwnership(ctx, id, l, img, spec.Options, resLabels); err != nil {
+			return nil, err
+		}
+	}
+
+	cs, err := r.buildContainer(spec, netName, l)
+	if err != nil {
+		return nil, err
+	}
+	// The create is not cancelled with ctx: an engine finishes a create
+	// whose caller gave up, and the rollback would then miss the container
+	// (which re-creates its volumes, unlabelled, once they are removed).
+	nctx, ncancel := r.call(context.WithoutCancel(ctx))
+	defer ncancel()
+	created, err := r.cli.ContainerCreate(nctx, cs.config, cs.host, cs.network, nil, cs.name)
+	switch {
+	case cerrdefs.IsNotFound(err):
+		return nil, errImageMissing(spec.Options.Image, err)
+	case cerrdefs.IsConflict(err):
+		return nil, fmt.Errorf("a container named %s exists already: %w", cs.name, err)
+	case err != nil:
+		return nil, fmt.Errorf("creating container: %w", err)
+	}
+	for _, w := range created.Warnings {
+		log.Warn("engine warning on create", "warning", w)
+	}
+
+	hj, err := r.cli.ContainerAttach(cctx, created.ID, container.AttachOptions{
+		Stream: true, Stdin: true, Stdout: true, Stderr: true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("attaching to the container: %w", err)
+	}
+	if err := r.cli.ContainerStart(cctx, created.ID, container.StartOptions{}); err != nil {
+		hj.Close()
+		return nil, fmt.Errorf("starting the container: %w", err)
+	}
+	log.Debug("sandbox started", "container", created.ID[:12], "name", cs.name, "network", netName)
+	return newStream(hj, log.With("stream", "attach")), nil
+}
+
+// createNetwork makes the session's private network for the bridge and
+// internal modes and returns the network mode for the container.
+func (r *Runtime) createNetwork(ctx context.Context, id, mode string, labels map[string]string) (string, error) {
+	switch mode {
+	case sandbox.NetworkNone:
+		return "none", nil
+	case sandbox.NetworkBridge, sandbox.NetworkInternal:
+	default:
+		return mode, nil // an existing network, not ours
+	}
+	cctx, cancel := r.call(ctx)
+	defer cancel()
+	name := networkName(id)
+	_, err := r.cli.NetworkCreate(cctx, name, network.CreateOptions{
+		Driver:   "bridge",
+		Internal: mode == sandbox.NetworkInternal,
+		Labels:   labels,
+	})
+	if err != nil {
+		return "", fmt.Errorf("creating network %s: %w", name, err)
+	}
+	return name, nil
+}

@@ -1,0 +1,360 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+)
+
+// Defaults of ManagerOptions.
+const (
+	DefaultMaxConcurrentStarts = 4
+	DefaultStartTimeout        = 60 * time.Second
+	DefaultShutdownGrace       = 2 * time.Second
+	DefaultRemoveTimeout       = 30 * time.Second
+	DefaultReapInterval        = 5 * time.Second
+	DefaultProbeTimeout        = 10 * time.Second
+	// handOutPing bounds the liveness check of a pooled sandbox at hand-out.
+	handOutPing = 2 * time.Second
+)
+
+// ManagerOptions configure a Manager. The zero value is usable.
+type ManagerOptions struct {
+	// Defaults fill the fields a Create leaves zero (before the built-in
+	// defaults): typically the image.
+	Defaults SessionOptions
+	// Pools keep started sandboxes ready to hand out.
+	Pools []PoolOptions
+	// MaxConcurrentStarts bounds sandboxes being created at once (by
+	// Create and by pool refills together); it protects the engine. A
+	// Create waiting for a slot goes before waiting refills.
+	MaxConcurrentStarts int
+	// StartTimeout bounds one start: create, start, agent answering.
+	StartTimeout time.Duration
+	// ShutdownGrace is how long Close lets the agent end its tools before
+	// the container is removed by force.
+	ShutdownGrace time.Duration
+	// RemoveTimeout bounds the removal of one session's resources.
+	RemoveTimeout time.Duration
+	// ReapInterval is how often idle sessions are looked for.
+	ReapInterval time.Duration
+	// ProbeTimeout bounds reaching an existing agent (adoption, reconnect).
+	ProbeTimeout time.Duration
+	// Logger receives structured logs (component=sandbox); nil is
+	// slog.Default().
+	Logger *slog.Logger
+	// Dial wraps agent streams in clients; nil is DialAgent. For tests.
+	Dial DialFunc
+}
+
+// PoolOptions ask for Size sandboxes with Options to be kept started.
+// Create hands one out when its resolved options equal these resolved ones.
+type PoolOptions struct {
+	Options SessionOptions
+	Size    int
+}
+
+func (o *ManagerOptions) setDefaults() error {
+	var p problems
+	if o.MaxConcurrentStarts == 0 {
+		o.MaxConcurrentStarts = DefaultMaxConcurrentStarts
+	}
+	if o.StartTimeout == 0 {
+		o.StartTimeout = DefaultStartTimeout
+	}
+	if o.ShutdownGrace == 0 {
+		o.ShutdownGrace = DefaultShutdownGrace
+	}
+	if o.RemoveTimeout == 0 {
+		o.RemoveTimeout = DefaultRemoveTimeout
+	}
+	if o.ReapInterval == 0 {
+		o.ReapInterval = DefaultReapInterval
+	}
+	if o.ProbeTimeout == 0 {
+		o.ProbeTimeout = DefaultProbeTimeout
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Dial == nil {
+		o.Dial = DialAgent
+	}
+	for name, d := range map[string]time.Duration{
+		"start_timeout": o.StartTimeout, "shutdown_grace": o.ShutdownGrace, "remove_timeout": o.RemoveTimeout,
+		"reap_interval": o.ReapInterval, "probe_timeout": o.ProbeTimeout,
+	} {
+		if d < 0 {
+			p.add(name, "%v is negative", d)
+		}
+	}
+	if o.MaxConcurrentStarts < 0 {
+		p.add("max_concurrent_starts", "%d is negative", o.MaxConcurrentStarts)
+	}
+	if _, err := (SessionOptions{}).Resolve(o.Defaults); err != nil {
+		var oe *OptionsError
+		if errors.As(err, &oe) {
+			for _, pr := range oe.Problems {
+				p.add("defaults", "%s", pr)
+			}
+		}
+	}
+	for i, po := range o.Pools {
+		if po.Size < 0 {
+			p.add(fmt.Sprintf("pools[%d].size", i), "%d is negative", po.Size)
+		}
+		if _, err := po.Options.Resolve(o.Defaults); err != nil {
+			p.add(fmt.Sprintf("pools[%d].options", i), "%v", err)
+		}
+	}
+	return p.err()
+}
+
+// Manager owns the sessions of one runtime.
+type Manager struct {
+	rt    Runtime
+	opts  ManagerOptions
+	log   *slog.Logger
+	slots *startSlots
+
+	// ctx ends at Shutdown: it stops the reaper, pool refills, watchers
+	// and starts in progress.
+	ctx    context.Context
+	cancel context.CancelFunc
+	bg     sync.WaitGroup
+
+	mu       sync.Mutex
+	sessions map[string]*Session // handed out (or adopted), not yet forgotten
+	pools    map[string]*pool    // by options key
+	shutdown bool
+}
+
+// NewManager validates opts, reclaims what a previous daemon left in the
+// runtime (adopting live sessions, removing the rest), and starts the
+// reaper and the warm pools.
+func NewManager(ctx context.Context, rt Runtime, opts ManagerOptions) (*Manager, error) {
+	if rt == nil {
+		return nil, errors.New("sandbox: NewManager needs a Runtime")
+	}
+	if err := opts.setDefaults(); err != nil {
+		return nil, fmt.Errorf("sandbox: manager options: %w", err)
+	}
+	m := &Manager{
+		rt:       rt,
+		opts:     opts,
+		log:      opts.Logger.With("component", "sandbox"),
+		slots:    newStartSlots(opts.MaxConcurrentStarts),
+		sessions: map[string]*Session{},
+		pools:    map[string]*pool{},
+	}
+	m.ctx, m.cancel = context.WithCancel(context.Background())
+	for _, po := range opts.Pools {
+		o, _ := po.Options.Resolve(opts.Defaults) // validated above
+		key := o.Key()
+		if p, dup := m.pools[key]; dup {
+			p.size += po.Size
+			continue
+		}
+		m.pools[key] = newPool(m, key, o, po.Size)
+	}
+	if err := m.reclaim(ctx); err != nil {
+		m.cancel()
+		return nil, fmt.Errorf("sandbox: reclaiming resources of a previous run: %w", err)
+	}
+	m.goBackground(m.reaper)
+	for _, p := range m.pools {
+		m.goBackground(p.run)
+	}
+	return m, nil
+}
+
+// Resolve applies the manager's defaults to o and validates it.
+func (m *Manager) Resolve(o SessionOptions) (SessionOptions, error) {
+	return o.Resolve(m.opts.Defaults)
+}
+
+// Create starts a session, or hands out a pooled one started with the same
+// resolved options. It returns once the agent answers.
+func (m *Manager) Create(ctx context.Context, o SessionOptions) (*Session, error) {
+	r, err := m.Resolve(o)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.checkOpen(); err != nil {
+		return nil, err
+	}
+	if p := m.pools[r.Key()]; p != nil {
+		for s := p.take(); s != nil; s = p.take() {
+			// A quarter-millisecond ping guards against handing out a
+			// sandbox that died a moment ago, before its watcher noticed.
+			pctx, cancel := context.WithTimeout(ctx, handOutPing)
+			err := s.Ping(pctx)
+			cancel()
+			if err != nil {
+				s.log.Warn("warm sandbox did not answer; discarding it", "err", err)
+				m.closeInBackground(s)
+				continue
+			}
+			if err := m.handOut(s); err != nil {
+				return nil, err
+			}
+			return s, nil
+		}
+		p.log.Debug("pool empty; starting a session cold")
+	}
+	s, err := m.start(ctx, r, "", true)
+	if err != nil {
+		return nil, err
+	}
+	s.log.Info("session ready", "image", r.Image, "took", time.Since(s.created).Round(time.Millisecond))
+	return s, nil
+}
+
+// handOut registers a pooled session as a live one.
+func (m *Manager) handOut(s *Session) error {
+	s.mu.Lock()
+	s.pooled = false
+	s.mu.Unlock()
+	s.touch()
+	m.mu.Lock()
+	if m.shutdown { // Shutdown drained the pools while we held this one
+		m.mu.Unlock()
+		s.Close(context.Background())
+		return ErrManagerClosed
+	}
+	m.sessions[s.id] = s
+	m.mu.Unlock()
+	// The claim is off the hand-out path: if the daemon dies before it
+	// lands, the next one recycles the sandbox as pooled, which is what a
+	// session nobody could reach any more deserves.
+	m.goBackground(func(ctx context.Context) {
+		ctx, cancel := context.WithTimeout(ctx, m.opts.RemoveTimeout)
+		defer cancel()
+		if err := m.rt.Claim(ctx, s.id); err != nil && !errors.Is(err, ErrNotFound) { // gone: closed already
+			s.log.Warn("claiming pooled sandbox", "err", err)
+		}
+	})
+	s.log.Info("session handed out from pool")
+	return nil
+}
+
+// Get returns a live session by id.
+func (m *Manager) Get(id string) (*Session, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if s, ok := m.sessions[id]; ok {
+		return s, nil
+	}
+	return nil, fmt.Errorf("session %q: %w", id, ErrNotFound)
+}
+
+// List returns the live sessions, oldest first.
+func (m *Manager) List() []*Session {
+	m.mu.Lock()
+	out := make([]*Session, 0, len(m.sessions))
+	for _, s := range m.sessions {
+		out = append(out, s)
+	}
+	m.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].created.Before(out[j].created) })
+	return out
+}
+
+// Close closes a session by id (see Session.Close).
+func (m *Manager) Close(ctx context.Context, id string) error {
+	s, err := m.Get(id)
+	if err != nil {
+		return err
+	}
+	return s.Close(ctx)
+}
+
+// Shutdown stops the manager: no more Creates, pools drained and removed,
+// background work ended. Live sessions are closed, or with keepSessions
+// left running (their connections dropped) for the next manager to adopt.
+// It waits until all is done or ctx ends.
+func (m *Manager) Shutdown(ctx context.Context, keepSessions bool) error {
+	m.mu.Lock()
+	already := m.shutdown
+	m.shutdown = true
+	sessions := make([]*Session, 0, len(m.sessions))
+	for _, s := range m.sessions {
+		sessions = append(sessions, s)
+	}
+	m.mu.Unlock()
+	if already {
+		return nil
+	}
+	m.cancel()
+	var toClose []*Session
+	for _, p := range m.pools {
+		toClose = append(toClose, p.drain()...)
+	}
+	kept := 0
+	for _, s := range sessions {
+		if keepSessions && s.State() != StateStarting {
+			s.detach()
+			m.forget(s)
+			kept++
+			continue
+		}
+		toClose = append(toClose, s)
+	}
+	errs := make(chan error, len(toClose))
+	for _, s := range toClose {
+		go func() { errs <- s.Close(ctx) }()
+	}
+	var all []error
+	for range toClose {
+		all = append(all, <-errs)
+	}
+	waited := make(chan struct{})
+	go func() { m.bg.Wait(); close(waited) }()
+	select {
+	case <-waited:
+	case <-ctx.Done():
+		all = append(all, fmt.Errorf("sandbox: shutdown: background work still running: %w", ctx.Err()))
+	}
+	m.log.Info("manager shut down", "closed", len(toClose), "kept", kept)
+	return errors.Join(all...)
+}
+
+func (m *Manager) checkOpen() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.shutdown {
+		return ErrManagerClosed
+	}
+	return nil
+}
+
+// forget drops a session from the live set.
+func (m *Manager) forget(s *Session) {
+	m.mu.Lock()
+	if m.sessions[s.id] == s {
+		delete(m.sessions, s.id)
+	}
+	m.mu.Unlock()
+}
+
+// goBackground runs f as tracked background work with the manager's
+// context; after Shutdown it runs nothing and returns false. (Adding to the
+// WaitGroup under mu, which Shutdown takes before it waits, keeps Add from
+// racing Wait.)
+func (m *Manager) goBackground(f func(ctx context.Context)) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.shutdown {
+		return false
+	}
+	m.bg.Add(1)
+	go func() {
+		defer m.bg.Done()
+		f(m.ctx)
+	}()
+	return true
+}

@@ -1,0 +1,260 @@
+package sandbox
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"maps"
+	"time"
+
+	"github.com/sandboxd/sandboxd/tools"
+)
+
+// Paths inside every sandbox. They are part of the contract between the host
+// and the agent binary, so they are constants, not options.
+const (
+	// AgentDir holds the agent binary, mounted read-only.
+	AgentDir = "/.sandboxd"
+	// AgentPath is the agent binary: the container's main process (under
+	// the engine's init) and the target of `docker exec ... agent-proxy`.
+	AgentPath = AgentDir + "/sandboxd"
+	// RunDir is a small tmpfs owned by the session user for the agent's
+	// socket and state; it exists so the read-only root stays read-only.
+	RunDir = "/run/sandboxd"
+	// AgentSocket is the agent's unix socket: a second way in, used to
+	// reconnect (agent-proxy) after the daemon restarts.
+	AgentSocket = RunDir + "/agent.sock"
+	// AgentStateDir holds files the tools keep for the model (full output
+	// of truncated commands).
+	AgentStateDir = RunDir + "/state"
+	// WorkspaceDir is the session's writable, persistent directory: a named
+	// volume per session. File transfers are confined to it.
+	WorkspaceDir = "/workspace"
+	// FallbackHome is the session's home directory (and HOME) when neither
+	// the session's Env nor the image's environment names a usable one
+	// (none, "/", a top-level system folder such as /usr or /etc, or a path
+	// inside /proc, /sys, /dev or sandboxd's own folders). Wherever HOME is, it is a writable volume of its own (see
+	// SessionOptions.Env), so `git config --global`, `pip install --user`
+	// and ~/.cache work on a read-only root.
+	FallbackHome = "/home/sandboxd"
+)
+
+// Network modes of SessionOptions.Network. Any other value names an existing
+// engine network that the session joins and that sandboxd does not own.
+const (
+	// NetworkNone (the default): loopback only; no DNS, no egress, no way to
+	// the host or other sandboxes. The agent needs no network.
+	NetworkNone = "none"
+	// NetworkBridge: a private bridge network per session, created and
+	// removed with it, with egress through the host's NAT. Never the
+	// engine's shared default bridge.
+	NetworkBridge = "bridge"
+	// NetworkInternal: a private internal network per session: reachable
+	// from the host by IP (sidecars, proxies), no egress.
+	NetworkInternal = "internal"
+)
+
+// NoIdleTimeout as SessionOptions.IdleTimeout keeps a session until it is
+// closed explicitly.
+const NoIdleTimeout time.Duration = -1
+
+// Built-in defaults, used for every field left zero in both the
+// SessionOptions of a call and ManagerOptions.Defaults.
+const (
+	DefaultImage  = "sandboxd-default:latest"
+	DefaultUser   = "1000:1000"
+	DefaultMemory = 1 << 30
+	DefaultCPUs   = 1.0
+	DefaultPids   = 512
+	// DefaultTmpfs is the size of /tmp when neither the call nor the
+	// manager's defaults set one, lowered to what the session's memory
+	// leaves (see Resolve), so a smaller Memory alone stays valid.
+	DefaultTmpfs       = 256 << 20
+	DefaultIdleTimeout = 30 * time.Minute
+)
+
+// Limits bound what a session may use. Zero fields take defaults.
+type Limits struct {
+	// Memory in bytes; swap is limited to the same amount (no swap).
+	// tmpfs pages (/tmp, a Disk-limited workspace and home) count against
+	// it and cannot be reclaimed, so Tmpfs plus the Disk-limited volumes
+	// must leave MemoryHeadroom of it free (checked by Validate).
+	Memory int64 `json:"memory,omitempty"`
+	// CPUs, fractional (0.5 = half a core).
+	CPUs float64 `json:"cpus,omitempty"`
+	// Pids caps processes and threads (fork-bomb guard).
+	Pids int64 `json:"pids,omitempty"`
+	// Tmpfs is the size of /tmp in bytes. Left zero: DefaultTmpfs, or
+	// less when Memory (and Disk) leave less (see Resolve).
+	Tmpfs int64 `json:"tmpfs,omitempty"`
+	// Disk caps /workspace and the home volume in bytes (each). 0 leaves
+	// them ordinary engine volumes bounded only by the host's disk. When
+	// set, both are size-limited tmpfs volumes owned by the session user:
+	// they survive daemon restarts but not engine or host restarts, they are
+	// charged to Memory, and they start empty (the engine cannot seed a
+	// tmpfs volume with the image's content).
+	Disk int64 `json:"disk,omitempty"`
+}
+
+// SessionOptions describe a session. The zero value is valid: every zero
+// field takes ManagerOptions.Defaults, then the built-in default.
+//
+// Every field takes part in the warm-pool key (a pooled container is only
+// handed out to a request with the same resolved options), so a new field
+// needs nothing more than a line in validate and, if it shapes the container,
+// in the runtime.
+type SessionOptions struct {
+	// Image is the engine image; it needs a Linux userland and nothing of
+	// sandboxd (the agent binary is mounted in).
+	Image string `json:"image,omitempty"`
+	// Env is added to the image's environment of the agent and its tools.
+	// HOME (from here, else from the image, else FallbackHome) is a
+	// per-session volume seeded with the image's content of that folder,
+	// unless it lies in /workspace or /tmp, which are writable already.
+	Env map[string]string `json:"env,omitempty"`
+	// Cwd is the initial working directory of the agent and its terminal.
+	// Default WorkspaceDir.
+	Cwd string `json:"cwd,omitempty"`
+	// User is "uid" or "uid:gid", numeric and never 0. Default 1000:1000.
+	User string `json:"user,omitempty"`
+	// Limits on memory, CPU, processes, /tmp and /workspace.
+	Limits Limits `json:"limits"`
+	// Network is NetworkNone (default), NetworkBridge, NetworkInternal, or
+	// the name of an existing engine network.
+	Network string `json:"network,omitempty"`
+	// IdleTimeout closes the session when no call was made for that long.
+	// Default 30 minutes; NoIdleTimeout keeps it until closed.
+	IdleTimeout time.Duration `json:"idle_timeout,omitempty"`
+	// Labels are added to the session's container, volume and network.
+	// Keys under the "sandboxd." prefix are reserved.
+	Labels map[string]string `json:"labels,omitempty"`
+	// Tools the agent serves, as factory specs (name + params); empty is
+	// every built-in tool (terminal, file_editor, grep, glob). The
+	// terminal starts in Cwd unless its params set "dir".
+	Tools []tools.Spec `json:"tools,omitempty"`
+	// WritableRootfs leaves the container's root filesystem writable (its
+	// copy-on-write layer) instead of read-only, for harness images that
+	// write outside /workspace, HOME and /tmp at run time. It grants no
+	// privilege: the session user can write only where the image's
+	// ownership and modes let it (installing system packages as root is
+	// still impossible), and the writes land on the engine's disk without
+	// a bound, so it cannot be combined with Limits.Disk. Default false;
+	// true in ManagerOptions.Defaults turns it on for every session.
+	WritableRootfs bool `json:"writable_rootfs,omitempty"`
+
+	// Room for later options (skills, MCP sidecars): add the field here,
+	// its checks to Validate, and its effect to the runtime; the pool key
+	// and the adoption label follow by themselves.
+}
+
+// withDefaults fills zero fields from d.
+func (o SessionOptions) withDefaults(d SessionOptions) SessionOptions {
+	if o.Image == "" {
+		o.Image = d.Image
+	}
+	if o.Cwd == "" {
+		o.Cwd = d.Cwd
+	}
+	if o.User == "" {
+		o.User = d.User
+	}
+	if o.Network == "" {
+		o.Network = d.Network
+	}
+	if o.IdleTimeout == 0 {
+		o.IdleTimeout = d.IdleTimeout
+	}
+	if o.Limits.Memory == 0 {
+		o.Limits.Memory = d.Limits.Memory
+	}
+	if o.Limits.CPUs == 0 {
+		o.Limits.CPUs = d.Limits.CPUs
+	}
+	if o.Limits.Pids == 0 {
+		o.Limits.Pids = d.Limits.Pids
+	}
+	if o.Limits.Tmpfs == 0 {
+		o.Limits.Tmpfs = d.Limits.Tmpfs
+	}
+	if o.Limits.Disk == 0 {
+		o.Limits.Disk = d.Limits.Disk
+	}
+	if len(o.Tools) == 0 {
+		o.Tools = d.Tools
+	}
+	o.WritableRootfs = o.WritableRootfs || d.WritableRootfs
+	o.Env = mergeMaps(d.Env, o.Env)
+	o.Labels = mergeMaps(d.Labels, o.Labels)
+	return o
+}
+
+// builtinDefaults are the last layer of defaults. Tmpfs is not among
+// them: it follows Memory (see defaultTmpfs).
+var builtinDefaults = SessionOptions{
+	Image:       DefaultImage,
+	Cwd:         WorkspaceDir,
+	User:        DefaultUser,
+	Network:     NetworkNone,
+	IdleTimeout: DefaultIdleTimeout,
+	Limits: Limits{
+		Memory: DefaultMemory,
+		CPUs:   DefaultCPUs,
+		Pids:   DefaultPids,
+	},
+}
+
+// Resolve applies defaults (then the built-in ones) to o and validates the
+// result. The returned options are complete: what a session runs with.
+func (o SessionOptions) Resolve(defaults SessionOptions) (SessionOptions, error) {
+	r := o.withDefaults(defaults).withDefaults(builtinDefaults)
+	if r.Limits.Tmpfs == 0 {
+		r.Limits.Tmpfs = defaultTmpfs(r)
+	}
+	if err := r.Validate(); err != nil {
+		return SessionOptions{}, err
+	}
+	return r, nil
+}
+
+// defaultTmpfs is the size of /tmp for resolved options that set none:
+// DefaultTmpfs, or what Memory leaves beside MemoryHeadroom and the
+// Disk-limited volumes, in whole MiB, but never below MinTmpfs (if even
+// that does not fit, Validate says what to change).
+func defaultTmpfs(o SessionOptions) int64 {
+	left := o.Limits.Memory - MemoryHeadroom(o.Limits.Memory) - int64(o.diskVolumes())*o.Limits.Disk
+	return max(MinTmpfs, min(DefaultTmpfs, left&^(1<<20-1)))
+}
+
+// Key identifies the container a set of resolved options makes: equal keys
+// mean interchangeable warm-pool containers.
+func (o SessionOptions) Key() string {
+	b, err := json.Marshal(o) // map keys are sorted, so this is canonical
+	if err != nil {
+		panic(err) // only plain types: cannot happen
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:8])
+}
+
+// encode is the options label of a session's container.
+func (o SessionOptions) encode() string {
+	b, _ := json.Marshal(o)
+	return string(b)
+}
+
+// decodeOptions parses an options label.
+func decodeOptions(s string) (SessionOptions, error) {
+	var o SessionOptions
+	err := json.Unmarshal([]byte(s), &o)
+	return o, err
+}
+
+func mergeMaps(base, over map[string]string) map[string]string {
+	if len(base) == 0 && len(over) == 0 {
+		return nil
+	}
+	m := make(map[string]string, len(base)+len(over))
+	maps.Copy(m, base)
+	maps.Copy(m, over)
+	return m
+}

@@ -1,0 +1,132 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+)
+
+// Labels sandboxd puts on every container, volume and network it creates.
+// They are the only record of a session outside the daemon's memory: a
+// restarted daemon finds, adopts and reaps by them.
+const (
+	LabelManaged = "sandboxd.managed" // "true"
+	LabelSession = "sandboxd.session" // session id
+	LabelImage   = "sandboxd.image"   // image reference the session asked for
+	LabelCreated = "sandboxd.created" // RFC 3339 creation time
+	LabelOptions = "sandboxd.options" // resolved SessionOptions as JSON (containers)
+	LabelPool    = "sandboxd.pool"    // pool key, on containers started for a warm pool
+)
+
+// Runtime is the container engine behind the Manager. It speaks of
+// sessions by id; which containers, volumes and networks make one is its
+// business. Every method is safe for concurrent use and honours ctx.
+type Runtime interface {
+	// Start creates the sandbox of spec, connects to the agent's stdio and
+	// starts the agent as the sandbox's main process. The stream is the
+	// agent's framed protocol; closing it leaves the sandbox running. On
+	// error nothing of the session is left behind.
+	Start(ctx context.Context, spec Spec) (io.ReadWriteCloser, error)
+	// Connect opens a new stream to the agent of a running sandbox through
+	// the agent's unix socket; used to adopt sessions after a restart and
+	// to reconnect when the first stream breaks.
+	Connect(ctx context.Context, sessionID string) (io.ReadWriteCloser, error)
+	// Claim records that a sandbox started for a warm pool was handed out,
+	// so that a restarted daemon adopts it rather than recycling it.
+	Claim(ctx context.Context, sessionID string) error
+	// Inspect reports the state of a session's sandbox; an error wrapping
+	// ErrNotFound if it has none.
+	Inspect(ctx context.Context, sessionID string) (Status, error)
+	// List returns every resource carrying this runtime's labels.
+	List(ctx context.Context) ([]Resource, error)
+	// Remove deletes everything of a session (container, its processes,
+	// volumes, networks). Removing what is already gone is no error.
+	Remove(ctx context.Context, sessionID string) error
+}
+
+// Spec is what a Runtime needs to make one session's sandbox.
+type Spec struct {
+	SessionID string
+	Options   SessionOptions    // resolved and validated
+	Labels    map[string]string // for every resource of the session (see Labels)
+	// Pooled marks a sandbox started for a warm pool; it counts as not
+	// handed out until Claim.
+	Pooled bool
+}
+
+// SessionLabels are the labels of every resource of a session.
+func SessionLabels(id string, o SessionOptions, poolKey string, created time.Time) map[string]string {
+	l := make(map[string]string, len(o.Labels)+6)
+	for k, v := range o.Labels {
+		l[k] = v
+	}
+	l[LabelManaged] = "true"
+	l[LabelSession] = id
+	l[LabelImage] = o.Image
+	l[LabelCreated] = created.UTC().Format(time.RFC3339Nano)
+	l[LabelOptions] = o.encode()
+	if poolKey != "" {
+		l[LabelPool] = poolKey
+	}
+	return l
+}
+
+// ResourceKind names what a Resource is.
+type ResourceKind string
+
+const (
+	KindContainer ResourceKind = "container"
+	KindVolume    ResourceKind = "volume"
+	KindNetwork   ResourceKind = "network"
+)
+
+// Resource is one labelled thing in the engine.
+type Resource struct {
+	Kind      ResourceKind
+	ID        string
+	Name      string
+	SessionID string // LabelSession; empty for shared resources
+	Labels    map[string]string
+	// Containers only.
+	Running bool
+	Pooled  bool // started for a warm pool and never claimed
+	// Outdated says why the container was made with other settings than
+	// this runtime would use now (e.g. an older seccomp profile); "" if
+	// it is current. Reclaim does not put an outdated container back into
+	// a pool; a claimed one is adopted (its session lives on) with a
+	// warning.
+	Outdated string
+}
+
+// Status is the state of a session's sandbox.
+type Status struct {
+	Running    bool
+	ExitCode   int
+	OOMKilled  bool
+	Error      string // the engine's error, e.g. why it could not start
+	StartedAt  time.Time
+	FinishedAt time.Time
+}
+
+// Describe says in a sentence what happened to a sandbox that stopped.
+func (s Status) Describe() string {
+	if s.Running {
+		return "its container is running but the agent does not answer"
+	}
+	msg := fmt.Sprintf("its container exited with code %d", s.ExitCode)
+	switch {
+	case s.OOMKilled:
+		msg += " (killed: out of memory; raise limits.memory)"
+	case s.ExitCode == 137:
+		msg += " (SIGKILL: killed from outside sandboxd, e.g. docker kill)"
+	case s.ExitCode == 143:
+		msg += " (SIGTERM: stopped from outside sandboxd)"
+	case s.ExitCode > 128:
+		msg += fmt.Sprintf(" (killed by signal %d)", s.ExitCode-128)
+	}
+	if s.Error != "" {
+		msg += ": " + s.Error
+	}
+	return msg
+}

@@ -1,0 +1,336 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sandboxd/sandboxd/agent"
+	"github.com/sandboxd/sandboxd/tools"
+)
+
+// failureSettle is how long a call that lost its connection waits for the
+// session's watcher to say why (container died, agent crashed), so that it
+// returns that reason rather than a bare "connection ended".
+const failureSettle = 3 * time.Second
+
+// Session is one sandbox and the connection to its agent. Its methods are
+// safe for concurrent use; calls run concurrently on one stream.
+type Session struct {
+	id   string
+	opts SessionOptions
+	m    *Manager
+	log  *slog.Logger
+
+	mu      sync.Mutex
+	state   State
+	err     error       // why it failed; kept through Close
+	client  AgentClient // nil until ready
+	pooled  bool        // waiting in a warm pool, not handed out
+	created time.Time
+
+	lastActive atomic.Int64 // unix nanoseconds of the end of the last call
+	inflight   atomic.Int64 // calls running now; a busy session is never idle
+
+	startCancel context.CancelFunc // cancels a start in progress
+	started     chan struct{}      // closed when the start attempt has ended
+
+	doneOnce sync.Once
+	done     chan struct{} // closed when the session leaves service
+
+	closeOnce sync.Once
+	closed    chan struct{} // closed when teardown has finished
+	closeErr  error
+}
+
+func newSession(m *Manager, id string, o SessionOptions) *Session {
+	s := &Session{
+		id:      id,
+		opts:    o,
+		m:       m,
+		log:     m.log.With("session", id),
+		state:   StateStarting,
+		created: time.Now(),
+		started: make(chan struct{}),
+		done:    make(chan struct{}),
+		closed:  make(chan struct{}),
+	}
+	s.touch()
+	return s
+}
+
+// ID is the session's id (a UUID).
+func (s *Session) ID() string { return s.id }
+
+// Options are the resolved options the session runs with.
+func (s *Session) Options() SessionOptions { return s.opts }
+
+// State is where the session is in its life.
+func (s *Session) State() State {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.state
+}
+
+// Err says why the session failed; nil unless it did.
+func (s *Session) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
+
+// Done is closed when the session leaves service: it failed, was closed, or
+// was detached by Shutdown.
+func (s *Session) Done() <-chan struct{} { return s.done }
+
+// LastActive is when the last call ended (or the session was handed out).
+func (s *Session) LastActive() time.Time { return time.Unix(0, s.lastActive.Load()) }
+
+// Ping checks that the session's agent answers. It does not count as
+// activity, so health checks do not keep an idle session alive.
+func (s *Session) Ping(ctx context.Context) error {
+	c, err := s.begin()
+	if err != nil {
+		return err
+	}
+	defer s.inflight.Add(-1)
+	return s.callErr(ctx, "ping", c.Ping(ctx))
+}
+
+// Tools lists the tools the session's agent serves.
+func (s *Session) Tools(ctx context.Context) ([]tools.Definition, error) {
+	c, err := s.begin()
+	if err != nil {
+		return nil, err
+	}
+	defer s.end()
+	defs, err := c.ListTools(ctx)
+	return defs, s.callErr(ctx, "listing tools", err)
+}
+
+// Call runs a tool in the sandbox. stream (may be nil) receives output as
+// the tool produces it. A failure the model should read is an Observation
+// with IsError; an error means the call could not run.
+func (s *Session) Call(ctx context.Context, name string, args json.RawMessage, stream tools.StreamFunc) (*tools.Observation, error) {
+	c, err := s.begin()
+	if err != nil {
+		return nil, err
+	}
+	defer s.end()
+	obs, err := c.Call(ctx, name, args, stream)
+	return obs, s.callErr(ctx, "calling "+name, err)
+}
+
+// Upload extracts a tar stream into destDir inside the sandbox. The agent
+// does the extraction, as the session user, confined to the workspace: no
+// path is ever resolved on the host.
+func (s *Session) Upload(ctx context.Context, destDir string, tarStream io.Reader) error {
+	c, err := s.begin()
+	if err != nil {
+		return err
+	}
+	defer s.end()
+	return s.callErr(ctx, "uploading to "+destDir, c.Upload(ctx, destDir, tarStream))
+}
+
+// Download writes a tar stream of path (a file or directory inside the
+// workspace) to w. Like Upload, it runs inside the sandbox.
+func (s *Session) Download(ctx context.Context, path string, w io.Writer) error {
+	c, err := s.begin()
+	if err != nil {
+		return err
+	}
+	defer s.end()
+	return s.callErr(ctx, "downloading "+path, c.Download(ctx, path, w))
+}
+
+// begin admits a call: it returns the client of a ready session and counts
+// the call as in flight, or fails fast with why the session cannot serve.
+func (s *Session) begin() (AgentClient, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch s.state {
+	case StateReady:
+		s.inflight.Add(1)
+		return s.client, nil
+	case StateStarting:
+		return nil, fmt.Errorf("session %s: %w", s.id, ErrNotReady)
+	case StateFailed:
+		return nil, s.err
+	default:
+		if s.err != nil {
+			return nil, fmt.Errorf("session %s: %w (it had failed: %v)", s.id, ErrClosed, s.err)
+		}
+		return nil, fmt.Errorf("session %s: %w", s.id, ErrClosed)
+	}
+}
+
+func (s *Session) end() {
+	s.touch()
+	s.inflight.Add(-1)
+}
+
+func (s *Session) touch() { s.lastActive.Store(time.Now().UnixNano()) }
+
+// callErr turns a lost connection into the session's failure when the
+// watcher finds one shortly, so a caller learns "the container was killed",
+// not only "connection ended".
+func (s *Session) callErr(ctx context.Context, what string, err error) error {
+	if err == nil || !errors.Is(err, agent.ErrDisconnected) {
+		return err
+	}
+	t := time.NewTimer(failureSettle)
+	defer t.Stop()
+	select {
+	case <-s.done:
+		if ferr := s.Err(); ferr != nil {
+			return ferr
+		}
+		return fmt.Errorf("session %s: %s: %w", s.id, what, ErrClosed)
+	case <-ctx.Done():
+	case <-t.C:
+	}
+	return fmt.Errorf("session %s: %s: %w", s.id, what, err)
+}
+
+// setReady moves a starting session to ready with its client.
+func (s *Session) setReady(c AgentClient) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !canMove(s.state, StateReady) {
+		return false
+	}
+	s.state, s.client = StateReady, c
+	return true
+}
+
+// swapClient replaces the client of a ready session after a reconnect.
+func (s *Session) swapClient(c AgentClient) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.state != StateReady {
+		return false
+	}
+	s.client = c
+	return true
+}
+
+// currentClient returns the session's client (nil before ready).
+func (s *Session) currentClient() AgentClient {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.client
+}
+
+// fail records err as why the session stopped serving. It wraps ErrFailed.
+func (s *Session) fail(err error) bool {
+	s.mu.Lock()
+	if !canMove(s.state, StateFailed) {
+		s.mu.Unlock()
+		return false
+	}
+	s.state = StateFailed
+	s.err = fmt.Errorf("session %s: %w: %v", s.id, ErrFailed, err)
+	s.mu.Unlock()
+	s.log.Warn("session failed", "err", err)
+	s.markDone()
+	return true
+}
+
+func (s *Session) markDone() { s.doneOnce.Do(func() { close(s.done) }) }
+
+// Close ends the session: the agent is asked to stop its tools, then the
+// container, its volumes and networks are removed. It returns once all is
+// gone. It is idempotent, and concurrent calls all wait for the one
+// teardown, which runs to completion even if ctx ends first.
+func (s *Session) Close(ctx context.Context) error {
+	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		if s.state == StateClosed { // detached by Shutdown: nothing is ours to remove
+			s.mu.Unlock()
+			close(s.closed)
+			return
+		}
+		s.state = StateClosing
+		cancelStart := s.startCancel
+		s.mu.Unlock()
+		if cancelStart != nil {
+			cancelStart()
+		}
+		s.markDone()
+		go s.teardown()
+	})
+	select {
+	case <-s.closed:
+		return s.closeErr
+	case <-ctx.Done():
+		return fmt.Errorf("session %s: waiting for close: %w", s.id, ctx.Err())
+	}
+}
+
+// teardown removes everything of the session. It has its own deadline.
+func (s *Session) teardown() {
+	<-s.started // a start in progress returns quickly once cancelled
+	m := s.m
+	ctx, cancel := context.WithTimeout(context.Background(), m.opts.ShutdownGrace+m.opts.RemoveTimeout)
+	defer cancel()
+	if c := s.currentClient(); c != nil {
+		grace, cancelGrace := context.WithTimeout(ctx, m.opts.ShutdownGrace)
+		select {
+		case <-c.Done(): // the agent is gone already
+		default:
+			if err := c.Shutdown(grace); err != nil && !errors.Is(err, agent.ErrDisconnected) {
+				s.log.Debug("agent shutdown", "err", err)
+			}
+		}
+		cancelGrace()
+		c.Close()
+	}
+	err := m.rt.Remove(ctx, s.id)
+	if err != nil {
+		err = fmt.Errorf("session %s: removing its sandbox: %w", s.id, err)
+		s.log.Error("close", "err", err)
+	}
+	s.mu.Lock()
+	s.state = StateClosed
+	s.closeErr = err
+	s.mu.Unlock()
+	m.forget(s)
+	s.log.Info("session closed")
+	close(s.closed)
+}
+
+// detach drops the connection and leaves the sandbox running for the next
+// daemon to adopt (Shutdown with keepSessions).
+func (s *Session) detach() {
+	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		s.state = StateClosed
+		c := s.client
+		cancelStart := s.startCancel
+		s.mu.Unlock()
+		if cancelStart != nil {
+			cancelStart()
+		}
+		s.markDone()
+		if c != nil {
+			c.Close()
+		}
+		close(s.closed)
+	})
+}
+
+// idleFor reports how long the session has had no call, and whether it is
+// subject to the idle reaper at all.
+func (s *Session) idleFor(now time.Time) (time.Duration, bool) {
+	if s.opts.IdleTimeout <= 0 || s.inflight.Load() > 0 {
+		return 0, false
+	}
+	return now.Sub(s.LastActive()), true
+}

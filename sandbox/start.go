@@ -1,0 +1,202 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// start creates a sandbox and waits until its agent answers. A session for
+// a pool (poolKey set) is returned unregistered and marked pooled; any other
+// is registered at once, so that it is listed while starting and a Close or
+// Shutdown can cancel the start.
+func (m *Manager) start(ctx context.Context, o SessionOptions, poolKey string, register bool) (*Session, error) {
+	s := newSession(m, uuid.NewString(), o)
+	s.pooled = poolKey != ""
+	ctx, cancel := context.WithTimeout(ctx, m.opts.StartTimeout)
+	defer cancel()
+	stop := context.AfterFunc(m.ctx, cancel) // Shutdown cancels starts
+	defer stop()
+	s.startCancel = cancel
+	if register {
+		m.mu.Lock()
+		if m.shutdown {
+			m.mu.Unlock()
+			return nil, ErrManagerClosed
+		}
+		m.sessions[s.id] = s
+		m.mu.Unlock()
+	}
+
+	err := m.startSandbox(ctx, s, poolKey)
+
+	s.mu.Lock()
+	s.startCancel = nil
+	s.mu.Unlock()
+	close(s.started)
+	if err != nil {
+		// Nothing is left in the engine (startSandbox cleans up); make the
+		// session read as closed for anyone who saw it.
+		s.closeOnce.Do(func() { close(s.closed) })
+		s.mu.Lock()
+		s.state = StateClosed
+		s.mu.Unlock()
+		s.markDone()
+		m.forget(s)
+		if cerr := m.ctx.Err(); cerr != nil && ctx.Err() != nil {
+			return nil, fmt.Errorf("session %s: %w", s.id, ErrManagerClosed)
+		}
+		return nil, err
+	}
+	return s, nil
+}
+
+// startSandbox takes a start slot, starts the sandbox and pings its agent.
+// On failure it removes whatever was made.
+func (m *Manager) startSandbox(ctx context.Context, s *Session, poolKey string) error {
+	// A client's create goes before refills waiting for a slot.
+	if err := m.slots.acquire(ctx, poolKey == ""); err != nil {
+		return fmt.Errorf("session %s: %w: waiting for a start slot (%d starts at once): %w", s.id, ErrStart, m.slots.size, err)
+	}
+	defer m.slots.release()
+
+	spec := Spec{
+		SessionID: s.id,
+		Options:   s.opts,
+		Labels:    SessionLabels(s.id, s.opts, poolKey, s.created),
+		Pooled:    poolKey != "",
+	}
+	conn, err := m.rt.Start(ctx, spec)
+	if err != nil {
+		if errors.Is(err, ErrInvalidOptions) {
+			return fmt.Errorf("session %s: %w", s.id, err)
+		}
+		return fmt.Errorf("session %s: %w: %w", s.id, ErrStart, err)
+	}
+	c := m.opts.Dial(conn)
+	if err := c.Ping(ctx); err != nil {
+		c.Close()
+		why := m.describe(s.id)
+		m.removeQuietly(s.id)
+		return fmt.Errorf("session %s: %w: its agent did not answer (%v); %s", s.id, ErrStart, err, why)
+	}
+	if !s.setReady(c) { // Close came first; its teardown removes the sandbox
+		c.Close()
+		return fmt.Errorf("session %s: %w while it was starting", s.id, ErrClosed)
+	}
+	m.watch(s, c)
+	return nil
+}
+
+// describe says what state a session's sandbox is in, for error messages.
+func (m *Manager) describe(id string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), m.opts.ProbeTimeout)
+	defer cancel()
+	st, err := m.rt.Inspect(ctx, id)
+	if err != nil {
+		return fmt.Sprintf("inspecting it failed: %v", err)
+	}
+	return st.Describe()
+}
+
+// removeQuietly removes a session's resources with a fresh deadline,
+// logging a failure (the reclaim of the next start would catch leftovers).
+func (m *Manager) removeQuietly(id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), m.opts.RemoveTimeout)
+	defer cancel()
+	if err := m.rt.Remove(ctx, id); err != nil {
+		m.log.Error("removing sandbox after a failed start", "session", id, "err", err)
+	}
+}
+
+// connect opens a new client to a running sandbox's agent and pings it.
+func (m *Manager) connect(ctx context.Context, id string) (AgentClient, error) {
+	ctx, cancel := context.WithTimeout(ctx, m.opts.ProbeTimeout)
+	defer cancel()
+	conn, err := m.rt.Connect(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	c := m.opts.Dial(conn)
+	if err := c.Ping(ctx); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("agent did not answer: %w", err)
+	}
+	return c, nil
+}
+
+// watch notices the end of a session's connection.
+func (m *Manager) watch(s *Session, c AgentClient) {
+	m.goBackground(func(ctx context.Context) {
+		select {
+		case <-c.Done():
+			m.onDisconnect(ctx, s, c)
+		case <-ctx.Done():
+		}
+	})
+}
+
+// onDisconnect runs when a ready session's connection ends without Close:
+// if the sandbox still runs, it reconnects through the agent's socket;
+// otherwise the session fails with what happened to its container.
+func (m *Manager) onDisconnect(ctx context.Context, s *Session, c AgentClient) {
+	if s.State() != StateReady || s.currentClient() != c {
+		return // closing, or already replaced
+	}
+	cause := c.Err()
+	ctx, cancel := context.WithTimeout(ctx, m.opts.ProbeTimeout)
+	defer cancel()
+	st, err := m.rt.Inspect(ctx, s.id)
+	if err == nil && st.Running {
+		nc, cerr := m.connect(ctx, s.id)
+		if cerr == nil {
+			if s.swapClient(nc) {
+				s.log.Warn("agent stream ended; reconnected through the agent socket", "cause", cause)
+				c.Close() // its connection is gone; this releases its goroutines
+				m.watch(s, nc)
+				return
+			}
+			nc.Close()
+			return
+		}
+		// A dying container still reads as running for a moment.
+		st, err = m.waitStopped(ctx, s.id)
+		if err == nil && st.Running {
+			s.log.Warn("agent unreachable in a running container", "cause", cause, "connect", cerr)
+		}
+	}
+	if ctx.Err() != nil && m.ctx.Err() != nil {
+		return // shutting down: not a failure of the session
+	}
+	var reason string
+	switch {
+	case errors.Is(err, ErrNotFound):
+		reason = "its container was removed from outside sandboxd"
+	case err != nil:
+		reason = fmt.Sprintf("the agent connection ended (%v) and the container could not be inspected: %v", cause, err)
+	default:
+		reason = st.Describe()
+	}
+	if s.fail(errors.New(reason)) {
+		m.dropPooled(s)
+	}
+}
+
+// waitStopped polls a sandbox for up to two seconds until it is not running.
+func (m *Manager) waitStopped(ctx context.Context, id string) (Status, error) {
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		st, err := m.rt.Inspect(ctx, id)
+		if err != nil || !st.Running || time.Now().After(deadline) {
+			return st, err
+		}
+		select {
+		case <-ctx.Done():
+			return st, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}

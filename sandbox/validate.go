@@ -1,0 +1,275 @@
+package sandbox
+
+import (
+	"encoding/json"
+	"fmt"
+	"path"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Bounds checked by Validate. The minimums are what the agent and a shell
+// need to start; the maximums of sizes guard the daemon, not the sandbox.
+const (
+	MinMemory      = 64 << 20
+	MinCPUs        = 0.01
+	MinPids        = 32
+	MinTmpfs       = 1 << 20
+	MinDisk        = 16 << 20
+	MinIdleTimeout = 100 * time.Millisecond
+	// MinMemoryHeadroom is the least memory that Limits.Memory keeps
+	// beyond the tmpfs mounts (see MemoryHeadroom).
+	MinMemoryHeadroom = 48 << 20
+	maxEnvBytes       = 128 << 10
+	maxLabelBytes     = 16 << 10
+	maxToolsBytes     = 64 << 10
+)
+
+// ReservedLabelPrefix is the label namespace sandboxd uses for its own
+// bookkeeping; sessions may not set labels in it.
+const ReservedLabelPrefix = "sandboxd."
+
+var (
+	envNameRe     = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	imageRe       = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:/@+-]*$`)
+	networkNameRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*$`)
+	labelKeyRe    = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/-]*$`)
+	toolNameRe    = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_.-]{0,63}$`)
+)
+
+// Validate checks resolved options (see Resolve) and reports every problem
+// at once in an *OptionsError.
+func (o SessionOptions) Validate() error {
+	var p problems
+	if o.Image == "" {
+		p.add("image", "is empty")
+	} else if !imageRe.MatchString(o.Image) {
+		p.add("image", "%q is not an image reference", o.Image)
+	}
+	o.validateEnv(&p)
+	o.validateCwd(&p)
+	if _, _, err := ParseUser(o.User); err != nil {
+		p.add("user", "%v", err)
+	}
+	o.Limits.validate(&p)
+	o.validateTmpfsMemory(&p)
+	if o.WritableRootfs && o.Limits.Disk != 0 {
+		p.add("writable_rootfs", "cannot be combined with limits.disk: writes to the root filesystem land on the engine's disk, which limits.disk cannot bound")
+	}
+	o.validateNetwork(&p)
+	if o.IdleTimeout >= 0 && o.IdleTimeout < MinIdleTimeout {
+		p.add("idle_timeout", "%v is below the minimum of %v (use NoIdleTimeout to never close an idle session)", o.IdleTimeout, MinIdleTimeout)
+	}
+	o.validateLabels(&p)
+	o.validateTools(&p)
+	return p.err()
+}
+
+func (o SessionOptions) validateTools(p *problems) {
+	size := 0
+	seen := map[string]bool{}
+	for i, t := range o.Tools {
+		size += len(t.Name) + len(t.Params)
+		switch {
+		case !toolNameRe.MatchString(t.Name):
+			p.add("tools", "[%d]: %q is not a tool factory name", i, t.Name)
+		case seen[t.Name]:
+			p.add("tools", "%q is listed twice", t.Name)
+		}
+		seen[t.Name] = true
+		if len(t.Params) > 0 {
+			var obj map[string]json.RawMessage
+			if err := json.Unmarshal(t.Params, &obj); err != nil {
+				p.add("tools", "params of %q are not a JSON object: %v", t.Name, err)
+			}
+		}
+	}
+	if size > maxToolsBytes {
+		p.add("tools", "%d bytes in all, above the limit of %d", size, maxToolsBytes)
+	}
+}
+
+func (o SessionOptions) validateEnv(p *problems) {
+	size := 0
+	for k, v := range o.Env {
+		size += len(k) + len(v) + 2
+		if !envNameRe.MatchString(k) {
+			p.add("env", "%q is not a variable name (letters, digits and _, not starting with a digit)", k)
+		}
+		if strings.ContainsRune(v, 0) {
+			p.add("env", "the value of %s contains a NUL byte", k)
+		}
+	}
+	if size > maxEnvBytes {
+		p.add("env", "%d bytes in all, above the limit of %d", size, maxEnvBytes)
+	}
+}
+
+func (o SessionOptions) validateCwd(p *problems) {
+	switch {
+	case o.Cwd == "":
+		p.add("cwd", "is empty")
+	case !path.IsAbs(o.Cwd):
+		p.add("cwd", "%q is not an absolute path", o.Cwd)
+	case path.Clean(o.Cwd) != o.Cwd:
+		p.add("cwd", "%q is not a clean path (did you mean %q?)", o.Cwd, path.Clean(o.Cwd))
+	default:
+		// A working directory in /proc can leak a host file descriptor into
+		// the container (CVE-2024-21626); /sys and /dev have no business
+		// being one either.
+		for _, bad := range []string{"/proc", "/sys", "/dev"} {
+			if o.Cwd == bad || strings.HasPrefix(o.Cwd, bad+"/") {
+				p.add("cwd", "%q is inside %s", o.Cwd, bad)
+			}
+		}
+	}
+}
+
+func (l Limits) validate(p *problems) {
+	if l.Memory < MinMemory {
+		p.add("limits.memory", "%d bytes is below the minimum of %d MiB", l.Memory, MinMemory>>20)
+	}
+	if l.CPUs < MinCPUs {
+		p.add("limits.cpus", "%g is below the minimum of %g", l.CPUs, MinCPUs)
+	}
+	if l.Pids < MinPids {
+		p.add("limits.pids", "%d is below the minimum of %d", l.Pids, MinPids)
+	}
+	if l.Tmpfs < MinTmpfs {
+		p.add("limits.tmpfs", "%d bytes is below the minimum of %d MiB", l.Tmpfs, MinTmpfs>>20)
+	}
+	if l.Disk != 0 && l.Disk < MinDisk {
+		p.add("limits.disk", "%d bytes is below the minimum of %d MiB (0 means no limit)", l.Disk, MinDisk>>20)
+	}
+}
+
+// MemoryHeadroom is the part of a memory limit that the tmpfs mounts a
+// session's options size (Limits.Tmpfs, and Limits.Disk for each tmpfs
+// volume) may not take: max(MinMemoryHeadroom, memory/4).
+//
+// tmpfs pages are charged to the container's memory cgroup and, with no
+// swap (MemorySwap == Memory), cannot be reclaimed: a tmpfs that may grow
+// to the memory limit lets filling it get every process OOM-killed, the
+// agent last, which ends the session. What has to fit in the headroom when
+// every such tmpfs is full: the agent and its shell (~10 MiB charged,
+// measured idle), the runtime's own small state tmpfs (the Docker runtime
+// sizes it at most memory/16), and the model's commands. 48 MiB leaves a
+// minimal sandbox (MinMemory, 64 MiB) 16 MiB of /tmp and its commands
+// about 30 MiB; a quarter keeps the room in proportion above 192 MiB (the
+// defaults, 1 GiB with a 256 MiB /tmp, leave 768 MiB for tmpfs).
+func MemoryHeadroom(memory int64) int64 { return max(MinMemoryHeadroom, memory/4) }
+
+// TmpfsBytes is what the options' tmpfs mounts may hold in all, all of
+// it charged to Limits.Memory: /tmp, and with a Disk limit the workspace
+// volume and the home volume (counted unless HOME is set in Env inside
+// /workspace or /tmp, where the session gets no home volume; an image
+// whose HOME lies there gets none either, which only Start can know).
+func (o SessionOptions) TmpfsBytes() int64 {
+	return o.Limits.Tmpfs + int64(o.diskVolumes())*o.Limits.Disk
+}
+
+// diskVolumes is how many tmpfs volumes of Limits.Disk a session gets.
+func (o SessionOptions) diskVolumes() int {
+	if o.Limits.Disk == 0 {
+		return 0
+	}
+	if h, set := o.Env["HOME"]; set {
+		for _, dir := range []string{WorkspaceDir, "/tmp"} {
+			if h == dir || strings.HasPrefix(h, dir+"/") {
+				return 1
+			}
+		}
+	}
+	return 2
+}
+
+// validateTmpfsMemory checks that the tmpfs mounts leave MemoryHeadroom of
+// Limits.Memory free. Only when the sizes themselves are valid, so one
+// mistake is reported once.
+func (o SessionOptions) validateTmpfsMemory(p *problems) {
+	l := o.Limits
+	if l.Memory < MinMemory || l.Tmpfs < MinTmpfs || (l.Disk != 0 && l.Disk < MinDisk) {
+		return
+	}
+	budget := l.Memory - MemoryHeadroom(l.Memory)
+	if o.TmpfsBytes() <= budget {
+		return
+	}
+	what := fmt.Sprintf("/tmp (limits.tmpfs %s)", mib(l.Tmpfs))
+	switch o.diskVolumes() {
+	case 1:
+		what += fmt.Sprintf(" + /workspace (limits.disk %s)", mib(l.Disk))
+	case 2:
+		what += fmt.Sprintf(" + /workspace and the home volume (2 x limits.disk %s)", mib(l.Disk))
+	}
+	p.add("limits", "%s = %s of tmpfs, more than the %s that limits.memory %s leaves beside its headroom of %s (max(%s, a quarter)): "+
+		"tmpfs pages are charged to memory and cannot be swapped out, so filling them would get the session OOM-killed; "+
+		"raise limits.memory to at least %s, or lower limits.tmpfs or limits.disk",
+		what, mib(o.TmpfsBytes()), mib(budget), mib(l.Memory), mib(MemoryHeadroom(l.Memory)), mib(MinMemoryHeadroom), mib(memoryFor(o.TmpfsBytes())))
+}
+
+// memoryFor is the least memory limit, in whole MiB, that leaves
+// MemoryHeadroom beside tmpfs bytes of tmpfs.
+func memoryFor(tmpfs int64) int64 {
+	m := max(tmpfs+MinMemoryHeadroom, (tmpfs*4+2)/3, MinMemory) // both terms of the headroom
+	return (m + 1<<20 - 1) &^ (1<<20 - 1)
+}
+
+// mib formats a size in MiB, exact to a tenth.
+func mib(n int64) string {
+	if n%(1<<20) == 0 {
+		return strconv.FormatInt(n>>20, 10) + " MiB"
+	}
+	return strconv.FormatFloat(float64(n)/(1<<20), 'f', 1, 64) + " MiB"
+}
+
+func (o SessionOptions) validateNetwork(p *problems) {
+	switch o.Network {
+	case NetworkNone, NetworkBridge, NetworkInternal:
+	case "":
+		p.add("network", "is empty")
+	case "host", "default":
+		p.add("network", "%q is never allowed: it would share the host's network or the engine's shared bridge", o.Network)
+	default:
+		if !networkNameRe.MatchString(o.Network) {
+			p.add("network", "%q is neither %q, %q, %q nor a network name", o.Network, NetworkNone, NetworkBridge, NetworkInternal)
+		}
+	}
+}
+
+func (o SessionOptions) validateLabels(p *problems) {
+	size := 0
+	for k, v := range o.Labels {
+		size += len(k) + len(v)
+		if strings.HasPrefix(k, ReservedLabelPrefix) {
+			p.add("labels", "%q is under the reserved prefix %q", k, ReservedLabelPrefix)
+		} else if !labelKeyRe.MatchString(k) {
+			p.add("labels", "%q is not a label key", k)
+		}
+	}
+	if size > maxLabelBytes {
+		p.add("labels", "%d bytes in all, above the limit of %d", size, maxLabelBytes)
+	}
+}
+
+// ParseUser parses "uid" or "uid:gid" (numeric; gid defaults to uid) and
+// refuses root's uid or gid.
+func ParseUser(s string) (uid, gid int, err error) {
+	u, g, hasGid := strings.Cut(s, ":")
+	if !hasGid {
+		g = u
+	}
+	uid, err1 := strconv.Atoi(u)
+	gid, err2 := strconv.Atoi(g)
+	switch {
+	case s == "":
+		return 0, 0, fmt.Errorf("is empty")
+	case err1 != nil || err2 != nil || uid < 0 || gid < 0:
+		return 0, 0, fmt.Errorf("%q is not a numeric uid or uid:gid", s)
+	case uid == 0 || gid == 0:
+		return 0, 0, fmt.Errorf("%q is root; sandboxes never run as root", s)
+	}
+	return uid, gid, nil
+}

@@ -1,0 +1,513 @@
+// Package core is the dispatch core under sandboxd's APIs: the WebSocket
+// (server/wsapi) and MCP (server/mcpapi) layers are thin translations onto
+// it. It owns what the session manager does not: who may touch which session
+// (operator token, per-session capability tokens), the numbered and replayable
+// output stream of each session, idempotent retries, chunked file transfers,
+// draining on shutdown and the call metrics.
+package core
+
+import (
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path"
+	"sync"
+	"time"
+
+	"github.com/sandboxd/sandboxd/server/apierr"
+	"github.com/sandboxd/sandboxd/server/auth"
+	"github.com/sandboxd/sandboxd/server/metrics"
+	"github.com/sandboxd/sandboxd/server/wsproto"
+)
+
+// Defaults of Options.
+const (
+	DefaultRingBytes        = 1 << 20 // per session: replayable output after a reconnect
+	DefaultRingChunks       = 4096
+	DefaultIdemEntries      = 256
+	DefaultIdemBytes        = 8 << 20 // per session: stored results for retries
+	DefaultIdemTTL          = 10 * time.Minute
+	DefaultTransferIdle     = 2 * time.Minute
+	DefaultMaxTransfers     = 16 // per session, in progress at once
+	DefaultDownloadChunk    = 4 << 20
+	DefaultMaxDownloadChunk = 16 << 20
+	DefaultCreateTimeout    = 3 * time.Minute
+)
+
+// APIs that create sessions, kept on each session for listings.
+const (
+	APIWebSocket = "ws"
+	APIMCP       = "mcp"
+)
+
+// Options configure a Core. Manager and OperatorToken are required.
+type Options struct {
+	Manager       Manager
+	OperatorToken string
+	Metrics       *metrics.Metrics // nil: a private set
+	Logger        *slog.Logger     // nil: discard
+	// Tokens persists session token digests so sessions kept over a
+	// restart (--keep-sessions) stay reachable; nil keeps them in memory.
+	Tokens *TokenStore
+	// AllowedImages are path.Match patterns a client's image must match;
+	// empty allows any image.
+	AllowedImages []string
+	// MaxSessions caps live sessions across all clients; 0 is no cap.
+	MaxSessions int
+
+	RingBytes        int
+	RingChunks       int
+	IdemEntries      int
+	IdemBytes        int64
+	IdemTTL          time.Duration
+	TransferIdle     time.Duration
+	MaxTransfers     int // per session
+	MaxDownloadChunk int
+	CreateTimeout    time.Duration
+}
+
+func (o *Options) setDefaults() error {
+	if o.Manager == nil {
+		return errors.New("core: Options.Manager is required")
+	}
+	if len(o.OperatorToken) < auth.MinTokenLength {
+		return fmt.Errorf("core: operator token must be at least %d characters", auth.MinTokenLength)
+	}
+	for _, p := range o.AllowedImages {
+		if _, err := path.Match(p, ""); err != nil {
+			return fmt.Errorf("core: allowed image pattern %q: %w", p, err)
+		}
+	}
+	def := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def(&o.RingBytes, DefaultRingBytes)
+	def(&o.RingChunks, DefaultRingChunks)
+	def(&o.IdemEntries, DefaultIdemEntries)
+	def(&o.MaxDownloadChunk, DefaultMaxDownloadChunk)
+	def(&o.MaxTransfers, DefaultMaxTransfers)
+	if o.IdemBytes <= 0 {
+		o.IdemBytes = DefaultIdemBytes
+	}
+	if o.IdemTTL <= 0 {
+		o.IdemTTL = DefaultIdemTTL
+	}
+	if o.TransferIdle <= 0 {
+		o.TransferIdle = DefaultTransferIdle
+	}
+	if o.CreateTimeout <= 0 {
+		o.CreateTimeout = DefaultCreateTimeout
+	}
+	if o.Metrics == nil {
+		o.Metrics = metrics.New(nil)
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}
+
+// Core is the dispatch core. Its methods are safe for concurrent use.
+type Core struct {
+	opts     Options
+	log      *slog.Logger
+	operator auth.Digest
+
+	base   context.Context // parent of every call; cancelled by CancelCalls
+	cancel context.CancelFunc
+
+	mu       sync.Mutex
+	sessions map[string]*Sess
+	byToken  map[auth.Digest]*Sess
+	creating int
+	running  int           // calls in flight
+	drained  chan struct{} // closed when running drops to 0 while draining
+	draining bool
+	keeping  bool // Shutdown keeps sessions: keep their token digests on disk
+	closed   bool
+	watchers sync.WaitGroup
+
+	creates *idempotency // session.create by (token, idempotency key)
+}
+
+// New returns a Core and adopts the sessions the manager already has (kept
+// by a previous daemon) whose token digests the store holds.
+func New(opts Options) (*Core, error) {
+	if err := opts.setDefaults(); err != nil {
+		return nil, err
+	}
+	base, cancel := context.WithCancel(context.Background())
+	c := &Core{
+		opts:     opts,
+		log:      opts.Logger.With("component", "core"),
+		operator: auth.DigestOf(opts.OperatorToken),
+		base:     base,
+		cancel:   cancel,
+		sessions: map[string]*Sess{},
+		byToken:  map[auth.Digest]*Sess{},
+		creates:  newIdempotency(1024, 1<<20, opts.IdemTTL),
+	}
+	for _, s := range opts.Manager.List() {
+		c.adopt(s)
+	}
+	if opts.Tokens != nil {
+		opts.Tokens.Prune(func(id string) bool { _, ok := opts.Manager.Get(id); return ok })
+	}
+	return c, nil
+}
+
+// Metrics returns the metrics the core records into.
+func (c *Core) Metrics() *metrics.Metrics { return c.opts.Metrics }
+
+// Logger returns the core's logger.
+func (c *Core) Logger() *slog.Logger { return c.opts.Logger }
+
+// Principal is who a request comes from.
+type Principal struct {
+	// Operator: the operator token; may create and list sessions.
+	Operator bool
+	// SessionID: a session token; may use that one session only.
+	SessionID string
+	digest    auth.Digest
+}
+
+// Authenticate resolves a bearer token. A wrong or missing token is
+// Unauthenticated; which of the two is not said.
+func (c *Core) Authenticate(token string) (Principal, error) {
+	if token == "" {
+		return Principal{}, apierr.New(apierr.Unauthenticated, "missing bearer token")
+	}
+	d := auth.DigestOf(token)
+	if c.operator.Equal(d) {
+		return Principal{Operator: true, digest: d}, nil
+	}
+	c.mu.Lock()
+	s := c.byToken[d] // a map lookup of a digest: timing reveals nothing of the token
+	c.mu.Unlock()
+	if s != nil {
+		return Principal{SessionID: s.id, digest: d}, nil
+	}
+	return Principal{}, apierr.New(apierr.Unauthenticated, "invalid bearer token")
+}
+
+// notFound is the one answer for a session that does not exist and for one
+// the caller may not see: they must be indistinguishable.
+func notFound(id string) error {
+	return apierr.New(apierr.NotFound, "no session %q", id)
+}
+
+// Authorize returns session id if p may use it: p authenticated with its
+// token, or token (from the request) is its token. granted is the caller's
+// earlier grant (it created or attached the session on this connection).
+func (c *Core) Authorize(p Principal, id, token string, granted bool) (*Sess, error) {
+	s := c.lookup(id)
+	if s == nil {
+		return nil, notFound(id)
+	}
+	if granted || p.SessionID == id || (token != "" && s.token.Matches(token)) {
+		return s, nil
+	}
+	return nil, notFound(id)
+}
+
+// lookup finds a session, adopting one the manager knows and the core does
+// not yet (kept over a restart).
+func (c *Core) lookup(id string) *Sess {
+	c.mu.Lock()
+	s := c.sessions[id]
+	c.mu.Unlock()
+	if s != nil {
+		return s
+	}
+	if ms, ok := c.opts.Manager.Get(id); ok {
+		return c.adopt(ms)
+	}
+	return nil
+}
+
+// adopt registers a manager session the core did not create in this run, if
+// its token digest is on record. Without one nobody could ever reach it.
+func (c *Core) adopt(ms Session) *Sess {
+	if c.opts.Tokens == nil {
+		return nil
+	}
+	d, ok := c.opts.Tokens.Load(ms.ID())
+	if !ok {
+		return nil
+	}
+	s, err := c.register(ms, d, APIWebSocket)
+	if err != nil {
+		return nil
+	}
+	c.log.Info("adopted session", "session", ms.ID())
+	return s
+}
+
+// CreateResult is a new session and its capability token (returned once).
+type CreateResult struct {
+	Session *Sess
+	Token   string
+}
+
+// Create starts a session for p (the operator). With an idempotency key, a
+// retry of the same create (same principal, key and options) returns the
+// first create's session; the create then runs to completion even if the
+// caller goes away, since a retry may come to collect it.
+func (c *Core) Create(wait context.Context, p Principal, api string, opts CreateOptions, idemKey string) (CreateResult, error) {
+	if !p.Operator {
+		return CreateResult{}, apierr.New(apierr.PermissionDenied, "a session token cannot create sessions; use the operator token")
+	}
+	if err := c.checkImage(opts.Image); err != nil {
+		return CreateResult{}, err
+	}
+	if len(idemKey) > wsproto.MaxIDBytes {
+		return CreateResult{}, apierr.New(apierr.InvalidParams, "idempotency_key is longer than %d bytes", wsproto.MaxIDBytes)
+	}
+	if idemKey != "" && len(idemKey) < wsproto.MinIdempotencyKeyBytes {
+		// A retry returns the session's token to whoever repeats the key.
+		return CreateResult{}, apierr.New(apierr.InvalidParams,
+			"idempotency_key must be at least %d characters of random: a retry with it returns the session's token", wsproto.MinIdempotencyKeyBytes)
+	}
+	if idemKey == "" {
+		ctx, cancel := c.callContext(wait)
+		defer cancel()
+		return c.create(ctx, api, opts)
+	}
+	optsJSON, _ := json.Marshal(opts)
+	key := hex.EncodeToString(p.digest[:8]) + "/" + idemKey
+	raw, err := c.creates.do(wait, key, fingerprint(api, optsJSON), func() (json.RawMessage, error) {
+		ctx, cancel := context.WithCancel(c.base)
+		defer cancel()
+		r, err := c.create(ctx, api, opts)
+		if err != nil {
+			return nil, err
+		}
+		return json.Marshal(struct{ ID, Token string }{r.Session.id, r.Token})
+	})
+	if err != nil {
+		return CreateResult{}, err
+	}
+	var r struct{ ID, Token string }
+	if err := json.Unmarshal(raw, &r); err != nil {
+		return CreateResult{}, err
+	}
+	c.mu.Lock()
+	s := c.sessions[r.ID]
+	c.mu.Unlock()
+	if s == nil {
+		return CreateResult{}, apierr.New(apierr.NotFound, "the session created for idempotency key %q has ended", idemKey)
+	}
+	return CreateResult{Session: s, Token: r.Token}, nil
+}
+
+func (c *Core) checkImage(image string) error {
+	if image == "" || len(c.opts.AllowedImages) == 0 {
+		return nil
+	}
+	for _, p := range c.opts.AllowedImages {
+		if ok, _ := path.Match(p, image); ok {
+			return nil
+		}
+	}
+	return apierr.New(apierr.PermissionDenied, "image %q is not allowed on this server (allowed: %v)", image, c.opts.AllowedImages)
+}
+
+func (c *Core) create(ctx context.Context, api string, opts CreateOptions) (CreateResult, error) {
+	c.mu.Lock()
+	switch {
+	case c.draining || c.closed:
+		c.mu.Unlock()
+		return CreateResult{}, apierr.New(apierr.Unavailable, "the server is shutting down")
+	case c.opts.MaxSessions > 0 && len(c.sessions)+c.creating >= c.opts.MaxSessions:
+		c.mu.Unlock()
+		return CreateResult{}, apierr.New(apierr.Busy, "the server runs its maximum of %d sessions; close one or retry later", c.opts.MaxSessions)
+	}
+	c.creating++
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		c.creating--
+		c.mu.Unlock()
+	}()
+
+	ctx, cancel := context.WithTimeout(ctx, c.opts.CreateTimeout)
+	defer cancel()
+	start := time.Now()
+	ms, err := c.opts.Manager.Create(ctx, opts)
+	if err != nil {
+		return CreateResult{}, err
+	}
+	token := auth.NewToken()
+	s, err := c.register(ms, auth.DigestOf(token), api)
+	if err != nil {
+		closeCtx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_ = ms.Close(closeCtx)
+		return CreateResult{}, err
+	}
+	if c.opts.Tokens != nil {
+		if err := c.opts.Tokens.Save(s.id, s.token); err != nil {
+			c.log.Warn("session token not persisted; the session will not survive a restart", "session", s.id, "err", err)
+		}
+	}
+	c.log.Info("session created", "session", s.id, "api", api, "image", ms.Info().Image, "took", time.Since(start).Round(time.Millisecond))
+	return CreateResult{Session: s, Token: token}, nil
+}
+
+// register adds a manager session and watches for its end.
+func (c *Core) register(ms Session, token auth.Digest, api string) (*Sess, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, apierr.New(apierr.Unavailable, "the server is shutting down")
+	}
+	if s, ok := c.sessions[ms.ID()]; ok {
+		return s, nil
+	}
+	s := newSess(c, ms, token, api)
+	c.sessions[s.id] = s
+	c.byToken[token] = s
+	c.watchers.Add(1)
+	go func() {
+		defer c.watchers.Done()
+		<-ms.Done()
+		c.forget(s)
+	}()
+	return s, nil
+}
+
+// forget drops a session that left service.
+func (c *Core) forget(s *Sess) {
+	reason := "closed"
+	if err := s.s.Err(); err != nil {
+		reason = err.Error()
+	}
+	c.mu.Lock()
+	delete(c.sessions, s.id)
+	delete(c.byToken, s.token)
+	keep := c.keeping
+	if keep {
+		reason = "the server is shutting down; the session is kept and can be attached after it restarts"
+	}
+	c.mu.Unlock()
+	if c.opts.Tokens != nil && !keep {
+		c.opts.Tokens.Delete(s.id)
+	}
+	s.stream.end(reason)
+	s.xfers.abortAll()
+	c.log.Info("session ended", "session", s.id, "reason", reason)
+}
+
+// List returns the sessions p may see: all for the operator, its own for a
+// session token.
+func (c *Core) List(p Principal) []*Sess {
+	if !p.Operator {
+		if s := c.lookup(p.SessionID); s != nil {
+			return []*Sess{s}
+		}
+		return nil
+	}
+	for _, ms := range c.opts.Manager.List() {
+		c.lookup(ms.ID())
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]*Sess, 0, len(c.sessions))
+	for _, s := range c.sessions {
+		out = append(out, s)
+	}
+	return out
+}
+
+// callContext returns the context a call runs under: cancelled when parent
+// is, or when the core cancels all calls at the end of a drain.
+func (c *Core) callContext(parent context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(parent)
+	stop := context.AfterFunc(c.base, cancel)
+	return ctx, func() { stop(); cancel() }
+}
+
+// beginCall admits a call, unless the core is draining.
+func (c *Core) beginCall() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.draining || c.closed {
+		return apierr.New(apierr.Unavailable, "the server is shutting down")
+	}
+	c.running++
+	return nil
+}
+
+func (c *Core) endCall() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.running--
+	if c.running == 0 && c.drained != nil {
+		close(c.drained)
+		c.drained = nil
+	}
+}
+
+// Drain stops admitting calls and creates, and waits until the calls in
+// flight finish or ctx ends. It returns ctx's error if calls remain.
+func (c *Core) Drain(ctx context.Context) error {
+	c.mu.Lock()
+	c.draining = true
+	if c.running == 0 {
+		c.mu.Unlock()
+		return nil
+	}
+	if c.drained == nil {
+		c.drained = make(chan struct{})
+	}
+	ch := c.drained
+	c.mu.Unlock()
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Draining reports whether Drain was called.
+func (c *Core) Draining() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.draining
+}
+
+// CancelCalls cancels every call, create and transfer still running.
+func (c *Core) CancelCalls() { c.cancel() }
+
+// Shutdown ends the core: calls are cancelled, then the manager shuts down
+// (closing sessions, or with keepSessions leaving them for the next daemon),
+// and the core waits for its session watchers.
+func (c *Core) Shutdown(ctx context.Context, keepSessions bool) error {
+	c.mu.Lock()
+	c.draining = true
+	c.keeping = keepSessions
+	c.mu.Unlock()
+	c.cancel()
+	err := c.opts.Manager.Shutdown(ctx, keepSessions)
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
+	done := make(chan struct{})
+	go func() { c.watchers.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return errors.Join(err, fmt.Errorf("waiting for sessions to end: %w", ctx.Err()))
+	}
+	return err
+}
+
+// Operator is the operator's principal, for sessions the server creates on
+// its own account (one per MCP session).
+func (c *Core) Operator() Principal { return Principal{Operator: true, digest: c.operator} }

@@ -1,0 +1,129 @@
+package core
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"sync"
+	"time"
+
+	"github.com/sandboxd/sandboxd/server/apierr"
+)
+
+// idempotency remembers the results of recent requests by key (a request id
+// within a session, or a create's idempotency key within a token), so that a
+// client retrying after a lost connection gets the first run's result instead
+// of a second run. A retry that arrives while the first run is in flight
+// joins it. Only successes are kept: an error means the request did not (fully)
+// happen, and running it again is what the client wants.
+//
+// Memory is bounded three ways: entries, bytes of stored results, and age.
+type idempotency struct {
+	maxEntries int
+	maxBytes   int64
+	ttl        time.Duration
+	now        func() time.Time
+
+	mu      sync.Mutex
+	entries map[string]*idemEntry
+	order   []string // keys of finished entries, oldest first
+	bytes   int64
+}
+
+type idemEntry struct {
+	fingerprint [32]byte // method and params: a reused id with other params is a client bug
+	done        chan struct{}
+	result      json.RawMessage
+	err         error
+	finished    time.Time
+}
+
+func newIdempotency(maxEntries int, maxBytes int64, ttl time.Duration) *idempotency {
+	return &idempotency{maxEntries: maxEntries, maxBytes: maxBytes, ttl: ttl, now: time.Now, entries: map[string]*idemEntry{}}
+}
+
+// fingerprint identifies a request's content.
+func fingerprint(method string, params []byte) [32]byte {
+	h := sha256.New()
+	h.Write([]byte(method))
+	h.Write([]byte{0})
+	h.Write(params)
+	var f [32]byte
+	h.Sum(f[:0])
+	return f
+}
+
+// do runs fn once per key: a concurrent or later request with the same key
+// and fingerprint gets the same result; the same key with another
+// fingerprint is a Conflict. wait bounds only this caller's waiting (a
+// disconnected client stops waiting; the run goes on).
+func (c *idempotency) do(wait context.Context, key string, fp [32]byte, fn func() (json.RawMessage, error)) (json.RawMessage, error) {
+	c.mu.Lock()
+	c.expire()
+	e, ok := c.entries[key]
+	if ok {
+		c.mu.Unlock()
+		if e.fingerprint != fp {
+			return nil, apierr.New(apierr.Conflict, "request id %s was already used in this session for a different request; ids are idempotency keys, use a new one", key)
+		}
+		select {
+		case <-e.done:
+			return e.result, e.err
+		case <-wait.Done():
+			return nil, wait.Err()
+		}
+	}
+	e = &idemEntry{fingerprint: fp, done: make(chan struct{})}
+	c.entries[key] = e
+	c.mu.Unlock()
+
+	// The run continues even if this caller stops waiting: a retry joins it.
+	go func() {
+		res, err := fn()
+		c.mu.Lock()
+		e.result, e.err, e.finished = res, err, c.now()
+		if err != nil || int64(len(res)) > c.maxBytes {
+			delete(c.entries, key) // not kept: a retry runs again
+		} else {
+			c.order = append(c.order, key)
+			c.bytes += int64(len(res))
+			c.evict()
+		}
+		c.mu.Unlock()
+		close(e.done)
+	}()
+	select {
+	case <-e.done:
+		return e.result, e.err
+	case <-wait.Done():
+		return nil, wait.Err()
+	}
+}
+
+// expire drops finished entries older than the TTL. Caller holds mu.
+func (c *idempotency) expire() {
+	cutoff := c.now().Add(-c.ttl)
+	n := 0
+	for n < len(c.order) && c.entries[c.order[n]].finished.Before(cutoff) {
+		c.drop(c.order[n])
+		n++
+	}
+	c.order = c.order[n:]
+}
+
+// evict drops the oldest finished entries beyond the bounds. Caller holds mu.
+func (c *idempotency) evict() {
+	n := 0
+	for n < len(c.order) && (len(c.order)-n > c.maxEntries || c.bytes > c.maxBytes) {
+		c.drop(c.order[n])
+		n++
+	}
+	c.order = c.order[n:]
+}
+
+func (c *idempotency) drop(key string) {
+	if e, ok := c.entries[key]; ok {
+		c.bytes -= int64(len(e.result))
+		delete(c.entries, key)
+	}
+}

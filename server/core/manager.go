@@ -1,0 +1,65 @@
+package core
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"time"
+
+	"github.com/sandboxd/sandboxd/server/metrics"
+	"github.com/sandboxd/sandboxd/tools"
+)
+
+// Manager is what the API needs of the session manager. The real one is
+// *sandbox.Manager behind server/sandboxmgr; unit tests use a fake. Errors
+// are classified by server/apierr (the sandbox package's sentinels are
+// registered there).
+type Manager interface {
+	Create(ctx context.Context, opts CreateOptions) (Session, error)
+	Get(id string) (Session, bool)
+	List() []Session
+	Stats() metrics.Stats
+	// Shutdown closes every session, or with keepSessions leaves them
+	// running for the next daemon to adopt.
+	Shutdown(ctx context.Context, keepSessions bool) error
+}
+
+// Session is one sandbox as the API sees it.
+type Session interface {
+	ID() string
+	Info() Info
+	Tools(ctx context.Context) ([]tools.Definition, error)
+	Call(ctx context.Context, name string, args json.RawMessage, stream tools.StreamFunc) (*tools.Observation, error)
+	Upload(ctx context.Context, destDir string, tar io.Reader) error
+	Download(ctx context.Context, path string, w io.Writer) error
+	// Close is idempotent.
+	Close(ctx context.Context) error
+	// Done is closed when the session leaves service; Err says why if it
+	// failed.
+	Done() <-chan struct{}
+	Err() error
+}
+
+// Info describes a session.
+type Info struct {
+	State  string // starting, ready, failed, closing, closed
+	Image  string
+	Labels map[string]string
+}
+
+// CreateOptions are what a client may ask of a new session. Zero fields take
+// the manager's defaults.
+type CreateOptions struct {
+	Image       string
+	Env         map[string]string
+	Cwd         string
+	User        string
+	MemoryBytes int64
+	CPUs        float64
+	Pids        int64
+	TmpBytes    int64
+	Network     string
+	// IdleTimeout: 0 is the manager's default, negative never.
+	IdleTimeout time.Duration
+	Labels      map[string]string
+}

@@ -1,0 +1,201 @@
+package server_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/sandboxd/sandboxd/server"
+	"github.com/sandboxd/sandboxd/server/servertest"
+	"github.com/sandboxd/sandboxd/server/wsproto"
+)
+
+func TestJSONRPCBadInput(t *testing.T) {
+	ts := servertest.Start(t, nil)
+	c := dial(t, ts)
+	sess := c.create()
+	raw := func(msg string) wsproto.Message {
+		t.Helper()
+		if err := c.ws.WriteMessage(websocket.TextMessage, []byte(msg)); err != nil {
+			t.Fatal(err)
+		}
+		m, err := c.read()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	tests := []struct {
+		name string
+		msg  string
+		want int
+	}{
+		{"malformed JSON", `{"jsonrpc":"2.0","id":1,"method":`, wsproto.CodeParseError},
+		{"not JSON at all", `hello`, wsproto.CodeParseError},
+		{"batch", `[{"jsonrpc":"2.0","id":1,"method":"session.list"}]`, wsproto.CodeInvalidRequest},
+		{"wrong version", `{"jsonrpc":"1.0","id":1,"method":"session.list"}`, wsproto.CodeInvalidRequest},
+		{"no method", `{"jsonrpc":"2.0","id":1}`, wsproto.CodeInvalidRequest},
+		{"method not a string", `{"jsonrpc":"2.0","id":1,"method":7}`, wsproto.CodeInvalidRequest},
+		{"id is an object", `{"jsonrpc":"2.0","id":{},"method":"session.list"}`, wsproto.CodeInvalidRequest},
+		{"unknown method", `{"jsonrpc":"2.0","id":1,"method":"session.explode"}`, wsproto.CodeMethodNotFound},
+		{"params not an object", `{"jsonrpc":"2.0","id":1,"method":"tools.call","params":[1,2]}`, wsproto.CodeInvalidParams},
+		{"unknown param", `{"jsonrpc":"2.0","id":1,"method":"session.create","params":{"imagee":"x"}}`, wsproto.CodeInvalidParams},
+		{"wrong param type", `{"jsonrpc":"2.0","id":1,"method":"tools.call","params":{"session_id":5}}`, wsproto.CodeInvalidParams},
+		{"missing session_id", `{"jsonrpc":"2.0","id":1,"method":"tools.call","params":{"name":"echo"}}`, wsproto.CodeInvalidParams},
+		{"missing tool name", `{"jsonrpc":"2.0","id":1,"method":"tools.call","params":{"session_id":"` + sess.SessionID + `"}}`, wsproto.CodeInvalidParams},
+		{"unknown tool", `{"jsonrpc":"2.0","id":1,"method":"tools.call","params":{"session_id":"` + sess.SessionID + `","name":"nope"}}`, wsproto.CodeInvalidParams},
+		{"bad duration", `{"jsonrpc":"2.0","id":1,"method":"session.create","params":{"idle_timeout":"soon"}}`, wsproto.CodeInvalidParams},
+		{"negative limits", `{"jsonrpc":"2.0","id":1,"method":"session.create","params":{"limits":{"memory_mb":-1}}}`, wsproto.CodeInvalidParams},
+		{"invalid options from the manager", `{"jsonrpc":"2.0","id":1,"method":"session.create","params":{"image":"bad image"}}`, wsproto.CodeInvalidParams},
+		{"bad tools format", `{"jsonrpc":"2.0","id":1,"method":"tools.list","params":{"session_id":"` + sess.SessionID + `","format":"xml"}}`, wsproto.CodeInvalidParams},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := raw(tt.msg)
+			if m.Error == nil {
+				t.Fatalf("no error; result %s", m.Result)
+			}
+			if m.Error.Code != tt.want {
+				t.Fatalf("code %d (%s), want %d", m.Error.Code, m.Error.Message, tt.want)
+			}
+		})
+	}
+	// The connection survives all of that.
+	var list wsproto.ListResult
+	c.ok(99, wsproto.MethodSessionList, nil, &list)
+}
+
+func TestOversizedMessageCloses1009(t *testing.T) {
+	ts := servertest.Start(t, func(o *server.Options) { o.MaxMessageBytes = 64 << 10 })
+	c := dial(t, ts)
+	big := `{"jsonrpc":"2.0","id":1,"method":"session.list","params":{"pad":"` + strings.Repeat("x", 70<<10) + `"}}`
+	if err := c.ws.WriteMessage(websocket.TextMessage, []byte(big)); err != nil {
+		t.Fatal(err)
+	}
+	if code := c.closeCode(); code != websocket.CloseMessageTooBig {
+		t.Fatalf("close code %d, want %d", code, websocket.CloseMessageTooBig)
+	}
+	// Other clients are unaffected.
+	var list wsproto.ListResult
+	dial(t, ts).ok(1, wsproto.MethodSessionList, nil, &list)
+}
+
+func TestToolFormats(t *testing.T) {
+	ts := servertest.Start(t, nil)
+	c := dial(t, ts)
+	sess := c.create()
+	if len(sess.Tools) == 0 {
+		t.Fatal("create returned no tools")
+	}
+	for _, f := range []string{"", "mcp", "openai"} {
+		var r struct{ Tools []map[string]any }
+		c.ok("f"+f, wsproto.MethodToolsList, map[string]any{"session_id": sess.SessionID, "format": f}, &r)
+		if len(r.Tools) != len(sess.Tools) {
+			t.Fatalf("format %q: %d tools", f, len(r.Tools))
+		}
+		switch f {
+		case "mcp":
+			if r.Tools[0]["inputSchema"] == nil || r.Tools[0]["annotations"] == nil {
+				t.Fatalf("mcp format: %v", r.Tools[0])
+			}
+		case "openai":
+			if r.Tools[0]["type"] != "function" {
+				t.Fatalf("openai format: %v", r.Tools[0])
+			}
+		}
+	}
+}
+
+// Request ids and idempotency keys are kept as cache keys for minutes and
+// ids are echoed in every stream.output: they are bounded, so a client
+// cannot make the server hold gigabytes with a few requests.
+func TestIDAndIdempotencyKeyBounded(t *testing.T) {
+	ts := servertest.Start(t, nil)
+	c := dial(t, ts)
+	sess := c.create()
+	echo := func(id string) wsproto.Message {
+		t.Helper()
+		return c.call(id, wsproto.MethodToolsCall, call(sess.SessionID, "echo", map[string]string{"text": "x"}, true))
+	}
+	longest := strings.Repeat("i", wsproto.MaxIDBytes-2) // plus the quotes
+	if m := echo(longest); m.Error != nil {
+		t.Fatalf("an id of %d bytes: %v", wsproto.MaxIDBytes, m.Error)
+	}
+	c.send(longest+"x", wsproto.MethodToolsCall, call(sess.SessionID, "echo", map[string]string{"text": "x"}, true))
+	m := c.wait(nil)
+	if m.Error == nil || m.Error.Code != wsproto.CodeInvalidRequest {
+		t.Fatalf("an id of %d bytes: %+v", wsproto.MaxIDBytes+1, m)
+	}
+	key := strings.Repeat("k", wsproto.MaxIDBytes+1)
+	if code := c.code("k1", wsproto.MethodSessionCreate, map[string]any{"idempotency_key": key}); code != wsproto.CodeInvalidParams {
+		t.Fatalf("a long idempotency key: code %d", code)
+	}
+	if ts.Manager.Created() != 1 {
+		t.Fatalf("%d sessions created", ts.Manager.Created())
+	}
+}
+
+// Running requests keep their params: the bytes of running requests are
+// bounded per connection (4 messages' worth) and in all (16), so a few
+// connections with slow calls of big messages cannot pin gigabytes.
+func TestInFlightBytesBounded(t *testing.T) {
+	const max = 64 << 10
+	ts := servertest.Start(t, func(o *server.Options) { o.MaxMessageBytes = max })
+	op := dial(t, ts)
+	s := op.create()
+	msg := func(id string) []byte { // exactly 63 KiB
+		head := `{"jsonrpc":"2.0","id":"` + id + `","method":"tools.call","params":{"session_id":"` + s.SessionID + `","name":"sleep","arguments":{"ms":800,"text":"`
+		tail := `"}}}`
+		return []byte(head + strings.Repeat("x", 63<<10-len(head)-len(tail)) + tail)
+	}
+	send := func(c *rawClient, ids ...string) map[string]wsproto.Message {
+		t.Helper()
+		for _, id := range ids {
+			if err := c.ws.WriteMessage(websocket.TextMessage, msg(id)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return c.waitAll(ids...)
+	}
+	busy := func(got map[string]wsproto.Message) (n int) {
+		for _, m := range got {
+			if m.Error != nil && m.Error.Code == wsproto.CodeBusy {
+				n++
+			} else if m.Error != nil {
+				t.Fatalf("error %v", m.Error)
+			}
+		}
+		return n
+	}
+	// One connection: 4 run, the 5th is refused.
+	if n := busy(send(op, "a1", "a2", "a3", "a4", "a5")); n != 1 {
+		t.Fatalf("one connection, 5 big requests: %d refused, want 1", n)
+	}
+	// Four connections with 4 each fill the total of 16; a 17th request,
+	// alone on a fifth connection, is refused.
+	var clients []*rawClient
+	for range 5 {
+		clients = append(clients, dialRaw(t, ts.URL, s.SessionToken))
+	}
+	results := make(chan map[string]wsproto.Message, 5)
+	for i, c := range clients {
+		go func() {
+			ids := []string{fmt.Sprint("b", i, "1"), fmt.Sprint("b", i, "2"), fmt.Sprint("b", i, "3"), fmt.Sprint("b", i, "4")}
+			if i == 4 {
+				time.Sleep(300 * time.Millisecond) // after the others are running
+				ids = ids[:1]
+			}
+			results <- send(c, ids...)
+		}()
+	}
+	refused := 0
+	for range clients {
+		refused += busy(<-results)
+	}
+	if refused != 1 {
+		t.Fatalf("17 big requests on five connections: %d refused, want 1", refused)
+	}
+}

@@ -1,0 +1,351 @@
+// Package mcpapi serves sandboxd over MCP (streamable HTTP, the official Go
+// SDK): each MCP session gets one fresh sandbox, whose tools (terminal,
+// file_editor, grep, glob) become the MCP server's tools.
+//
+// Lifecycle: the sandbox is created eagerly, in the background, as soon as
+// the client's initialize succeeds, so the container start overlaps the rest
+// of the client's handshake; tools/list and tools/call wait for it. When the
+// MCP session ends (HTTP DELETE, the idle SessionTimeout, or server
+// shutdown) its sandbox is closed; a session closed while its sandbox is
+// still starting cancels the start.
+//
+// One mcp.Server serves every session. tools/list and tools/call are
+// answered by a receiving middleware from the session's own sandbox, so
+// different sessions could have different tools (skills, sidecars) without
+// registering anything server-wide.
+package mcpapi
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/sandboxd/sandboxd/server/apierr"
+	"github.com/sandboxd/sandboxd/server/auth"
+	"github.com/sandboxd/sandboxd/server/core"
+	"github.com/sandboxd/sandboxd/tools"
+)
+
+// Defaults of Options.
+const (
+	DefaultSessionTimeout = 30 * time.Minute
+	progressQueue         = 64 // progress notifications buffered per call; more are dropped
+)
+
+// Options configure the MCP endpoint.
+type Options struct {
+	// Requests is the Host and Origin check of every request (the zero
+	// value: loopback Hosts, no browser Origin).
+	Requests auth.RequestPolicy
+	// Session is how every MCP session's sandbox is created (Image is the
+	// --mcp-image flag).
+	Session core.CreateOptions
+	// SessionTimeout closes an MCP session (and its sandbox) after this
+	// long without a request. Default 30 minutes.
+	SessionTimeout time.Duration
+	// MaxBodyBytes bounds a request body (a file_editor call carries up to
+	// 10 MiB of file text).
+	MaxBodyBytes int64
+	// Version is reported to clients in serverInfo.
+	Version string
+}
+
+// Handler is the http.Handler of /mcp. The server's middleware has checked
+// Host and Origin; this handler requires the operator token.
+type Handler struct {
+	core *core.Core
+	opts Options
+	log  *slog.Logger
+	http *mcp.StreamableHTTPHandler
+
+	mu       sync.Mutex
+	sessions map[*mcp.ServerSession]*sandbox
+	shut     bool
+	wg       sync.WaitGroup
+}
+
+// sandbox is the sandbox of one MCP session.
+type sandbox struct {
+	ready  chan struct{} // closed when the create has ended
+	sess   *core.Sess
+	err    error
+	cancel context.CancelFunc // cancels the create
+}
+
+// New returns the MCP handler.
+func New(c *core.Core, opts Options) *Handler {
+	if opts.SessionTimeout <= 0 {
+		opts.SessionTimeout = DefaultSessionTimeout
+	}
+	if opts.Version == "" {
+		opts.Version = "dev"
+	}
+	// The sandbox outlives a quiet MCP session by a margin, so it is the
+	// MCP session's end that closes it, not the sandbox's own idle reaper.
+	if opts.Session.IdleTimeout == 0 {
+		opts.Session.IdleTimeout = opts.SessionTimeout + time.Minute
+	}
+	h := &Handler{core: c, opts: opts, log: c.Logger().With("component", "mcpapi"), sessions: map[*mcp.ServerSession]*sandbox{}}
+	srv := mcp.NewServer(&mcp.Implementation{Name: "sandboxd", Title: "sandboxd", Version: opts.Version}, &mcp.ServerOptions{
+		Instructions: "Each MCP session of this server is one sandbox (a Linux container) with a persistent terminal, " +
+			"a file editor, grep and glob. Files live under /workspace; the sandbox ends with the session.",
+		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}},
+		Logger:       h.log,
+	})
+	srv.AddReceivingMiddleware(h.middleware)
+	h.http = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, &mcp.StreamableHTTPOptions{
+		SessionTimeout:      opts.SessionTimeout,
+		MaxRequestBodyBytes: opts.MaxBodyBytes,
+		Logger:              h.log,
+		// The SDK's own DNS-rebinding check (a request to a loopback
+		// address must name a loopback Host) stays on as a second layer,
+		// unless Hosts allows more names (a reverse proxy's, say): then
+		// Requests is the check.
+		DisableLocalhostProtection: len(opts.Requests.Hosts.Allowed) > 0,
+	})
+	return h
+}
+
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// Repeats the server's check, so that this handler is never open to
+	// DNS rebinding or other origins wherever it is mounted.
+	if code, msg := h.opts.Requests.Check(r); code != "" {
+		h.core.Metrics().Error(code, "mcp")
+		http.Error(w, msg, http.StatusForbidden)
+		return
+	}
+	h.http.ServeHTTP(w, r)
+}
+
+func (h *Handler) middleware(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		ss, _ := req.GetSession().(*mcp.ServerSession)
+		switch {
+		case ss == nil:
+			return next(ctx, method, req)
+		case method == "initialize":
+			res, err := next(ctx, method, req)
+			if err == nil {
+				h.start(ss)
+			}
+			return res, err
+		case method == "tools/list":
+			h.core.Metrics().Requests.WithLabelValues(method, "mcp").Inc()
+			res, err := h.listTools(ctx, ss)
+			return res, h.protocolError(err)
+		case method == "tools/call":
+			h.core.Metrics().Requests.WithLabelValues(method, "mcp").Inc()
+			creq, ok := req.(*mcp.CallToolRequest)
+			if !ok {
+				return next(ctx, method, req)
+			}
+			res, err := h.callTool(ctx, ss, creq)
+			return res, h.protocolError(err)
+		}
+		return next(ctx, method, req)
+	}
+}
+
+// protocolError turns an error into a JSON-RPC error of the same code the
+// WebSocket API would send.
+func (h *Handler) protocolError(err error) error {
+	if err == nil {
+		return nil
+	}
+	h.core.Metrics().Error(apierr.KindOf(err).String(), "mcp")
+	e := apierr.JSONRPC(err)
+	return &jsonrpc.Error{Code: int64(e.Code), Message: e.Message}
+}
+
+// start begins creating the sandbox of ss and watches for the session's end.
+func (h *Handler) start(ss *mcp.ServerSession) {
+	h.mu.Lock()
+	if _, ok := h.sessions[ss]; ok || h.shut {
+		h.mu.Unlock()
+		if h.shut {
+			// Not inline: Close waits for running requests, this one too.
+			go ss.Close()
+		}
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	sb := &sandbox{ready: make(chan struct{}), cancel: cancel}
+	h.sessions[ss] = sb
+	h.wg.Add(2)
+	h.mu.Unlock()
+	h.core.Metrics().MCPSessions.Inc()
+
+	go func() {
+		defer h.wg.Done()
+		defer close(sb.ready)
+		r, err := h.core.Create(ctx, h.core.Operator(), core.APIMCP, h.opts.Session, "")
+		if err != nil {
+			sb.err = fmt.Errorf("creating the sandbox of this MCP session: %w", err)
+			h.log.Warn("mcp sandbox create failed", "mcp_session", ss.ID(), "err", err)
+			return
+		}
+		sb.sess = r.Session
+		h.log.Info("mcp session started", "mcp_session", ss.ID(), "session", r.Session.ID())
+	}()
+	go func() {
+		defer h.wg.Done()
+		_ = ss.Wait() // returns when the session is closed: DELETE, idle timeout, shutdown
+		sb.cancel()
+		<-sb.ready
+		if sb.sess != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			if err := sb.sess.Close(ctx); err != nil {
+				h.log.Warn("closing mcp sandbox", "session", sb.sess.ID(), "err", err)
+			}
+			cancel()
+		}
+		h.mu.Lock()
+		delete(h.sessions, ss)
+		h.mu.Unlock()
+		h.core.Metrics().MCPSessions.Dec()
+		h.log.Info("mcp session ended", "mcp_session", ss.ID())
+	}()
+}
+
+// sandboxOf waits for the sandbox of ss.
+func (h *Handler) sandboxOf(ctx context.Context, ss *mcp.ServerSession) (*core.Sess, error) {
+	h.mu.Lock()
+	sb, ok := h.sessions[ss]
+	h.mu.Unlock()
+	if !ok {
+		return nil, apierr.New(apierr.Unavailable, "this MCP session has no sandbox (it was not initialized, or it is ending)")
+	}
+	select {
+	case <-sb.ready:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	if sb.err != nil {
+		return nil, sb.err
+	}
+	return sb.sess, nil
+}
+
+func (h *Handler) listTools(ctx context.Context, ss *mcp.ServerSession) (*mcp.ListToolsResult, error) {
+	s, err := h.sandboxOf(ctx, ss)
+	if err != nil {
+		return nil, err
+	}
+	defs, err := s.Tools(ctx)
+	if err != nil {
+		return nil, err
+	}
+	res := &mcp.ListToolsResult{Tools: make([]*mcp.Tool, len(defs))}
+	for i, d := range defs {
+		res.Tools[i] = d.MCP()
+	}
+	return res, nil
+}
+
+// callTool runs a tool. Failures of the tool, and of the sandbox while
+// running it, are results with IsError (the model reads them); only a
+// request that is itself wrong (unknown tool) is a protocol error.
+func (h *Handler) callTool(ctx context.Context, ss *mcp.ServerSession, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	s, err := h.sandboxOf(ctx, ss)
+	if err != nil {
+		return failure(err), nil
+	}
+	var sink tools.StreamFunc
+	if token := req.Params.GetProgressToken(); token != nil {
+		p := newProgress(ss, token)
+		defer p.stop()
+		sink = p.send
+	}
+	obs, err := s.Call(ctx, "mcp", nil, req.Params.Name, req.Params.Arguments, false, sink)
+	if err != nil {
+		if !apierr.ToolFailure(err) {
+			return nil, err
+		}
+		h.core.Metrics().Error(apierr.KindOf(err).String(), "mcp")
+		return failure(err), nil
+	}
+	return toResult(obs), nil
+}
+
+func failure(err error) *mcp.CallToolResult {
+	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: err.Error()}}}
+}
+
+// toResult converts an observation: text and images as content blocks,
+// structured data as structuredContent.
+func toResult(obs *tools.Observation) *mcp.CallToolResult {
+	res := &mcp.CallToolResult{IsError: obs.IsError, StructuredContent: obs.Structured, Content: make([]mcp.Content, 0, len(obs.Content))}
+	for _, c := range obs.Content {
+		switch c.Type {
+		case "image":
+			res.Content = append(res.Content, &mcp.ImageContent{Data: c.Data, MIMEType: c.MIMEType})
+		default:
+			res.Content = append(res.Content, &mcp.TextContent{Text: c.Text})
+		}
+	}
+	return res
+}
+
+// progress forwards streamed output as notifications/progress, off the
+// tool's reading goroutine: a slow client loses progress messages, never
+// stalls the tool (the result carries the output anyway).
+type progress struct {
+	ch   chan string
+	done chan struct{}
+}
+
+func newProgress(ss *mcp.ServerSession, token any) *progress {
+	p := &progress{ch: make(chan string, progressQueue), done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		n := 0.0
+		for msg := range p.ch {
+			n++
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_ = ss.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: token, Progress: n, Message: msg})
+			cancel()
+		}
+	}()
+	return p
+}
+
+func (p *progress) send(b []byte) {
+	select {
+	case p.ch <- string(b):
+	default:
+	}
+}
+
+func (p *progress) stop() {
+	close(p.ch)
+	<-p.done
+}
+
+// Shutdown closes every MCP session (and with it its sandbox) and waits, or
+// ctx. Sessions initialized from now on are closed at once.
+func (h *Handler) Shutdown(ctx context.Context) error {
+	h.mu.Lock()
+	h.shut = true
+	all := make([]*mcp.ServerSession, 0, len(h.sessions))
+	for ss := range h.sessions {
+		all = append(all, ss)
+	}
+	h.mu.Unlock()
+	for _, ss := range all {
+		go ss.Close() // waits for its requests; calls were cancelled by the drain
+	}
+	done := make(chan struct{})
+	go func() { h.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

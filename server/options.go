@@ -1,0 +1,167 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/sandboxd/sandboxd/server/auth"
+	"github.com/sandboxd/sandboxd/server/core"
+)
+
+// Defaults of Options.
+const (
+	DefaultListen          = "127.0.0.1:7070"
+	DefaultMCPImage        = "sandboxd-default:latest"
+	DefaultDrainTimeout    = 20 * time.Second
+	DefaultMaxMessageBytes = 32 << 20
+	// DefaultMaxSessions caps live sessions (WebSocket and MCP together):
+	// every session is a container, and an MCP client that reconnects
+	// without ending its sessions starts a new one each time.
+	DefaultMaxSessions = 64
+	readHeaderTimeout  = 5 * time.Second
+	idleTimeout        = 120 * time.Second
+	maxHeaderBytes     = 64 << 10
+	// DefaultBodyReadTimeout bounds reading one request body (32 MiB at
+	// 0.5 MiB/s). http.Server's ReadTimeout cannot do it: its deadline stays
+	// on the connection after the body, and net/http then cancels the request
+	// of a long MCP call or SSE stream.
+	DefaultBodyReadTimeout   = time.Minute
+	shutdownCloseGraceMargin = 5 * time.Second
+)
+
+// Options configure a Server. Manager and OperatorToken are required.
+type Options struct {
+	// Listen is host:port, or unix:/path for a unix socket (mode 0600).
+	Listen string
+	// TLSCert and TLSKey serve HTTPS (and wss). Required for a
+	// non-loopback Listen unless InsecureAllowRemote.
+	TLSCert, TLSKey string
+	// InsecureAllowRemote allows a non-loopback Listen without TLS.
+	InsecureAllowRemote bool
+	// AllowOrigins lists browser origins (scheme://host[:port]) that may
+	// call the API; "*" any. Requests without Origin (non-browser) pass.
+	AllowOrigins []string
+	// AllowHosts adds Host names beyond the loopback ones; "*" any.
+	AllowHosts []string
+
+	Manager       core.Manager
+	OperatorToken string
+	// StateDir, if set, keeps session token digests (StateDir/sessions) so
+	// sessions kept over a restart stay reachable.
+	StateDir string
+
+	// AllowedImages are path.Match patterns for the images clients may ask
+	// for; empty allows any.
+	AllowedImages []string
+	// MaxSessions caps live sessions; 0 is DefaultMaxSessions, negative
+	// no cap.
+	MaxSessions int
+	// MaxMessageBytes bounds a WebSocket message and an MCP request body.
+	MaxMessageBytes int64
+	// BodyReadTimeout bounds the time to read a request body (slowloris);
+	// default DefaultBodyReadTimeout.
+	BodyReadTimeout time.Duration
+
+	// MCPImage is the image of MCP sessions' sandboxes.
+	MCPImage string
+	// MCPSessionTimeout ends an MCP session (and its sandbox) after this
+	// long without a request.
+	MCPSessionTimeout time.Duration
+
+	// KeepSessions leaves sessions running at shutdown for the next daemon.
+	KeepSessions bool
+	// DrainTimeout is how long shutdown lets calls in flight finish before
+	// cancelling them.
+	DrainTimeout time.Duration
+
+	Logger  *slog.Logger
+	Version string
+
+	// Tuning for tests and benchmarks; zero takes the package defaults.
+	WSQueueMessages int
+	WSQueueBytes    int64
+	WSPingInterval  time.Duration
+	WSWriteTimeout  time.Duration
+	RingBytes       int
+}
+
+func (o *Options) validate() error {
+	if o.Listen == "" {
+		o.Listen = DefaultListen
+	}
+	if o.Manager == nil {
+		return errors.New("server: Options.Manager is required")
+	}
+	if len(o.OperatorToken) < auth.MinTokenLength {
+		return fmt.Errorf("server: the operator token must be at least %d characters", auth.MinTokenLength)
+	}
+	if err := CheckListen(*o); err != nil {
+		return err
+	}
+	if o.MCPImage == "" {
+		o.MCPImage = DefaultMCPImage
+	}
+	switch {
+	case o.MaxSessions == 0:
+		o.MaxSessions = DefaultMaxSessions
+	case o.MaxSessions < 0:
+		o.MaxSessions = 0 // the core's "no cap"
+	}
+	if o.MaxMessageBytes <= 0 {
+		o.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	if o.DrainTimeout <= 0 {
+		o.DrainTimeout = DefaultDrainTimeout
+	}
+	if o.BodyReadTimeout <= 0 {
+		o.BodyReadTimeout = DefaultBodyReadTimeout
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}
+
+// requestPolicy is the Host and Origin check of AllowHosts and AllowOrigins.
+func (o *Options) requestPolicy() auth.RequestPolicy {
+	return auth.RequestPolicy{
+		Hosts:   auth.HostPolicy{Allowed: o.AllowHosts},
+		Origins: auth.OriginPolicy{Allowed: o.AllowOrigins},
+	}
+}
+
+// remote reports whether Listen may be reached from other machines.
+func (o *Options) remote() bool {
+	if strings.HasPrefix(o.Listen, "unix:") {
+		return false
+	}
+	host, _, _ := net.SplitHostPort(o.Listen)
+	return !auth.IsLoopbackName(host)
+}
+
+// CheckListen checks the address and TLS options: a non-loopback address
+// needs TLS or InsecureAllowRemote.
+func CheckListen(o Options) error {
+	if o.Listen == "" {
+		o.Listen = DefaultListen
+	}
+	if (o.TLSCert == "") != (o.TLSKey == "") {
+		return errors.New("--tls-cert and --tls-key go together")
+	}
+	if strings.HasPrefix(o.Listen, "unix:") {
+		return nil
+	}
+	host, _, err := net.SplitHostPort(o.Listen)
+	if err != nil {
+		return fmt.Errorf("listen address %q: want host:port or unix:/path: %w", o.Listen, err)
+	}
+	if !auth.IsLoopbackName(host) && o.TLSCert == "" && !o.InsecureAllowRemote {
+		return fmt.Errorf("refusing to listen on %s: it is not a loopback address and TLS is off; "+
+			"give --tls-cert and --tls-key, or --insecure-allow-remote if a TLS proxy fronts this server", o.Listen)
+	}
+	return nil
+}

@@ -1,0 +1,352 @@
+// Package servertest provides a fake session manager and a test server, so
+// the API layers and the Go client can be tested without Docker (like
+// net/http/httptest). The real manager is sandbox.Manager.
+package servertest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"io/fs"
+	"maps"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sandboxd/sandboxd/server/apierr"
+	"github.com/sandboxd/sandboxd/server/auth"
+	"github.com/sandboxd/sandboxd/server/core"
+	"github.com/sandboxd/sandboxd/server/metrics"
+	"github.com/sandboxd/sandboxd/tools"
+)
+
+var (
+	errClosed        = apierr.New(apierr.Unavailable, "session is closed")
+	errManagerClosed = apierr.New(apierr.Unavailable, "session manager is shut down")
+)
+
+// Manager is a fake core.Manager whose sessions run fake tools in memory.
+//
+// Tools of every fake session:
+//   - echo {text}: returns text; with streaming, streams it first.
+//   - count {ms}: counts a run, waits ms, returns how many times count
+//     ran in this session.
+//   - sleep {ms}: waits ms milliseconds (or until cancelled).
+//   - stream {chunks, size, pause_us}: streams chunks pieces of size bytes
+//     ("x"), pausing between them, and returns "done".
+//   - fail {}: an IsError observation.
+//   - image {}: a caption and a 1x1 PNG.
+//   - terminal {command}: "echo X" prints X; "exit N" exits N (as
+//     structured exit_code); anything else echoes the command.
+type Manager struct {
+	mu       sync.Mutex
+	sessions map[string]*Session
+	created  atomic.Int64
+	shut     bool
+	// CreateDelay is how long Create takes.
+	CreateDelay time.Duration
+}
+
+// NewManager returns an empty fake manager.
+func NewManager() *Manager { return &Manager{sessions: map[string]*Session{}} }
+
+var _ core.Manager = (*Manager)(nil)
+
+// Create makes a fake session.
+func (m *Manager) Create(ctx context.Context, o core.CreateOptions) (core.Session, error) {
+	if m.CreateDelay > 0 {
+		select {
+		case <-time.After(m.CreateDelay):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	if o.Image == "" {
+		o.Image = "fake:latest"
+	}
+	if o.Image == "bad image" {
+		return nil, apierr.New(apierr.InvalidParams, `invalid options: image: "bad image" is not an image reference`)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.shut {
+		return nil, errManagerClosed
+	}
+	s := &Session{id: "fake-" + auth.NewToken()[:12], opts: o, done: make(chan struct{}), files: map[string][]byte{}}
+	m.sessions[s.id] = s
+	m.created.Add(1)
+	return s, nil
+}
+
+// Created counts sessions created so far.
+func (m *Manager) Created() int { return int(m.created.Load()) }
+
+// Get returns a live session.
+func (m *Manager) Get(id string) (core.Session, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s, ok := m.sessions[id]
+	if !ok || s.closed.Load() {
+		return nil, false
+	}
+	return s, true
+}
+
+// Session returns a live session as its fake type.
+func (m *Manager) Session(id string) *Session {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.sessions[id]
+}
+
+// List returns the live sessions.
+func (m *Manager) List() []core.Session {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []core.Session
+	for _, s := range m.sessions {
+		if !s.closed.Load() {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// Live counts live sessions.
+func (m *Manager) Live() int { return len(m.List()) }
+
+// Stats counts live sessions.
+func (m *Manager) Stats() metrics.Stats {
+	return metrics.Stats{SessionsByState: map[string]int{"ready": m.Live()}, PoolSize: 0}
+}
+
+// Shutdown closes every session.
+func (m *Manager) Shutdown(ctx context.Context, keep bool) error {
+	m.mu.Lock()
+	m.shut = true
+	all := make([]*Session, 0, len(m.sessions))
+	for _, s := range m.sessions {
+		all = append(all, s)
+	}
+	m.mu.Unlock()
+	for _, s := range all {
+		_ = s.Close(ctx)
+	}
+	return nil
+}
+
+// Session is a fake session.
+type Session struct {
+	id     string
+	opts   core.CreateOptions
+	done   chan struct{}
+	closed atomic.Bool
+	counts atomic.Int64
+	mu     sync.Mutex
+	files  map[string][]byte // upload dir -> tar bytes
+	err    error
+}
+
+// ID implements core.Session.
+func (s *Session) ID() string { return s.id }
+
+// Info implements core.Session.
+func (s *Session) Info() core.Info {
+	state := "ready"
+	if s.closed.Load() {
+		state = "closed"
+	}
+	return core.Info{State: state, Image: s.opts.Image, Labels: maps.Clone(s.opts.Labels)}
+}
+
+// Options are the options the session was created with.
+func (s *Session) Options() core.CreateOptions { return s.opts }
+
+// Counts is how many times the count tool ran.
+func (s *Session) Counts() int { return int(s.counts.Load()) }
+
+// Fail ends the session as if its sandbox died.
+func (s *Session) Fail(err error) {
+	s.mu.Lock()
+	s.err = err
+	s.mu.Unlock()
+	if s.closed.CompareAndSwap(false, true) {
+		close(s.done)
+	}
+}
+
+var fakeDefs = func() []tools.Definition {
+	type text struct {
+		Text string `json:"text"`
+	}
+	type empty struct{}
+	type sleep struct {
+		MS int `json:"ms"`
+	}
+	type stream struct {
+		Chunks  int `json:"chunks"`
+		Size    int `json:"size"`
+		PauseUS int `json:"pause_us,omitempty"`
+	}
+	type count struct {
+		MS int `json:"ms,omitempty"`
+	}
+	type terminal struct {
+		Command string `json:"command"`
+	}
+	d := func(name string, schema any, ro bool) tools.Definition {
+		var def tools.Definition
+		switch schema.(type) {
+		case text:
+			def.InputSchema = tools.SchemaFor[text]()
+		case sleep:
+			def.InputSchema = tools.SchemaFor[sleep]()
+		case stream:
+			def.InputSchema = tools.SchemaFor[stream]()
+		case terminal:
+			def.InputSchema = tools.SchemaFor[terminal]()
+		case count:
+			def.InputSchema = tools.SchemaFor[count]()
+		default:
+			def.InputSchema = tools.SchemaFor[empty]()
+		}
+		def.Name, def.Description = name, "fake "+name
+		def.Annotations = tools.Annotations{ReadOnlyHint: ro}
+		return def
+	}
+	return []tools.Definition{
+		d("echo", text{}, true), d("count", count{}, false), d("sleep", sleep{}, true),
+		d("stream", stream{}, true), d("fail", empty{}, true), d("image", empty{}, true),
+		d("terminal", terminal{}, false),
+	}
+}()
+
+// Tools implements core.Session.
+func (s *Session) Tools(ctx context.Context) ([]tools.Definition, error) {
+	if s.closed.Load() {
+		return nil, errClosed
+	}
+	return fakeDefs, nil
+}
+
+// onePixelPNG is a valid 1x1 PNG.
+var onePixelPNG = []byte("\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01\x00\x00\x00\x01\x08\x06\x00\x00\x00\x1f\x15\xc4\x89\x00\x00\x00\rIDATx\x9cc\xf8\x0f\x00\x00\x01\x01\x00\x05\x18\xd8N\x00\x00\x00\x00IEND\xaeB`\x82")
+
+// Call implements core.Session.
+func (s *Session) Call(ctx context.Context, name string, args json.RawMessage, stream tools.StreamFunc) (*tools.Observation, error) {
+	if s.closed.Load() {
+		return nil, fmt.Errorf("session %s: %w", s.id, errClosed)
+	}
+	if stream == nil {
+		stream = func([]byte) {}
+	}
+	var a struct {
+		Text    string `json:"text"`
+		MS      int    `json:"ms"`
+		Chunks  int    `json:"chunks"`
+		Size    int    `json:"size"`
+		Command string `json:"command"`
+		PauseUS int    `json:"pause_us"`
+	}
+	if len(args) > 0 {
+		if err := json.Unmarshal(args, &a); err != nil {
+			return tools.Errorf("Invalid arguments for tool %q: %v", name, err), nil
+		}
+	}
+	switch name {
+	case "echo":
+		stream([]byte(a.Text))
+		return tools.TextResult(a.Text, nil), nil
+	case "count":
+		n := s.counts.Add(1)
+		if a.MS > 0 {
+			select {
+			case <-time.After(time.Duration(a.MS) * time.Millisecond):
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		return tools.TextResult(fmt.Sprint(n), map[string]int64{"count": n}), nil
+	case "sleep":
+		select {
+		case <-time.After(time.Duration(a.MS) * time.Millisecond):
+			return tools.TextResult("slept", nil), nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-s.done:
+			return nil, errClosed
+		}
+	case "stream":
+		chunk := bytes.Repeat([]byte("x"), max(a.Size, 1))
+		for range a.Chunks {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			stream(chunk)
+			if a.PauseUS > 0 {
+				time.Sleep(time.Duration(a.PauseUS) * time.Microsecond)
+			}
+		}
+		return tools.TextResult("done", nil), nil
+	case "fail":
+		return tools.Errorf("it failed, as asked"), nil
+	case "image":
+		return tools.ImageResult("a pixel", "image/png", onePixelPNG, nil), nil
+	case "terminal":
+		out, code := a.Command+"\n", 0
+		if rest, ok := strings.CutPrefix(a.Command, "echo "); ok {
+			out = rest + "\n"
+		} else if rest, ok := strings.CutPrefix(a.Command, "exit "); ok {
+			out = ""
+			fmt.Sscan(rest, &code)
+		}
+		stream([]byte(out))
+		return tools.TextResult(out, map[string]any{"exit_code": code}), nil
+	}
+	return nil, fmt.Errorf("%w %q", tools.ErrUnknownTool, name)
+}
+
+// Upload implements core.Session: it keeps the tar bytes under destDir.
+func (s *Session) Upload(ctx context.Context, destDir string, r io.Reader) error {
+	b, err := io.ReadAll(r)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.files[destDir] = b
+	s.mu.Unlock()
+	return nil
+}
+
+// Download implements core.Session: it writes what was uploaded to path.
+func (s *Session) Download(ctx context.Context, path string, w io.Writer) error {
+	s.mu.Lock()
+	b, ok := s.files[path]
+	s.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("%s: %w", path, fs.ErrNotExist)
+	}
+	_, err := w.Write(b)
+	return err
+}
+
+// Close implements core.Session.
+func (s *Session) Close(ctx context.Context) error {
+	if s.closed.CompareAndSwap(false, true) {
+		close(s.done)
+	}
+	return nil
+}
+
+// Done implements core.Session.
+func (s *Session) Done() <-chan struct{} { return s.done }
+
+// Err implements core.Session.
+func (s *Session) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}

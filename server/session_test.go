@@ -1,0 +1,526 @@
+package server_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/sandboxd/sandboxd/server"
+	"github.com/sandboxd/sandboxd/server/core"
+	"github.com/sandboxd/sandboxd/server/servertest"
+	"github.com/sandboxd/sandboxd/server/wsproto"
+)
+
+func call(sessionID, tool string, args any, stream bool) map[string]any {
+	return map[string]any{"session_id": sessionID, "name": tool, "arguments": args, "stream": stream}
+}
+
+func TestCallStreamsAndReturnsObservation(t *testing.T) {
+	ts := servertest.Start(t, nil)
+	c := dial(t, ts)
+	s := c.create()
+	var r wsproto.CallResult
+	c.ok("e1", wsproto.MethodToolsCall, call(s.SessionID, "echo", map[string]string{"text": "héllo"}, true), &r)
+	if r.Text() != "héllo" || r.IsError {
+		t.Fatalf("result %+v", r)
+	}
+	outs := c.outputs()
+	if len(outs) != 1 || outs[0].Data != "héllo" || outs[0].Seq != 1 || string(outs[0].CallID) != `"e1"` {
+		t.Fatalf("stream %+v", outs)
+	}
+	// Without stream: no notifications.
+	c.notes = nil
+	c.ok("e2", wsproto.MethodToolsCall, call(s.SessionID, "echo", map[string]string{"text": "quiet"}, false), &r)
+	if len(c.outputs()) != 0 {
+		t.Fatalf("unrequested stream: %+v", c.outputs())
+	}
+	// A failing tool is a result with is_error, not a JSON-RPC error.
+	c.ok("e3", wsproto.MethodToolsCall, call(s.SessionID, "fail", nil, false), &r)
+	if !r.IsError {
+		t.Fatalf("fail tool: %+v", r)
+	}
+	c.ok("e4", wsproto.MethodToolsCall, call(s.SessionID, "image", nil, false), &r)
+	if len(r.Content) != 2 || r.Content[1].Type != "image" || len(r.Content[1].Data) == 0 {
+		t.Fatalf("image: %+v", r)
+	}
+}
+
+func TestIdempotentRetry(t *testing.T) {
+	ts := servertest.Start(t, nil)
+	c := dial(t, ts)
+	s := c.create()
+	fake := ts.Manager.Session(s.SessionID)
+
+	var r1, r2 wsproto.CallResult
+	c.ok("req-1", wsproto.MethodToolsCall, call(s.SessionID, "count", nil, false), &r1)
+	c.ok("req-1", wsproto.MethodToolsCall, call(s.SessionID, "count", nil, false), &r2)
+	if fake.Counts() != 1 || r1.Text() != "1" || r2.Text() != "1" {
+		t.Fatalf("ran %d times; results %q %q", fake.Counts(), r1.Text(), r2.Text())
+	}
+	// Numeric ids key the same way.
+	c.ok(7, wsproto.MethodToolsCall, call(s.SessionID, "count", nil, false), &r1)
+	c.ok(7, wsproto.MethodToolsCall, call(s.SessionID, "count", nil, false), &r2)
+	if fake.Counts() != 2 || r2.Text() != "2" {
+		t.Fatalf("numeric id: ran %d times, %q", fake.Counts(), r2.Text())
+	}
+	// The same id with other params is a conflict, not a wrong answer.
+	if code := c.code("req-1", wsproto.MethodToolsCall, call(s.SessionID, "echo", map[string]string{"text": "x"}, false)); code != wsproto.CodeConflict {
+		t.Fatalf("reused id: code %d", code)
+	}
+
+	// A retry from another connection while the first run is in flight
+	// joins it: the client lost its connection mid-call.
+	c.send("slow", wsproto.MethodToolsCall, call(s.SessionID, "count", map[string]int{"ms": 300}, false))
+	time.Sleep(50 * time.Millisecond)
+	c.ws.Close()
+	c2 := dial(t, ts)
+	c2.ok("att", wsproto.MethodSessionAttach, map[string]any{"session_id": s.SessionID, "session_token": s.SessionToken}, nil)
+	c2.ok("slow", wsproto.MethodToolsCall, call(s.SessionID, "count", map[string]int{"ms": 300}, false), &r1)
+	if fake.Counts() != 3 || r1.Text() != "3" {
+		t.Fatalf("in-flight retry: ran %d times, %q", fake.Counts(), r1.Text())
+	}
+
+	// Concurrent duplicates on one connection run once too.
+	c3 := dial(t, ts)
+	c3.ok("att", wsproto.MethodSessionAttach, map[string]any{"session_id": s.SessionID, "session_token": s.SessionToken}, nil)
+	for range 5 {
+		c3.send("dup", wsproto.MethodToolsCall, call(s.SessionID, "count", map[string]int{"ms": 50}, false))
+	}
+	for range 5 {
+		m := c3.wait("dup")
+		if m.Error != nil || !bytes.Contains(m.Result, []byte(`"4"`)) {
+			t.Fatalf("duplicate: %s %v", m.Result, m.Error)
+		}
+	}
+	if fake.Counts() != 4 {
+		t.Fatalf("concurrent duplicates ran %d times", fake.Counts()-3)
+	}
+}
+
+func TestCreateIdempotencyKey(t *testing.T) {
+	ts := servertest.Start(t, nil)
+	c := dial(t, ts)
+	var a, b, d wsproto.CreateResult
+	const k1 = "k1-b2c5e0a9d4f8c3e1"
+	c.ok(1, wsproto.MethodSessionCreate, map[string]any{"idempotency_key": k1}, &a)
+	c.ok(2, wsproto.MethodSessionCreate, map[string]any{"idempotency_key": k1}, &b)
+	c.ok(3, wsproto.MethodSessionCreate, map[string]any{}, &d)
+	if a.SessionID != b.SessionID || a.SessionToken != b.SessionToken || d.SessionID == a.SessionID {
+		t.Fatalf("ids %s %s %s", a.SessionID, b.SessionID, d.SessionID)
+	}
+	if ts.Manager.Created() != 2 {
+		t.Fatalf("%d sandboxes created, want 2", ts.Manager.Created())
+	}
+	if code := c.code(4, wsproto.MethodSessionCreate, map[string]any{"idempotency_key": k1, "image": "other:1"}); code != wsproto.CodeConflict {
+		t.Fatalf("same key, other options: code %d", code)
+	}
+}
+
+// A client that loses its connection mid-stream re-attaches with the last
+// seq it saw and gets exactly the rest, then the call's result by retrying.
+func TestResumeAfterReconnect(t *testing.T) {
+	ts := servertest.Start(t, nil)
+	c := dial(t, ts)
+	s := c.create()
+	const chunks = 50
+	c.send("big", wsproto.MethodToolsCall, call(s.SessionID, "stream", map[string]int{"chunks": chunks, "size": 100, "pause_us": 2000}, true))
+	// Read some output, then drop the connection.
+	var seen []wsproto.StreamOutput
+	for len(seen) < 10 {
+		m, err := c.read()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Method == wsproto.NotifyStreamOutput {
+			var o wsproto.StreamOutput
+			json.Unmarshal(m.Params, &o)
+			seen = append(seen, o)
+		}
+	}
+	c.ws.Close()
+	last := seen[len(seen)-1].Seq
+
+	c2 := dial(t, ts)
+	var att wsproto.AttachResult
+	c2.ok("a", wsproto.MethodSessionAttach, map[string]any{"session_id": s.SessionID, "session_token": s.SessionToken, "last_seq": last}, &att)
+	if att.Missed {
+		t.Fatal("missed output with a big enough ring")
+	}
+	var r wsproto.CallResult
+	c2.ok("big", wsproto.MethodToolsCall, call(s.SessionID, "stream", map[string]int{"chunks": chunks, "size": 100, "pause_us": 2000}, true), &r)
+	if r.Text() != "done" {
+		t.Fatalf("result %q", r.Text())
+	}
+	all := append(seen, c2.outputs()...)
+	var data strings.Builder
+	for i, o := range all {
+		if o.Seq != uint64(i+1) {
+			t.Fatalf("chunk %d has seq %d: gap or duplicate", i, o.Seq)
+		}
+		data.WriteString(o.Data)
+	}
+	if data.Len() != chunks*100 {
+		t.Fatalf("got %d bytes of output, want %d", data.Len(), chunks*100)
+	}
+}
+
+func TestResumeReportsMissedOutput(t *testing.T) {
+	ts := servertest.Start(t, func(o *server.Options) { o.RingBytes = 1000 })
+	c := dial(t, ts)
+	s := c.create()
+	c.ok(1, wsproto.MethodToolsCall, call(s.SessionID, "stream", map[string]int{"chunks": 30, "size": 100}, true), nil)
+	c2 := dial(t, ts)
+	var att wsproto.AttachResult
+	c2.ok("a", wsproto.MethodSessionAttach, map[string]any{"session_id": s.SessionID, "session_token": s.SessionToken, "last_seq": 0}, &att)
+	if !att.Missed || att.Replayed != 10 || att.NextSeq != 31 {
+		t.Fatalf("attach %+v: want missed, 10 replayed (1000-byte ring), next 31", att)
+	}
+	for range 10 {
+		if m, err := c2.read(); err != nil || m.Method != wsproto.NotifyStreamOutput {
+			t.Fatalf("replay: %v %v", m.Method, err)
+		}
+	}
+}
+
+// A client that stops reading is disconnected when its queue fills; a
+// client of the same session that reads gets everything, and the server's
+// memory stays bounded by the queue limits.
+func TestSlowClientDisconnected(t *testing.T) {
+	ts := servertest.Start(t, func(o *server.Options) {
+		o.WSQueueMessages = 256
+		o.WSQueueBytes = 1 << 20
+		o.WSWriteTimeout = 2 * time.Second
+	})
+	fast := dial(t, ts)
+	s := fast.create()
+	// The slow client has a small, fixed receive buffer (no autotuning up
+	// to tcp_rmem's 32 MiB), so the server notices it soon.
+	d := websocket.Dialer{NetDialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		if err == nil {
+			err = c.(*net.TCPConn).SetReadBuffer(8 << 10)
+		}
+		return c, err
+	}}
+	ws, _, err := d.Dial(ts.URL, http.Header{"Authorization": {"Bearer " + ts.Token}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slow := &rawClient{t: t, ws: ws}
+	t.Cleanup(func() { ws.Close() })
+	slow.ok("a", wsproto.MethodSessionAttach, map[string]any{"session_id": s.SessionID, "session_token": s.SessionToken}, nil)
+	// The slow client now reads nothing more.
+
+	const chunks, size = 1000, 16 << 10 // 16 MiB: more than the socket buffers and the queue hold
+	fast.send("flood", wsproto.MethodToolsCall, call(s.SessionID, "stream", map[string]int{"chunks": chunks, "size": size, "pause_us": 100}, true))
+	// The fast client reads without decoding (cheap even under -race).
+	got := 0
+	for {
+		_ = fast.ws.SetReadDeadline(time.Now().Add(20 * time.Second))
+		_, msg, err := fast.ws.ReadMessage()
+		if err != nil {
+			t.Fatalf("fast client after %d chunks: %v", got, err)
+		}
+		if bytes.Contains(msg[:min(len(msg), 64)], []byte(wsproto.NotifyStreamOutput)) {
+			got++
+			continue
+		}
+		if !bytes.Contains(msg, []byte(`"done"`)) {
+			t.Fatalf("unexpected message %.200s", msg)
+		}
+		break
+	}
+	if got != chunks {
+		t.Fatalf("reading client got %d chunks, want %d", got, chunks)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for metricValue(t, ts, "sandboxd_ws_slow_client_disconnects_total") < 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("slow client was not disconnected")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// The server dropped it (reading what the kernel still buffers for the
+	// slow client would take long through its tiny window; the gauge says it).
+	waitFor(t, func() bool { return metricValue(t, ts, "sandboxd_ws_connections") == 1 }, "the slow connection to be dropped")
+	// Still serving.
+	var r wsproto.CallResult
+	fast.ok("after", wsproto.MethodToolsCall, call(s.SessionID, "echo", map[string]string{"text": "ok"}, false), &r)
+}
+
+func TestUploadDownloadChunked(t *testing.T) {
+	ts := servertest.Start(t, nil)
+	c := dial(t, ts)
+	s := c.create()
+	payload := bytes.Repeat([]byte("0123456789abcdef"), 10000) // 160 KB "tar"
+	// One-message upload.
+	var up wsproto.UploadResult
+	c.ok("u1", wsproto.MethodFilesUpload, map[string]any{"session_id": s.SessionID, "path": "/workspace/a", "tar_base64": payload}, &up)
+	if !up.Done || up.Bytes != int64(len(payload)) {
+		t.Fatalf("upload %+v", up)
+	}
+	// Chunked upload, with a retried chunk (same request id) in the middle.
+	f := false
+	tr := true
+	c.ok("c1", wsproto.MethodFilesUpload, map[string]any{"session_id": s.SessionID, "path": "/workspace/b", "tar_base64": payload[:50000], "final": &f}, &up)
+	id := up.UploadID
+	if id == "" || up.Done {
+		t.Fatalf("first chunk %+v", up)
+	}
+	p2 := map[string]any{"session_id": s.SessionID, "upload_id": id, "offset": 50000, "tar_base64": payload[50000:100000], "final": &f}
+	c.ok("c2", wsproto.MethodFilesUpload, p2, &up)
+	c.ok("c2", wsproto.MethodFilesUpload, p2, &up) // retry: no second write
+	if up.Bytes != 100000 {
+		t.Fatalf("after retry %+v", up)
+	}
+	if code := c.code("c2b", wsproto.MethodFilesUpload, map[string]any{"session_id": s.SessionID, "upload_id": id, "offset": 1, "tar_base64": []byte("x"), "final": &f}); code != wsproto.CodeConflict {
+		t.Fatalf("wrong offset: code %d", code)
+	}
+	c.ok("c3", wsproto.MethodFilesUpload, map[string]any{"session_id": s.SessionID, "upload_id": id, "offset": 100000, "tar_base64": payload[100000:], "final": &tr}, &up)
+	if !up.Done || up.Bytes != int64(len(payload)) {
+		t.Fatalf("last chunk %+v", up)
+	}
+	// Chunked download with a retried chunk.
+	var got []byte
+	var d wsproto.DownloadResult
+	c.ok("d1", wsproto.MethodFilesDownload, map[string]any{"session_id": s.SessionID, "path": "/workspace/b", "chunk_size": 64 << 10}, &d)
+	got = append(got, d.Data...)
+	for i := 0; !d.EOF; i++ {
+		next := map[string]any{"session_id": s.SessionID, "download_id": d.DownloadID, "offset": int64(len(got)), "chunk_size": 64 << 10}
+		c.ok(fmt.Sprint("d", i+2), wsproto.MethodFilesDownload, next, &d)
+		if i == 0 { // retry the same offset: the same bytes again
+			var again wsproto.DownloadResult
+			c.ok(fmt.Sprint("d", i+2, "r"), wsproto.MethodFilesDownload, next, &again)
+			if !bytes.Equal(again.Data, d.Data) || again.Offset != d.Offset {
+				t.Fatal("retried chunk differs")
+			}
+		}
+		got = append(got, d.Data...)
+	}
+	if !bytes.Equal(got, payload) {
+		t.Fatalf("downloaded %d bytes, want %d equal", len(got), len(payload))
+	}
+	if code := c.code("dx", wsproto.MethodFilesDownload, map[string]any{"session_id": s.SessionID, "path": "/nope"}); code != wsproto.CodeNotFound {
+		t.Fatalf("download of a missing path: code %d", code)
+	}
+}
+
+func TestCancelAndClose(t *testing.T) {
+	ts := servertest.Start(t, nil)
+	c := dial(t, ts)
+	s := c.create()
+	c.send("long", wsproto.MethodToolsCall, call(s.SessionID, "sleep", map[string]int{"ms": 10000}, false))
+	time.Sleep(50 * time.Millisecond)
+	c.send("cx", wsproto.MethodToolsCancel, map[string]any{"session_id": s.SessionID, "call_id": "long"})
+	// The cancelled call may answer before the cancel does: either order.
+	got := c.waitAll("cx", "long")
+	var cr wsproto.CancelResult
+	if err := json.Unmarshal(got["cx"].Result, &cr); err != nil || !cr.Cancelled {
+		t.Fatalf("nothing cancelled: %s %v", got["cx"].Result, got["cx"].Error)
+	}
+	if m := got["long"]; m.Error == nil || m.Error.Code != wsproto.CodeCancelled {
+		t.Fatalf("cancelled call: %+v", m.Error)
+	}
+	var closed wsproto.CloseResult
+	c.ok("close", wsproto.MethodSessionClose, map[string]any{"session_id": s.SessionID}, &closed)
+	// Attached clients hear about it.
+	deadline := time.Now().Add(5 * time.Second)
+	for !hasNote(c.notes, wsproto.NotifySessionClosed) {
+		if time.Now().After(deadline) {
+			t.Fatal("no session.closed notification")
+		}
+		m, err := c.read()
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.notes = append(c.notes, m)
+	}
+	if ts.Manager.Live() != 0 {
+		t.Fatal("session still live")
+	}
+	if code := c.code("after", wsproto.MethodToolsList, map[string]any{"session_id": s.SessionID}); code != wsproto.CodeNotFound {
+		t.Fatalf("closed session: code %d", code)
+	}
+}
+
+func hasNote(notes []wsproto.Message, method string) bool {
+	for _, n := range notes {
+		if n.Method == method {
+			return true
+		}
+	}
+	return false
+}
+
+// Shutdown lets a running call finish, refuses new ones, closes WebSockets
+// with 1001 and closes the sessions.
+func TestGracefulShutdown(t *testing.T) {
+	ts := servertest.Start(t, nil)
+	c := dial(t, ts)
+	s := c.create()
+	c.send("running", wsproto.MethodToolsCall, call(s.SessionID, "sleep", map[string]int{"ms": 300}, false))
+	time.Sleep(50 * time.Millisecond)
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		done <- ts.Shutdown(ctx)
+	}()
+	m := c.wait("running")
+	if m.Error != nil || !bytes.Contains(m.Result, []byte("slept")) {
+		t.Fatalf("in-flight call during drain: %s %+v", m.Result, m.Error)
+	}
+	if code := c.closeCode(); code != websocket.CloseGoingAway {
+		t.Fatalf("close code %d, want 1001", code)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if ts.Manager.Live() != 0 {
+		t.Fatal("sessions left after shutdown")
+	}
+}
+
+// Calls that outlast the drain are cancelled.
+func TestShutdownCancelsLongCalls(t *testing.T) {
+	ts := servertest.Start(t, func(o *server.Options) { o.DrainTimeout = 100 * time.Millisecond })
+	c := dial(t, ts)
+	s := c.create()
+	c.send("forever", wsproto.MethodToolsCall, call(s.SessionID, "sleep", map[string]int{"ms": 60000}, false))
+	time.Sleep(50 * time.Millisecond)
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := ts.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Fatalf("shutdown took %v", d)
+	}
+}
+
+// metricValue sums the samples of a metric family.
+func metricValue(t *testing.T, ts *servertest.Server, name string) float64 {
+	t.Helper()
+	fams, err := ts.Core().Metrics().Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, f := range fams {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			switch {
+			case m.Counter != nil:
+				sum += m.Counter.GetValue()
+			case m.Gauge != nil:
+				sum += m.Gauge.GetValue()
+			case m.Histogram != nil:
+				sum += float64(m.Histogram.GetSampleCount())
+			}
+		}
+	}
+	return sum
+}
+
+// A session has at most core.DefaultMaxTransfers transfers in progress:
+// each holds a goroutine, a transfer in the sandbox and, for a download, its
+// last chunk. Finished downloads kept for a retry make room for new ones,
+// so sequential transfers are never refused.
+func TestTransfersPerSessionBounded(t *testing.T) {
+	ts := servertest.Start(t, nil)
+	c := dial(t, ts)
+	s := c.create()
+	f := false
+	var ids []string
+	for i := range core.DefaultMaxTransfers {
+		var up wsproto.UploadResult
+		c.ok(fmt.Sprint("u", i), wsproto.MethodFilesUpload, map[string]any{"session_id": s.SessionID, "path": fmt.Sprint("/workspace/f", i), "tar_base64": []byte("x"), "final": &f}, &up)
+		ids = append(ids, up.UploadID)
+	}
+	if code := c.code("u-over", wsproto.MethodFilesUpload, map[string]any{"session_id": s.SessionID, "path": "/workspace/g", "tar_base64": []byte("x"), "final": &f}); code != wsproto.CodeBusy {
+		t.Fatalf("upload beyond the limit: code %d, want %d", code, wsproto.CodeBusy)
+	}
+	if code := c.code("d-over", wsproto.MethodFilesDownload, map[string]any{"session_id": s.SessionID, "path": "/workspace/f0"}); code != wsproto.CodeBusy {
+		t.Fatalf("download beyond the limit: code %d, want %d", code, wsproto.CodeBusy)
+	}
+	// Finishing them makes room.
+	tr := true
+	for i, id := range ids {
+		c.ok(fmt.Sprint("uf", i), wsproto.MethodFilesUpload, map[string]any{"session_id": s.SessionID, "upload_id": id, "offset": 1, "tar_base64": []byte("y"), "final": &tr}, nil)
+	}
+	// Many downloads in a row, each kept for a retry of its last chunk.
+	for i := range 3 * core.DefaultMaxTransfers {
+		var d wsproto.DownloadResult
+		c.ok(fmt.Sprint("d", i), wsproto.MethodFilesDownload, map[string]any{"session_id": s.SessionID, "path": fmt.Sprint("/workspace/f", i%len(ids))}, &d)
+		if !d.EOF || string(d.Data) != "xy" {
+			t.Fatalf("download %d: %+v", i, d)
+		}
+	}
+}
+
+// A retried create returns the session's token, so an idempotency key is a
+// secret of the client that made it: another client of the same operator
+// token that guesses it gets the session. Guessable (short) keys are
+// refused; the Go client's are 128 random bits.
+func TestCreateIdempotencyKeyIsASecret(t *testing.T) {
+	ts := servertest.Start(t, nil)
+	a, b := dial(t, ts), dial(t, ts)
+	for _, key := range []string{"1", "k1", "task-42", "job-000000000001"[:15]} {
+		if code := a.code("short-"+key, wsproto.MethodSessionCreate, map[string]any{"idempotency_key": key}); code != wsproto.CodeInvalidParams {
+			t.Fatalf("key %q: code %d, want %d", key, code, wsproto.CodeInvalidParams)
+		}
+		if code := b.code("short-"+key, wsproto.MethodSessionCreate, map[string]any{"idempotency_key": key}); code != wsproto.CodeInvalidParams {
+			t.Fatalf("key %q from another client: code %d", key, code)
+		}
+	}
+	if ts.Manager.Created() != 0 {
+		t.Fatalf("%d sessions created with guessable keys", ts.Manager.Created())
+	}
+	var first, retry wsproto.CreateResult
+	a.ok("long", wsproto.MethodSessionCreate, map[string]any{"idempotency_key": "8f14e45fceea167a5a36dedd4bea2543"}, &first)
+	a.ok("long-retry", wsproto.MethodSessionCreate, map[string]any{"idempotency_key": "8f14e45fceea167a5a36dedd4bea2543"}, &retry)
+	if first.SessionToken != retry.SessionToken || ts.Manager.Created() != 1 {
+		t.Fatalf("retry with a long key: %+v vs %+v", first, retry)
+	}
+}
+
+// Sessions are capped by default (every one is a container): one more is
+// refused as busy, WebSocket and MCP alike, until one closes.
+func TestMaxSessionsByDefault(t *testing.T) {
+	ts := servertest.Start(t, nil)
+	c := dial(t, ts)
+	var last wsproto.CreateResult
+	for i := range server.DefaultMaxSessions {
+		c.ok(fmt.Sprint("c", i), wsproto.MethodSessionCreate, map[string]any{}, &last)
+	}
+	if code := c.code("over", wsproto.MethodSessionCreate, map[string]any{}); code != wsproto.CodeBusy {
+		t.Fatalf("session %d: code %d, want %d", server.DefaultMaxSessions+1, code, wsproto.CodeBusy)
+	}
+	cs, err := mcpConnect(t, ts, ts.Token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "x"}}); err == nil && !res.IsError {
+		t.Fatal("an MCP session beyond the cap got a sandbox")
+	}
+	if ts.Manager.Created() != server.DefaultMaxSessions {
+		t.Fatalf("%d sandboxes created", ts.Manager.Created())
+	}
+	c.ok("close", wsproto.MethodSessionClose, map[string]any{"session_id": last.SessionID}, nil)
+	waitFor(t, func() bool { return c.code("again", wsproto.MethodSessionCreate, map[string]any{}) == 0 }, "a create after a close")
+}

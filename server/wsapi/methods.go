@@ -1,0 +1,290 @@
+package wsapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sandboxd/sandboxd/server/apierr"
+	"github.com/sandboxd/sandboxd/server/core"
+	"github.com/sandboxd/sandboxd/server/wsproto"
+	"github.com/sandboxd/sandboxd/tools"
+)
+
+// errResponded: the method has queued its response itself (under a stream
+// lock, ahead of replayed output).
+var errResponded = errors.New("responded")
+
+type method func(c *conn, req *wsproto.Request) (any, error)
+
+var methods map[string]method
+
+func init() {
+	methods = map[string]method{
+		wsproto.MethodSessionCreate: sessionCreate,
+		wsproto.MethodSessionAttach: sessionAttach,
+		wsproto.MethodSessionList:   sessionList,
+		wsproto.MethodSessionClose:  sessionClose,
+		wsproto.MethodToolsList:     toolsList,
+		wsproto.MethodToolsCall:     toolsCall,
+		wsproto.MethodToolsCancel:   toolsCancel,
+		wsproto.MethodFilesUpload:   filesUpload,
+		wsproto.MethodFilesDownload: filesDownload,
+	}
+}
+
+// decode reads params strictly: unknown fields are errors (a typo, or a
+// feature this server does not have, must not pass silently).
+func decode(req *wsproto.Request, into any) error {
+	raw := bytes.TrimSpace(req.Params)
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+		raw = []byte("{}")
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(into); err != nil {
+		return apierr.New(apierr.InvalidParams, "invalid params for %s: %v", req.Method, err)
+	}
+	if dec.More() {
+		return apierr.New(apierr.InvalidParams, "invalid params for %s: trailing data", req.Method)
+	}
+	return nil
+}
+
+// detached is the context of work that outlives the connection: a retry on
+// a new connection joins it.
+func (c *conn) detached() context.Context { return context.WithoutCancel(c.ctx) }
+
+func sessionCreate(c *conn, req *wsproto.Request) (any, error) {
+	var p wsproto.CreateParams
+	if err := decode(req, &p); err != nil {
+		return nil, err
+	}
+	opts, err := createOptions(p)
+	if err != nil {
+		return nil, err
+	}
+	r, err := c.h.core.Create(c.ctx, c.p, core.APIWebSocket, opts, p.IdempotencyKey)
+	if err != nil {
+		return nil, err
+	}
+	defs, err := r.Session.Tools(c.ctx)
+	if err != nil {
+		// Nobody would learn the id or token of this session: end it.
+		_ = r.Session.Close(c.detached())
+		return nil, fmt.Errorf("the session started but listing its tools failed: %w", err)
+	}
+	c.grant(r.Session)
+	c.attach(r.Session, 0, func(info core.ReplayInfo) {
+		c.reply(req.ID, &wsproto.CreateResult{
+			SessionID: r.Session.ID(), SessionToken: r.Token, State: r.Session.Info().State,
+			Tools: defs, NextSeq: info.NextSeq,
+		})
+	})
+	return nil, errResponded
+}
+
+// createOptions checks and converts the wire options.
+func createOptions(p wsproto.CreateParams) (core.CreateOptions, error) {
+	o := core.CreateOptions{
+		Image: p.Image, Env: p.Env, Cwd: p.Cwd, User: p.User, Network: p.Network,
+		IdleTimeout: time.Duration(p.IdleTimeout), Labels: p.Labels,
+	}
+	if p.IdleTimeout < 0 {
+		o.IdleTimeout = -1
+	}
+	if l := p.Limits; l != nil {
+		if l.MemoryMB < 0 || l.CPUs < 0 || l.Pids < 0 || l.TmpMB < 0 {
+			return o, apierr.New(apierr.InvalidParams, "limits must not be negative")
+		}
+		o.MemoryBytes = int64(l.MemoryMB) << 20
+		o.CPUs = l.CPUs
+		o.Pids = int64(l.Pids)
+		o.TmpBytes = int64(l.TmpMB) << 20
+	}
+	return o, nil
+}
+
+func sessionAttach(c *conn, req *wsproto.Request) (any, error) {
+	var p wsproto.AttachParams
+	if err := decode(req, &p); err != nil {
+		return nil, err
+	}
+	s, err := c.session(wsproto.SessionRef{SessionID: p.SessionID, SessionToken: p.SessionToken})
+	if err != nil {
+		return nil, err
+	}
+	defs, err := s.Tools(c.ctx)
+	if err != nil {
+		return nil, err
+	}
+	c.attach(s, p.LastSeq, func(info core.ReplayInfo) {
+		c.reply(req.ID, &wsproto.AttachResult{
+			SessionID: s.ID(), State: s.Info().State, Tools: defs,
+			Replayed: info.Replayed, NextSeq: info.NextSeq, Missed: info.Missed,
+		})
+	})
+	return nil, errResponded
+}
+
+func sessionList(c *conn, req *wsproto.Request) (any, error) {
+	var p struct{}
+	if err := decode(req, &p); err != nil {
+		return nil, err
+	}
+	res := &wsproto.ListResult{Sessions: []wsproto.SessionInfo{}}
+	for _, s := range c.h.core.List(c.p) {
+		info := s.Info()
+		res.Sessions = append(res.Sessions, wsproto.SessionInfo{
+			SessionID: s.ID(), State: info.State, Image: info.Image, API: s.API(), Labels: info.Labels,
+		})
+	}
+	return res, nil
+}
+
+func sessionClose(c *conn, req *wsproto.Request) (any, error) {
+	var p wsproto.SessionRef
+	if err := decode(req, &p); err != nil {
+		return nil, err
+	}
+	s, err := c.session(p)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.Close(c.detached()); err != nil {
+		return nil, err
+	}
+	return &wsproto.CloseResult{Closed: true}, nil
+}
+
+func toolsList(c *conn, req *wsproto.Request) (any, error) {
+	var p wsproto.ToolsListParams
+	if err := decode(req, &p); err != nil {
+		return nil, err
+	}
+	s, err := c.session(p.SessionRef)
+	if err != nil {
+		return nil, err
+	}
+	defs, err := s.Tools(c.ctx)
+	if err != nil {
+		return nil, err
+	}
+	return toolsIn(p.Format, defs)
+}
+
+// toolsIn exports definitions in a format: sandboxd's own, MCP or OpenAI.
+func toolsIn(format string, defs []tools.Definition) (*wsproto.ToolsListResult, error) {
+	out := make([]any, len(defs))
+	for i, d := range defs {
+		switch format {
+		case "", "sandboxd":
+			out[i] = d
+		case "mcp":
+			out[i] = d.MCP()
+		case "openai":
+			out[i] = d.OpenAI()
+		default:
+			return nil, apierr.New(apierr.InvalidParams, "format %q: want \"\", \"mcp\" or \"openai\"", format)
+		}
+	}
+	return &wsproto.ToolsListResult{Tools: out}, nil
+}
+
+func toolsCall(c *conn, req *wsproto.Request) (any, error) {
+	var p wsproto.CallParams
+	if err := decode(req, &p); err != nil {
+		return nil, err
+	}
+	if p.Name == "" {
+		return nil, apierr.New(apierr.InvalidParams, "name (the tool) is required")
+	}
+	s, err := c.session(p.SessionRef)
+	if err != nil {
+		return nil, err
+	}
+	// The call runs detached from this connection; a retry with the same
+	// id (after a reconnect) joins it or gets its stored result.
+	return s.Idempotent(c.ctx, req.ID, req.Method, req.Params, func() (json.RawMessage, error) {
+		obs, err := s.Call(c.detached(), "ws", req.ID, p.Name, p.Arguments, p.Stream, nil)
+		if err != nil {
+			return nil, err
+		}
+		return json.Marshal(obs)
+	})
+}
+
+func toolsCancel(c *conn, req *wsproto.Request) (any, error) {
+	var p wsproto.CancelParams
+	if err := decode(req, &p); err != nil {
+		return nil, err
+	}
+	if len(p.CallID) == 0 {
+		return nil, apierr.New(apierr.InvalidParams, "call_id is required")
+	}
+	s, err := c.session(p.SessionRef)
+	if err != nil {
+		return nil, err
+	}
+	return &wsproto.CancelResult{Cancelled: s.Cancel(p.CallID)}, nil
+}
+
+func filesUpload(c *conn, req *wsproto.Request) (any, error) {
+	var p wsproto.UploadParams
+	if err := decode(req, &p); err != nil {
+		return nil, err
+	}
+	if p.UploadID == "" && p.Path == "" {
+		return nil, apierr.New(apierr.InvalidParams, "path (the directory to unpack into) is required")
+	}
+	s, err := c.session(p.SessionRef)
+	if err != nil {
+		return nil, err
+	}
+	final := p.Final == nil || *p.Final
+	return s.Idempotent(c.ctx, req.ID, req.Method, req.Params, func() (json.RawMessage, error) {
+		id, n, err := s.UploadChunk(c.detached(), p.Path, p.UploadID, p.Offset, p.Data, final)
+		if err != nil {
+			return nil, err
+		}
+		r := &wsproto.UploadResult{Bytes: n, Done: final}
+		if !final || p.UploadID != "" {
+			r.UploadID = id
+		}
+		return json.Marshal(r)
+	})
+}
+
+func filesDownload(c *conn, req *wsproto.Request) (any, error) {
+	var p wsproto.DownloadParams
+	if err := decode(req, &p); err != nil {
+		return nil, err
+	}
+	if p.DownloadID == "" && p.Path == "" {
+		return nil, apierr.New(apierr.InvalidParams, "path is required")
+	}
+	// A chunk and its envelope must fit the client's messages too.
+	if p.ChunkSize <= 0 {
+		p.ChunkSize = core.DefaultDownloadChunk
+	}
+	p.ChunkSize = max(1, min(p.ChunkSize, int(c.h.opts.MaxMessageBytes/4*3)-4096))
+	s, err := c.session(p.SessionRef)
+	if err != nil {
+		return nil, err
+	}
+	id, at, data, eof, err := s.DownloadChunk(c.ctx, p.Path, p.DownloadID, p.Offset, p.ChunkSize)
+	if err != nil {
+		return nil, err
+	}
+	r := &wsproto.DownloadResult{Offset: at, Data: data, EOF: eof}
+	if data == nil {
+		r.Data = []byte{}
+	}
+	if !eof || p.DownloadID != "" {
+		r.DownloadID = id
+	}
+	return r, nil
+}

@@ -1,0 +1,405 @@
+package bash
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sandboxd/sandboxd/tools"
+)
+
+// ErrClosed is returned by Call after Close.
+var ErrClosed = errors.New("terminal: executor is closed")
+
+// Executor runs terminal actions in one persistent shell. Calls are
+// serialised; a new command that arrives while another call is in flight is
+// refused at once (it would be refused anyway: one command runs at a time).
+type Executor struct {
+	opts     Options
+	cfg      sessionConfig
+	user     string
+	host     string
+	ownState bool // StateDir was made by NewExecutor and goes with Close
+
+	sem chan struct{} // one call at a time
+
+	mu     sync.Mutex // guards sess and closed
+	sess   *session
+	closed bool
+}
+
+var _ tools.Executor[Action] = (*Executor)(nil)
+
+// NewExecutor validates opts, starts the shell and waits for its first
+// prompt.
+func NewExecutor(opts Options) (*Executor, error) {
+	opts = opts.withDefaults()
+	if err := opts.validate(); err != nil {
+		return nil, fmt.Errorf("terminal: %w", err)
+	}
+	shell, isBash, err := findShell(opts.Shell)
+	if err != nil {
+		return nil, err
+	}
+	dir := opts.Dir
+	if dir == "" {
+		if dir, err = os.Getwd(); err != nil {
+			return nil, fmt.Errorf("terminal: working directory: %w", err)
+		}
+	}
+	if dir, err = filepath.Abs(dir); err != nil {
+		return nil, fmt.Errorf("terminal: working directory: %w", err)
+	}
+	e := &Executor{opts: opts, sem: make(chan struct{}, 1)}
+	state := opts.StateDir
+	if state == "" {
+		if state, err = os.MkdirTemp("", "sandboxd-terminal-"); err != nil {
+			return nil, fmt.Errorf("terminal: state directory: %w", err)
+		}
+		e.ownState = true
+	} else if err := os.MkdirAll(state, 0o700); err != nil {
+		return nil, fmt.Errorf("terminal: state directory: %w", err)
+	}
+	if state, err = filepath.Abs(state); err != nil {
+		return nil, fmt.Errorf("terminal: state directory: %w", err)
+	}
+	e.opts.StateDir = state
+	e.cfg = sessionConfig{
+		shell:    shell,
+		bash:     isBash,
+		dir:      dir,
+		env:      shellEnv(os.Environ(), opts.Env),
+		stateDir: state,
+		outDir:   state,
+		limit:    opts.MaxOutputChars,
+		start:    opts.StartTimeout,
+		grace:    opts.KillGrace,
+		log:      opts.Logger.With("component", "terminal"),
+	}
+	e.user, e.host = whoAmI()
+	e.sess, err = startSession(e.cfg)
+	if err != nil && opts.Shell == "" && isBash {
+		// A bash that cannot start (a broken or foreign binary) should not
+		// leave the session without a terminal when a sh works.
+		if sh, _, shErr := findShell("sh"); shErr == nil {
+			e.cfg.log.Warn("terminal: bash did not start; using sh", "bash", shell, "err", err)
+			e.cfg.shell, e.cfg.bash = sh, false
+			e.sess, err = startSession(e.cfg)
+		}
+	}
+	if err != nil {
+		if e.ownState {
+			_ = os.RemoveAll(state)
+		}
+		return nil, err
+	}
+	return e, nil
+}
+
+// findShell resolves Options.Shell: bash if found, else sh; or the named
+// shell. A minimal image may have no PATH, so /bin and /usr/bin are tried.
+func findShell(name string) (path string, isBash bool, err error) {
+	var candidates []string
+	switch {
+	case name == "":
+		candidates = []string{"bash", "/bin/bash", "/usr/bin/bash", "sh", "/bin/sh", "/usr/bin/sh"}
+	case strings.ContainsRune(name, '/'):
+		candidates = []string{name}
+	default:
+		candidates = []string{name, "/bin/" + name, "/usr/bin/" + name}
+	}
+	for _, c := range candidates {
+		p, err := exec.LookPath(c)
+		if err == nil {
+			if p, err = filepath.Abs(p); err == nil {
+				return p, strings.Contains(filepath.Base(p), "bash"), nil
+			}
+		}
+	}
+	if name == "" {
+		return "", false, errors.New("terminal: no shell found (looked for bash and sh in PATH, /bin and /usr/bin)")
+	}
+	return "", false, fmt.Errorf("terminal: shell %q not found or not executable", name)
+}
+
+// shellEnv is the inherited environment minus the variables that would
+// change how the shell prompts or what it reads at start, plus pagers off,
+// TERM, and the configured extras (which win).
+func shellEnv(inherited []string, extra map[string]string) []string {
+	drop := map[string]bool{"PS0": true, "PS1": true, "PS2": true, "PROMPT_COMMAND": true, "ENV": true, "BASH_ENV": true}
+	vars := map[string]string{}
+	for _, kv := range inherited {
+		k, v, ok := strings.Cut(kv, "=")
+		if ok && !drop[k] {
+			vars[k] = v
+		}
+	}
+	vars["TERM"] = "xterm-256color"
+	vars["PAGER"] = "cat"
+	vars["GIT_PAGER"] = "cat"
+	for k, v := range extra {
+		vars[k] = v
+	}
+	env := make([]string, 0, len(vars))
+	for k, v := range vars {
+		env = append(env, k+"="+v)
+	}
+	sort.Strings(env)
+	return env
+}
+
+func whoAmI() (name, host string) {
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		name = u.Username
+	} else if name = os.Getenv("USER"); name == "" {
+		name = strconv.Itoa(os.Getuid())
+	}
+	host, _ = os.Hostname()
+	return name, host
+}
+
+// Close ends the shell's whole session (SIGTERM, grace, SIGKILL) and waits
+// for its goroutines. It is idempotent.
+func (e *Executor) Close() error {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil
+	}
+	e.closed = true
+	s := e.sess
+	e.sess = nil
+	e.mu.Unlock()
+	if s != nil {
+		s.terminate() // an in-flight call sees the shell end and returns
+	}
+	// Wait for an in-flight call to finish before removing its files.
+	e.sem <- struct{}{}
+	<-e.sem
+	if e.ownState {
+		return os.RemoveAll(e.opts.StateDir)
+	}
+	return nil
+}
+
+// Call runs one action. Failures the model should read are observations
+// with IsError; a Go error means the call could not happen (context ended
+// before it started, executor closed).
+func (e *Executor) Call(ctx context.Context, a Action) (*tools.Observation, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if a.Reset && a.IsInput {
+		return tools.Errorf("Cannot use reset=True with is_input=True"), nil
+	}
+	if strings.ContainsRune(a.Command, 0) {
+		return tools.Errorf("The command contains a NUL character, which a terminal cannot send. Remove it (use printf '\\0' in the command to produce one)."), nil
+	}
+	if !a.IsInput {
+		if kind := literalKind(a.Command); kind != "" {
+			return tools.Errorf("%s", literalMessage(a.Command, kind)), nil
+		}
+	}
+	k, isKey := parseKey(a.Command, a.IsInput)
+	empty := strings.TrimSpace(a.Command) == ""
+	newCommand := !a.Reset && !a.IsInput && !isKey && !empty
+
+	if newCommand {
+		select {
+		case e.sem <- struct{}{}:
+		default:
+			return e.busy(a.Command), nil
+		}
+	} else {
+		select {
+		case e.sem <- struct{}{}:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	defer func() { <-e.sem }()
+
+	e.mu.Lock()
+	closed, s := e.closed, e.sess
+	e.mu.Unlock()
+	if closed {
+		return nil, ErrClosed
+	}
+
+	var c call
+	c.command = a.Command
+	if a.Reset {
+		if s != nil {
+			s.terminate()
+		}
+		var err error
+		if s, err = e.restart(); err != nil {
+			return tools.Errorf("Terminal reset failed: %v", err), nil
+		}
+		c.restarted = true
+		c.notes = append(c.notes, "Terminal session has been reset. All previous environment variables and session state have been cleared.")
+		if empty {
+			return c.observation(Output{Command: "[RESET]", ExitCode: 0, ShellRestarted: true, Metadata: e.meta(s.lastMarker(), 0)}, false), nil
+		}
+		c.command = "[RESET] " + a.Command
+	} else if s == nil || s.hasExited() {
+		note := "The previous shell session ended, so a new one was started. Environment variables, functions, background jobs and the working directory were reset."
+		if s != nil {
+			note = fmt.Sprintf("The previous shell session ended (exit code %d), so a new one was started. Environment variables, functions, background jobs and the working directory were reset.", s.exitCode())
+			s.terminate() // ends processes the old shell left and its goroutines
+		}
+		var err error
+		if s, err = e.restart(); err != nil {
+			return tools.Errorf("Starting a new shell failed: %v", err), nil
+		}
+		c.restarted = true
+		c.notes = append(c.notes, note)
+	}
+
+	// Output is streamed from before the command starts until Call returns.
+	s.setSink(tools.StreamFrom(ctx))
+	defer s.setSink(nil)
+	running, done, _ := s.state()
+	switch {
+	case empty && !isKey:
+		if !running {
+			return c.errorf("No previous running command to retrieve logs from."), nil
+		}
+		c.continued = true
+	case a.IsInput || isKey:
+		if !running {
+			return c.errorf("No previous running command to interact with."), nil
+		}
+		c.continued = true
+		if done != nil {
+			// The command ended before the input: sending it would type
+			// into the shell itself.
+			c.inputNotSent = true
+			break
+		}
+		data := k.bytes
+		if isKey {
+			c.ctrl = k.ctrl
+		} else {
+			data = typedInput(a.Command)
+		}
+		if err := s.write([]byte(data)); err != nil {
+			return c.errorf("Could not send the input: %v", err), nil
+		}
+	default: // a new command
+		if running && done == nil {
+			return e.refuse(&c, s, a.Command), nil
+		}
+		if running {
+			c.previous = s.takeDone()
+		}
+		if err := s.run(a.Command); err != nil {
+			return c.errorf("Could not start the command: %v", err), nil
+		}
+	}
+	return e.wait(ctx, s, &c, a.Timeout), nil
+}
+
+// restart replaces the session (the old one is already terminated).
+func (e *Executor) restart() (*session, error) {
+	s, err := startSession(e.cfg)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		if s != nil {
+			s.terminate()
+		}
+		return nil, ErrClosed
+	}
+	e.sess = s // nil on error: the next call tries again
+	return s, err
+}
+
+// busy refuses a new command while another call is in flight.
+func (e *Executor) busy(command string) *tools.Observation {
+	c := call{command: command}
+	meta := Metadata{ExitCode: -1, PID: -1}
+	meta.Suffix = notExecuted(command)
+	return c.result(Output{Command: command, ExitCode: -1, Metadata: meta}, "", true)
+}
+
+func notExecuted(command string) string {
+	return fmt.Sprintf("\n[Your command %q is NOT executed. The previous command is still running - You CANNOT send new commands until the previous command is completed. By setting `is_input` to `true`, you can interact with the current process: %s]", strings.TrimSpace(command), timeoutTemplate)
+}
+
+// refuse answers a new command while the previous one still runs: nothing
+// is executed; the output printed since the last call is shown.
+func (e *Executor) refuse(c *call, s *session, command string) *tools.Observation {
+	r := s.takeOutput().finish()
+	meta := Metadata{ExitCode: -1, PID: -1, Suffix: notExecuted(command)}
+	out := strings.TrimRight(r.text, " \t\r\n")
+	if out != "" {
+		meta.Prefix = continuedPrefix
+	}
+	return c.result(Output{Command: command, ExitCode: -1, Truncated: r.truncated, FullOutputPath: r.path, Metadata: meta}, out, true)
+}
+
+const continuedPrefix = "[Below is the output of the previous command.]\n"
+
+// wait waits for the command to end, the soft timeout, the hard timeout or
+// the wall-clock cap, the shell to exit, or ctx; then builds the result.
+func (e *Executor) wait(ctx context.Context, s *session, c *call, timeout *float64) *tools.Observation {
+	start := time.Now()
+	soft := e.opts.SoftTimeout
+	limit, kind := e.opts.MaxWait, TimeoutLimit
+	if timeout != nil && *timeout > 0 {
+		soft = 0 // like OpenHands: an explicit timeout disables the soft one
+		limit, kind = time.Duration(*timeout*float64(time.Second)), TimeoutHard
+	}
+	hardAt := start.Add(limit)
+	if c.inputNotSent {
+		return e.finishDone(c, s.takeDone())
+	}
+
+	timer := time.NewTimer(limit)
+	defer timer.Stop()
+	for {
+		if d := s.takeDone(); d != nil {
+			return e.finishDone(c, d)
+		}
+		s.mu.Lock()
+		exited, lastOut := s.exited, s.lastOut
+		s.mu.Unlock()
+		if exited {
+			return e.finishExited(c, s)
+		}
+		now := time.Now()
+		if now.After(hardAt) || now.Equal(hardAt) {
+			return e.finishTimeout(c, s, kind, limit)
+		}
+		next := hardAt
+		if soft > 0 {
+			if lastOut.Before(start) {
+				lastOut = start
+			}
+			softAt := lastOut.Add(soft)
+			if !now.Before(softAt) {
+				return e.finishTimeout(c, s, TimeoutSoft, soft)
+			}
+			if softAt.Before(next) {
+				next = softAt
+			}
+		}
+		timer.Reset(next.Sub(now))
+		select {
+		case <-s.wake:
+		case <-timer.C:
+		case <-ctx.Done():
+			return e.finishCancelled(c, s)
+		}
+	}
+}

@@ -1,0 +1,739 @@
+package bash
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandboxd/tools"
+)
+
+// TestCommands checks single commands' output and exit code in both shells.
+func TestCommands(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("x", 10000) // longer than the pty's 4095-byte line limit
+	cases := []struct {
+		name     string
+		command  string
+		want     string // exact output
+		exit     int
+		bashOnly bool
+	}{
+		{name: "echo", command: "echo hello", want: "hello"},
+		{name: "exit code", command: "echo hello; false", want: "hello", exit: 1},
+		{name: "stderr merged", command: "echo out; echo err >&2", want: "out\nerr"},
+		{name: "no output", command: "true", want: ""},
+		{name: "no trailing newline", command: "printf abc", want: "abc"},
+		{name: "invalid utf8", command: `printf 'a\377\376b\n'`, want: "a\ufffd\ufffdb"},
+		{name: "colours stripped", command: `printf '\033[1;31mred\033[0m\n'`, want: "red"},
+		{name: "crlf normalised", command: `printf 'a\r\nb\r\n'`, want: "a\nb"},
+		{name: "progress bar", command: `printf '10%%\r50%%\r100%%\n'`, want: "100%"},
+		{name: "and chain", command: "echo a && echo b", want: "a\nb"},
+		{name: "pipe", command: "printf 'b\\na\\n' | sort", want: "a\nb"},
+		{name: "multi-line script", command: "echo one\necho two\nfalse", want: "one\ntwo", exit: 1},
+		{name: "multi-line exit code of last", command: "false\necho last", want: "last"},
+		{name: "heredoc", command: "cat <<'EOF'\nline $HOME\nsecond\nEOF", want: "line $HOME\nsecond"},
+		{name: "heredoc then command", command: "cat <<EOF\nx\nEOF\necho after", want: "x\nafter"},
+		{name: "double brackets", command: "[[ -d / ]] && echo dir", want: "dir", bashOnly: true},
+		{name: "brace group", command: "{ echo x; }", want: "x"},
+		{name: "if block", command: "if true; then\n  echo yes\nfi", want: "yes"},
+		{name: "for loop", command: "for i in 1 2 3; do\n echo $i\ndone", want: "1\n2\n3"},
+		{name: "comment at end", command: "echo x # comment", want: "x"},
+		{name: "long line", command: "echo " + long + " | wc -c", want: "10001"},
+		{name: "history expansion off", command: "echo 'a!b' a!b", want: "a!b a!b"},
+		{name: "pagers", command: "echo $PAGER $GIT_PAGER", want: "cat cat"},
+		{name: "term set", command: "echo $TERM", want: "xterm-256color"},
+		{name: "stdin is a tty", command: "[ -t 0 ] && [ -t 1 ] && echo tty", want: "tty"},
+		{name: "not found", command: "definitely_not_a_command_x", exit: 127},
+		{name: "syntax error", command: "echo (", exit: 2},
+		{name: "fake marker from PS1", command: `printf '%s\n' "$PS1" >/dev/null; echo "$PS1" | wc -l`, want: "1"},
+	}
+	for _, shell := range shells {
+		t.Run(shellName(shell), func(t *testing.T) {
+			e := newExec(t, testOptions(t, shell))
+			for _, c := range cases {
+				if c.bashOnly && shell != "bash" {
+					continue
+				}
+				t.Run(c.name, func(t *testing.T) {
+					text, out, obs := do(t, e, cmd(c.command))
+					assert.False(t, obs.IsError, text)
+					assert.Equal(t, c.exit, out.ExitCode, text)
+					assert.Equal(t, c.exit, out.Metadata.ExitCode)
+					assert.Contains(t, text, fmt.Sprintf("[The command completed with exit code %d.]", c.exit))
+					if c.exit != 127 && c.exit != 2 {
+						assert.Equal(t, strings.TrimSpace(c.want), strings.TrimSpace(body(text)), "text: %q", text)
+					}
+					assert.NotContains(t, text, "__sbx", "internal lines must not show")
+					assert.NotContains(t, text, "\x1e")
+				})
+			}
+		})
+	}
+}
+
+func TestTextFormat(t *testing.T) {
+	t.Parallel()
+	opts := testOptions(t, "bash")
+	e := newExec(t, opts)
+	text, out, _ := do(t, e, cmd("echo hello; false"))
+	dir, _ := filepath.Abs(opts.Dir)
+	assert.True(t, strings.HasPrefix(text, "hello\n[The command completed with exit code 1.]\n[Current working directory: "+dir+"]"), text)
+	assert.Equal(t, "echo hello; false", out.Command)
+	assert.Equal(t, dir, out.Metadata.WorkingDir)
+	assert.NotEmpty(t, out.Metadata.Username)
+	assert.NotEmpty(t, out.Metadata.Hostname)
+	assert.Equal(t, -1, out.Metadata.PID)
+	assert.False(t, out.Timeout)
+
+	// Without output the text starts with the completion note.
+	text, _, _ = do(t, e, cmd("true"))
+	assert.True(t, strings.HasPrefix(text, "[The command completed with exit code 0.]"), text)
+}
+
+func TestPythonInterpreterPath(t *testing.T) {
+	t.Parallel()
+	e := newExec(t, testOptions(t, "bash"))
+	bin := t.TempDir()
+	py := filepath.Join(bin, "python")
+	require.NoError(t, os.WriteFile(py, []byte("#!/bin/sh\n"), 0o755))
+	text, out, _ := do(t, e, cmd("export PATH="+bin+":$PATH"))
+	assert.Equal(t, py, out.Metadata.PyInterpreterPath)
+	assert.Contains(t, text, "[Python interpreter: "+py+"]")
+	_, out, _ = do(t, e, cmd("export PATH=/nonexistent"))
+	assert.Empty(t, out.Metadata.PyInterpreterPath)
+}
+
+// TestStatePersists: cwd, variables, functions, aliases and background jobs
+// live on between calls.
+func TestStatePersists(t *testing.T) {
+	t.Parallel()
+	for _, shell := range shells {
+		t.Run(shellName(shell), func(t *testing.T) {
+			e := newExec(t, testOptions(t, shell))
+			sub := t.TempDir()
+			_, out, _ := do(t, e, cmd("cd "+sub))
+			assert.Equal(t, sub, out.Metadata.WorkingDir)
+			text, out, _ := do(t, e, cmd("pwd"))
+			assert.Equal(t, sub, body(text))
+			assert.Equal(t, sub, out.Metadata.WorkingDir)
+
+			do(t, e, cmd("export FOO=bar; plain=1"))
+			text, _, _ = do(t, e, cmd("echo $FOO $plain"))
+			assert.Equal(t, "bar 1", body(text))
+
+			do(t, e, cmd("greet() { echo \"hi $1\"; }"))
+			text, _, _ = do(t, e, cmd("greet you"))
+			assert.Equal(t, "hi you", body(text))
+
+			_, out, _ = do(t, e, cmd("sleep 30 &"))
+			require.Greater(t, out.Metadata.PID, 0, "metadata pid is $!")
+			text, _, _ = do(t, e, cmd("kill -0 $! && echo alive; echo $!"))
+			assert.Equal(t, "alive\n"+strconv.Itoa(out.Metadata.PID), body(text))
+			do(t, e, cmd("kill %1 2>/dev/null || kill $!"))
+		})
+	}
+}
+
+func TestSoftTimeoutAndContinue(t *testing.T) {
+	t.Parallel()
+	for _, shell := range shells {
+		t.Run(shellName(shell), func(t *testing.T) {
+			e := newExec(t, testOptions(t, shell))
+			start := time.Now()
+			text, out, obs := do(t, e, cmd("echo started; sleep 1.5; echo finished"))
+			assert.Less(t, time.Since(start), 1400*time.Millisecond)
+			assert.False(t, obs.IsError)
+			assert.Equal(t, -1, out.ExitCode)
+			assert.True(t, out.Timeout)
+			assert.Equal(t, TimeoutSoft, out.TimeoutKind)
+			assert.Equal(t, "started", body(text))
+			assert.Contains(t, text, "[The command has no new output after 1 seconds. "+timeoutTemplate+"]")
+
+			// Empty command: waits and returns only the new output.
+			text, out, obs = do(t, e, cmd(""))
+			assert.False(t, obs.IsError, text)
+			assert.Equal(t, 0, out.ExitCode)
+			assert.Equal(t, continuedPrefix+"finished", body(text))
+			assert.Contains(t, text, "[The command completed with exit code 0.]")
+
+			// Nothing runs now: polls and input are errors.
+			text, _, obs = do(t, e, cmd(""))
+			assert.True(t, obs.IsError)
+			assert.Equal(t, "No previous running command to retrieve logs from.", text)
+			text, _, obs = do(t, e, input("hello"))
+			assert.True(t, obs.IsError)
+			assert.Equal(t, "No previous running command to interact with.", text)
+			text, _, obs = do(t, e, input("C-c"))
+			assert.True(t, obs.IsError)
+			assert.Equal(t, "No previous running command to interact with.", text)
+		})
+	}
+}
+
+func TestSoftTimeoutCountsFromLastOutput(t *testing.T) {
+	t.Parallel()
+	e := newExec(t, testOptions(t, "bash"))
+	// Prints every 0.4 s for 2 s: never 1 s silent, so it completes.
+	text, out, _ := do(t, e, cmd("for i in 1 2 3 4 5; do echo $i; sleep 0.4; done"))
+	assert.Equal(t, 0, out.ExitCode, text)
+	assert.Equal(t, "1\n2\n3\n4\n5", body(text))
+}
+
+func TestHardTimeout(t *testing.T) {
+	t.Parallel()
+	for _, shell := range shells {
+		t.Run(shellName(shell), func(t *testing.T) {
+			e := newExec(t, testOptions(t, shell))
+			start := time.Now()
+			// Silent for longer than the soft timeout: an explicit timeout
+			// disables the soft one.
+			text, out, _ := do(t, e, withTimeout("sleep 1.5; echo late; sleep 5", 2))
+			elapsed := time.Since(start)
+			assert.GreaterOrEqual(t, elapsed, 2*time.Second)
+			assert.Less(t, elapsed, 3*time.Second)
+			assert.Equal(t, -1, out.ExitCode)
+			assert.Equal(t, TimeoutHard, out.TimeoutKind)
+			assert.Equal(t, "late", body(text))
+			assert.Contains(t, text, "[The command timed out after 2 seconds. "+timeoutTemplate+"]")
+			// The process keeps running.
+			text, _, obs := do(t, e, cmd("echo new"))
+			assert.True(t, obs.IsError)
+			assert.Contains(t, text, `[Your command "echo new" is NOT executed. The previous command is still running`)
+			// Interrupt it.
+			text, out, _ = do(t, e, input("C-c"))
+			assert.Equal(t, 130, out.ExitCode, text)
+			assert.Contains(t, text, "[The command completed with exit code 130. CTRL+C was sent.]")
+		})
+	}
+}
+
+func TestWallClockCap(t *testing.T) {
+	t.Parallel()
+	opts := testOptions(t, "bash")
+	opts.MaxWait = 1500 * time.Millisecond
+	e := newExec(t, opts)
+	start := time.Now()
+	// Never silent for the soft timeout: only the cap ends the call.
+	text, out, _ := do(t, e, cmd("while :; do echo tick; sleep 0.2; done"))
+	elapsed := time.Since(start)
+	assert.GreaterOrEqual(t, elapsed, 1500*time.Millisecond)
+	assert.Less(t, elapsed, 2500*time.Millisecond)
+	assert.Equal(t, -1, out.ExitCode)
+	assert.Equal(t, TimeoutLimit, out.TimeoutKind)
+	assert.Contains(t, body(text), "tick\ntick")
+	assert.Contains(t, text, "[The command is still running after 1.5 seconds, the longest a call waits without a `timeout`.")
+	text, out, _ = do(t, e, input("C-c"))
+	assert.Equal(t, 130, out.ExitCode, text)
+}
+
+func TestRefusedWhileRunningIsNotExecuted(t *testing.T) {
+	t.Parallel()
+	for _, shell := range shells {
+		t.Run(shellName(shell), func(t *testing.T) {
+			e := newExec(t, testOptions(t, shell))
+			marker := filepath.Join(t.TempDir(), "ran")
+			_, out, _ := do(t, e, cmd("echo first; sleep 30"))
+			require.Equal(t, -1, out.ExitCode)
+			do(t, e, cmd("")) // soft timeout again, nothing new
+
+			text, out, obs := do(t, e, cmd("touch "+marker))
+			assert.True(t, obs.IsError)
+			assert.Equal(t, -1, out.ExitCode)
+			assert.Contains(t, text, fmt.Sprintf("[Your command %q is NOT executed.", "touch "+marker))
+			assert.Contains(t, text, timeoutTemplate)
+
+			text, out, _ = do(t, e, input("C-c"))
+			assert.Equal(t, 130, out.ExitCode, text)
+			assert.NoFileExists(t, marker, "the refused command must never run")
+			text, _, _ = do(t, e, cmd("echo ok"))
+			assert.Equal(t, "ok", body(text))
+			assert.NoFileExists(t, marker)
+		})
+	}
+}
+
+func TestRefusalShowsNewOutput(t *testing.T) {
+	t.Parallel()
+	e := newExec(t, testOptions(t, "bash"))
+	do(t, e, cmd("sleep 1.2; echo later; sleep 30"))
+	time.Sleep(500 * time.Millisecond) // "later" arrives between calls
+	text, _, obs := do(t, e, cmd("echo x"))
+	assert.True(t, obs.IsError)
+	assert.True(t, strings.HasPrefix(text, continuedPrefix+"later\n[Your command"), text)
+	do(t, e, input("C-c"))
+}
+
+func TestPreviousCommandFinishedMeanwhile(t *testing.T) {
+	t.Parallel()
+	e := newExec(t, testOptions(t, "bash"))
+	_, out, _ := do(t, e, cmd("sleep 1.3; echo done-old"))
+	require.Equal(t, -1, out.ExitCode)
+	time.Sleep(700 * time.Millisecond)
+	text, out, obs := do(t, e, cmd("echo new"))
+	assert.False(t, obs.IsError)
+	assert.Equal(t, 0, out.ExitCode)
+	assert.True(t, strings.HasPrefix(text, continuedPrefix+"done-old\n[The previous command completed with exit code 0.]\n\nnew\n"), text)
+}
+
+func TestInput(t *testing.T) {
+	t.Parallel()
+	for _, shell := range shells {
+		t.Run(shellName(shell), func(t *testing.T) {
+			e := newExec(t, testOptions(t, shell))
+			text, out, _ := do(t, e, cmd("printf 'name? '; IFS= read -r name; echo \"hello $name\""))
+			require.Equal(t, -1, out.ExitCode)
+			assert.True(t, strings.HasPrefix(text, "name?\n[The command has no new output"), "the unfinished prompt line is returned: %q", text)
+
+			text, out, _ = do(t, e, input("  world  "))
+			assert.Equal(t, 0, out.ExitCode, text)
+			assert.Equal(t, continuedPrefix+"hello   world", body(text), "input is typed as given; echo is off")
+
+			// C-d ends input.
+			_, out, _ = do(t, e, withTimeout("cat", 0.3))
+			require.Equal(t, -1, out.ExitCode)
+			text, out, _ = do(t, e, Action{Command: "line one", IsInput: true, Timeout: ptr(0.3)})
+			assert.Equal(t, -1, out.ExitCode)
+			assert.Equal(t, continuedPrefix+"line one", body(text))
+			text, out, _ = do(t, e, input("C-d"))
+			assert.Equal(t, 0, out.ExitCode, text)
+			assert.Contains(t, text, "[The command completed with exit code 0. CTRL+D was sent.]")
+		})
+	}
+}
+
+func TestInputKeys(t *testing.T) {
+	t.Parallel()
+	e := newExec(t, testOptions(t, "bash"))
+	// od shows exactly which bytes a key sends.
+	_, out, _ := do(t, e, cmd("od -An -c"))
+	require.Equal(t, -1, out.ExitCode)
+	// (BS would erase the TAB: the line editor of the pty handles it.)
+	for _, k := range []string{"UP", "TAB", "ESC", "ENTER"} {
+		do(t, e, input(k))
+	}
+	text, out, _ := do(t, e, input("C-d"))
+	require.Equal(t, 0, out.ExitCode, text)
+	assert.Contains(t, text, `033   [   A  \t 033  \n`)
+
+	// C-z stops the job: the shell prompt returns with 148.
+	do(t, e, withTimeout("sleep 30", 0.2))
+	text, out, _ = do(t, e, input("C-z"))
+	assert.Equal(t, 148, out.ExitCode, text)
+	assert.Contains(t, text, "CTRL+Z was sent.")
+	do(t, e, cmd("kill -9 %1"))
+}
+
+func TestInputAfterCommandEnded(t *testing.T) {
+	t.Parallel()
+	e := newExec(t, testOptions(t, "bash"))
+	_, out, _ := do(t, e, cmd("sleep 1.2; echo bye"))
+	require.Equal(t, -1, out.ExitCode)
+	time.Sleep(500 * time.Millisecond)
+	text, out, obs := do(t, e, input("exit"))
+	assert.False(t, obs.IsError)
+	assert.Equal(t, 0, out.ExitCode)
+	assert.Contains(t, text, "bye")
+	assert.Contains(t, text, "before your input arrived, so the input was NOT sent.")
+	text, _, _ = do(t, e, cmd("echo still here"))
+	assert.Equal(t, "still here", body(text), "the shell did not receive the input")
+}
+
+func TestUnterminatedQuoteHasNoPS2(t *testing.T) {
+	t.Parallel()
+	for _, shell := range shells {
+		t.Run(shellName(shell), func(t *testing.T) {
+			e := newExec(t, testOptions(t, shell))
+			text, out, _ := do(t, e, cmd(`echo "abc`))
+			// The whole command text is read at once: an unterminated quote
+			// is a syntax error, not a wait for more input.
+			assert.Equal(t, 2, out.ExitCode, text)
+			assert.NotContains(t, text, "> ")
+			text, _, _ = do(t, e, cmd("echo fine"))
+			assert.Equal(t, "fine", body(text))
+		})
+	}
+}
+
+func TestLiteralGuard(t *testing.T) {
+	t.Parallel()
+	e := newExec(t, testOptions(t, "bash"))
+	text, _, obs := do(t, e, cmd(`{"command": "ls"}`))
+	assert.True(t, obs.IsError)
+	assert.Contains(t, text, "looks like a Python/JSON dict literal")
+	text, _, obs = do(t, e, cmd(`[[ -d / ]] && echo ok`))
+	assert.False(t, obs.IsError)
+	assert.Equal(t, "ok", body(text))
+}
+
+func TestArgumentErrors(t *testing.T) {
+	t.Parallel()
+	e := newExec(t, testOptions(t, "bash"))
+	text, _, obs := do(t, e, Action{Command: "ls", Reset: true, IsInput: true})
+	assert.True(t, obs.IsError)
+	assert.Equal(t, "Cannot use reset=True with is_input=True", text)
+	_, _, obs = do(t, e, cmd("echo a\x00b"))
+	assert.True(t, obs.IsError)
+}
+
+func TestOutputTruncation(t *testing.T) {
+	t.Parallel()
+	for _, shell := range shells {
+		t.Run(shellName(shell), func(t *testing.T) {
+			opts := testOptions(t, shell)
+			e := newExec(t, opts)
+			text, out, _ := do(t, e, cmd("seq 1 100000"))
+			assert.Equal(t, 0, out.ExitCode)
+			require.True(t, out.Truncated)
+			require.NotEmpty(t, out.FullOutputPath)
+			assert.True(t, strings.HasPrefix(out.FullOutputPath, opts.StateDir), out.FullOutputPath)
+			assert.True(t, strings.HasPrefix(text, "1\n2\n3\n"))
+			assert.Contains(t, text, "The complete output has been saved to "+out.FullOutputPath)
+			assert.Contains(t, text, "99999\n100000\n[The command completed with exit code 0.]")
+			assert.LessOrEqual(t, utf8.RuneCountInString(body(text)), DefaultMaxOutputChars)
+			full, err := os.ReadFile(out.FullOutputPath)
+			require.NoError(t, err)
+			assert.Equal(t, 588895, len(full)) // seq 1 100000 | wc -c
+			st, err := os.Stat(opts.StateDir)
+			require.NoError(t, err)
+			assert.Equal(t, os.FileMode(0o700), st.Mode().Perm())
+		})
+	}
+}
+
+func TestIdleOutputShowsInNextCall(t *testing.T) {
+	t.Parallel()
+	e := newExec(t, testOptions(t, "bash"))
+	do(t, e, cmd("(sleep 0.3; echo from-background) &"))
+	time.Sleep(800 * time.Millisecond)
+	text, _, _ := do(t, e, cmd("echo now"))
+	assert.Contains(t, body(text), "from-background")
+	assert.Contains(t, body(text), "now")
+}
+
+func TestResetKillsAndStartsFresh(t *testing.T) {
+	t.Parallel()
+	for _, shell := range shells {
+		t.Run(shellName(shell), func(t *testing.T) {
+			e := newExec(t, testOptions(t, shell))
+			do(t, e, cmd("export FOO=bar; cd /"))
+			_, out, _ := do(t, e, cmd("sleep 60 &"))
+			bg := out.Metadata.PID
+			require.Greater(t, bg, 0)
+			do(t, e, withTimeout("sleep 60", 0.2)) // a running foreground command too
+
+			text, out, obs := do(t, e, Action{Reset: true})
+			assert.False(t, obs.IsError)
+			assert.Equal(t, "[RESET]", out.Command)
+			assert.Equal(t, 0, out.ExitCode)
+			assert.True(t, out.ShellRestarted)
+			assert.True(t, strings.HasPrefix(text, "Terminal session has been reset. All previous environment variables and session state have been cleared."), text)
+			assert.False(t, processAlive(bg), "background job of the old shell is killed")
+
+			text, out, _ = do(t, e, Action{Reset: true, Command: "echo ${FOO:-unset}; pwd"})
+			assert.Equal(t, "[RESET] echo ${FOO:-unset}; pwd", out.Command)
+			assert.Contains(t, text, "Terminal session has been reset.")
+			assert.Contains(t, text, "\n\nunset\n"+e.cfg.dir+"\n[The command completed with exit code 0.]")
+		})
+	}
+}
+
+func TestShellExitStartsNewShell(t *testing.T) {
+	t.Parallel()
+	for _, shell := range shells {
+		t.Run(shellName(shell), func(t *testing.T) {
+			e := newExec(t, testOptions(t, shell))
+			do(t, e, cmd("export FOO=bar"))
+			text, out, _ := do(t, e, cmd("exit 3"))
+			assert.Equal(t, 3, out.ExitCode, text)
+			assert.Contains(t, text, "[The shell exited with code 3. The next command starts a new shell")
+
+			text, out, obs := do(t, e, cmd("echo ${FOO:-unset}"))
+			assert.False(t, obs.IsError)
+			assert.True(t, out.ShellRestarted)
+			assert.True(t, strings.HasPrefix(text, "The previous shell session ended (exit code 3), so a new one was started."), text)
+			assert.Contains(t, text, "\n\nunset\n[The command completed with exit code 0.]")
+
+			// Killed from inside, while idle.
+			do(t, e, cmd("(sleep 0.2; kill -9 $$) &"))
+			time.Sleep(600 * time.Millisecond)
+			text, out, _ = do(t, e, cmd("echo back"))
+			assert.True(t, out.ShellRestarted)
+			assert.Contains(t, text, "exit code 137")
+			assert.Contains(t, text, "back")
+		})
+	}
+}
+
+func TestContextCancelInterrupts(t *testing.T) {
+	t.Parallel()
+	for _, shell := range shells {
+		t.Run(shellName(shell), func(t *testing.T) {
+			e := newExec(t, testOptions(t, shell))
+			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			defer cancel()
+			start := time.Now()
+			obs, err := e.Call(ctx, withTimeout("echo begun; sleep 30", 60))
+			require.NoError(t, err)
+			assert.Less(t, time.Since(start), time.Second)
+			out := obs.Structured.(Output)
+			assert.Equal(t, 130, out.ExitCode, obs.Text())
+			assert.Contains(t, obs.Text(), "begun")
+			assert.Contains(t, obs.Text(), "The command was interrupted by user request. The process received SIGINT (Ctrl+C)")
+			text, _, _ := do(t, e, cmd("echo next"))
+			assert.Equal(t, "next", body(text))
+
+			// A context that is already done: nothing happens.
+			cancel()
+			_, err = e.Call(ctx, cmd("echo no"))
+			assert.ErrorIs(t, err, context.DeadlineExceeded)
+		})
+	}
+}
+
+func TestStreaming(t *testing.T) {
+	t.Parallel()
+	e := newExec(t, testOptions(t, "bash"))
+	var mu sync.Mutex
+	var chunks []string
+	ctx := tools.WithStream(context.Background(), func(b []byte) {
+		mu.Lock()
+		chunks = append(chunks, string(b))
+		mu.Unlock()
+	})
+	obs, err := e.Call(ctx, cmd("echo one; sleep 0.3; printf '\\033[32mtwo\\033[0m\\n'"))
+	require.NoError(t, err)
+	require.Equal(t, 0, obs.Structured.(Output).ExitCode)
+	mu.Lock()
+	defer mu.Unlock()
+	assert.GreaterOrEqual(t, len(chunks), 2, "output arrives while the command runs")
+	assert.Equal(t, "one\ntwo\n", strings.Join(chunks, ""), "cleaned text, no markers")
+}
+
+func TestConcurrentCalls(t *testing.T) {
+	t.Parallel()
+	e := newExec(t, testOptions(t, "bash"))
+	marker := filepath.Join(t.TempDir(), "ran")
+	started := make(chan struct{})
+	done := make(chan Output)
+	go func() {
+		close(started)
+		obs, err := e.Call(context.Background(), withTimeout("sleep 1; echo first", 5))
+		assert.NoError(t, err)
+		done <- obs.Structured.(Output)
+	}()
+	<-started
+	time.Sleep(200 * time.Millisecond)
+	text, out, obs := do(t, e, cmd("touch "+marker))
+	assert.True(t, obs.IsError)
+	assert.Equal(t, -1, out.ExitCode)
+	assert.Contains(t, text, "is NOT executed")
+	first := <-done
+	assert.Equal(t, 0, first.ExitCode)
+	assert.NoFileExists(t, marker)
+
+	// Polls wait for the call in flight instead of being refused.
+	var wg sync.WaitGroup
+	results := make([]string, 4)
+	for i := range results {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			obs, err := e.Call(context.Background(), cmd(fmt.Sprintf("echo %d", i)))
+			if assert.NoError(t, err) {
+				results[i] = obs.Text()
+			}
+		}()
+	}
+	wg.Wait()
+	ran := 0
+	for i, r := range results {
+		if strings.HasPrefix(r, fmt.Sprintf("%d\n", i)) {
+			ran++
+		} else {
+			assert.Contains(t, r, "is NOT executed")
+		}
+	}
+	assert.GreaterOrEqual(t, ran, 1)
+}
+
+func TestTTYSettingsRestored(t *testing.T) {
+	t.Parallel()
+	e := newExec(t, testOptions(t, "bash"))
+	do(t, e, cmd("stty echo"))
+	text, _, _ := do(t, e, cmd("echo hi"))
+	assert.Equal(t, "hi", body(text), "the typed line must not be echoed")
+}
+
+func TestCloseKillsEverything(t *testing.T) {
+	t.Parallel()
+	for _, shell := range shells {
+		t.Run(shellName(shell), func(t *testing.T) {
+			e, err := NewExecutor(testOptions(t, shell))
+			require.NoError(t, err)
+			_, out, _ := do(t, e, cmd("sleep 60 &"))
+			bg := out.Metadata.PID
+			_, out, _ = do(t, e, withTimeout("trap '' TERM HUP; sleep 60 & wait", 0.2))
+			require.Equal(t, -1, out.ExitCode)
+			shellPID := e.sess.pid
+			start := time.Now()
+			require.NoError(t, e.Close())
+			assert.Less(t, time.Since(start), 3*time.Second)
+			assert.False(t, processAlive(bg))
+			assert.False(t, processAlive(shellPID))
+			assert.Empty(t, sessionMembers(shellPID))
+			require.NoError(t, e.Close(), "Close is idempotent")
+			_, err = e.Call(context.Background(), cmd("echo x"))
+			assert.ErrorIs(t, err, ErrClosed)
+		})
+	}
+}
+
+func TestTempStateDirRemovedOnClose(t *testing.T) {
+	t.Parallel()
+	opts := testOptions(t, "bash")
+	opts.StateDir = ""
+	e, err := NewExecutor(opts)
+	require.NoError(t, err)
+	dir := e.opts.StateDir
+	assert.DirExists(t, dir)
+	require.NoError(t, e.Close())
+	assert.NoDirExists(t, dir)
+}
+
+func TestExtraEnvAndShellOption(t *testing.T) {
+	t.Parallel()
+	opts := testOptions(t, "sh")
+	opts.Env = map[string]string{"GREETING": "hola", "TERM": "dumb"}
+	e := newExec(t, opts)
+	assert.False(t, e.cfg.bash)
+	text, _, _ := do(t, e, cmd("echo $GREETING $TERM; echo ${BASH_VERSION:-no-bash}"))
+	if strings.Contains(text, "no-bash") {
+		assert.Equal(t, "hola dumb\nno-bash", body(text))
+	} else {
+		// /bin/sh is bash on this system; still the POSIX flavour.
+		assert.True(t, strings.HasPrefix(body(text), "hola dumb\n"))
+	}
+}
+
+func processAlive(pid int) bool {
+	if err := unix.Kill(pid, 0); err != nil {
+		return false
+	}
+	state, _, ok := procStat(pid)
+	return ok && state != 'Z' && state != 'X'
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func TestCtrlKeyWithoutIsInput(t *testing.T) {
+	t.Parallel()
+	e := newExec(t, testOptions(t, "bash"))
+	_, out, _ := do(t, e, withTimeout("sleep 30", 0.2))
+	require.Equal(t, -1, out.ExitCode)
+	text, out, _ := do(t, e, cmd("C-c"))
+	assert.Equal(t, 130, out.ExitCode, text)
+}
+
+func TestZeroTimeoutMeansNone(t *testing.T) {
+	t.Parallel()
+	e := newExec(t, testOptions(t, "bash"))
+	_, out, _ := do(t, e, withTimeout("sleep 30", 0))
+	assert.Equal(t, TimeoutSoft, out.TimeoutKind)
+	do(t, e, input("C-c"))
+}
+
+// TestTypeAheadIsNotTakenForTheEnd: input typed into a command that does not
+// read it runs in the shell after the command; its prompt must not be taken
+// for the end of a later command.
+func TestTypeAheadIsNotTakenForTheEnd(t *testing.T) {
+	t.Parallel()
+	for _, shell := range shells {
+		t.Run(shellName(shell), func(t *testing.T) {
+			e := newExec(t, testOptions(t, shell))
+			_, out, _ := do(t, e, withTimeout("sleep 0.5", 0.1))
+			require.Equal(t, -1, out.ExitCode)
+			// Typed while sleep runs: the shell runs it after sleep ends.
+			text, out, _ := do(t, e, Action{Command: "sleep 0.5; echo typed-ahead", IsInput: true, Timeout: ptr(3.0)})
+			assert.Equal(t, 0, out.ExitCode, text)
+			// Sent at once, so it waits behind the typed-ahead line, whose
+			// prompt comes first.
+			text, out, _ = do(t, e, cmd("echo next"))
+			assert.Equal(t, 0, out.ExitCode, text)
+			assert.Equal(t, "typed-ahead\nnext", body(text))
+		})
+	}
+}
+
+func TestCloseDuringCall(t *testing.T) {
+	t.Parallel()
+	e, err := NewExecutor(testOptions(t, "bash"))
+	require.NoError(t, err)
+	returned := make(chan *tools.Observation)
+	go func() {
+		obs, err := e.Call(context.Background(), withTimeout("sleep 30", 20))
+		assert.NoError(t, err)
+		returned <- obs
+	}()
+	time.Sleep(300 * time.Millisecond)
+	start := time.Now()
+	require.NoError(t, e.Close())
+	obs := <-returned
+	assert.Less(t, time.Since(start), 3*time.Second)
+	// Either the command's end (killed by SIGTERM) or the shell's is seen.
+	assert.Regexp(t, `exit code 143|The shell exited`, obs.Text())
+}
+
+func TestInteractiveProgram(t *testing.T) {
+	t.Parallel()
+	e := newExec(t, testOptions(t, "bash"))
+	// A program with its own prompt that reads lines until "quit".
+	script := `while printf 'calc> '; IFS= read -r line; do [ "$line" = quit ] && break; echo "= $((line))"; done`
+	text, out, _ := do(t, e, withTimeout(script, 0.3))
+	require.Equal(t, -1, out.ExitCode)
+	assert.True(t, strings.HasPrefix(text, "calc>"), text)
+	text, out, _ = do(t, e, Action{Command: "6*7", IsInput: true, Timeout: ptr(0.3)})
+	assert.Equal(t, -1, out.ExitCode)
+	assert.Equal(t, continuedPrefix+"= 42\ncalc>", body(text))
+	text, out, _ = do(t, e, input("quit"))
+	assert.Equal(t, 0, out.ExitCode, text)
+}
+
+func TestStdoutRedirectedKeepsPrompt(t *testing.T) {
+	t.Parallel()
+	e := newExec(t, testOptions(t, "bash"))
+	log := filepath.Join(t.TempDir(), "log")
+	_, out, _ := do(t, e, cmd("exec >"+log))
+	assert.Equal(t, 0, out.ExitCode)
+	_, out, _ = do(t, e, cmd("echo into-log; false"))
+	assert.Equal(t, 1, out.ExitCode, "the command still completes")
+	data, err := os.ReadFile(log)
+	require.NoError(t, err)
+	assert.Equal(t, "into-log\n", string(data))
+}
+
+func TestBrokenBashFallsBackToSh(t *testing.T) {
+	fake := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(fake, "bash"), []byte("#!/bin/sh\nexit 1\n"), 0o755))
+	t.Setenv("PATH", fake+string(os.PathListSeparator)+os.Getenv("PATH"))
+	opts := testOptions(t, "")
+	opts.StartTimeout = 3 * time.Second
+	opts.Logger = slog.New(slog.DiscardHandler)
+	e := newExec(t, opts)
+	assert.False(t, e.cfg.bash)
+	text, out, _ := do(t, e, cmd("echo works"))
+	assert.Equal(t, 0, out.ExitCode)
+	assert.Equal(t, "works", body(text))
+}

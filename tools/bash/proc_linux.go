@@ -1,0 +1,69 @@
+//go:build linux
+
+package bash
+
+import (
+	"bytes"
+	"os"
+	"strconv"
+
+	"golang.org/x/sys/unix"
+)
+
+// sessionMembers lists the live (non-zombie) processes of session sid. With
+// job control every pipeline of the shell has its own process group, so
+// killing the shell's group alone would leave background jobs running; the
+// session (the shell is its leader, started with Setsid) holds them all.
+// Without /proc it finds none (the caller still signals the shell itself).
+func sessionMembers(sid int) []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid <= 0 {
+			continue
+		}
+		state, session, ok := procStat(pid)
+		if ok && session == sid && state != 'Z' && state != 'X' {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// procStat reads the state and session id from /proc/pid/stat. The command
+// name may hold spaces and parentheses, so fields are counted after the last
+// ')'.
+func procStat(pid int) (state byte, session int, ok bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, 0, false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, 0, false
+	}
+	// ") S ppid pgrp session ..."
+	f := bytes.Fields(b[i+1:])
+	if len(f) < 4 || len(f[0]) != 1 {
+		return 0, 0, false
+	}
+	s, err := strconv.Atoi(string(f[3]))
+	if err != nil {
+		return 0, 0, false
+	}
+	return f[0][0], s, true
+}
+
+// signalSession sends sig to every live process of session sid and reports
+// how many there were.
+func signalSession(sid int, sig unix.Signal) int {
+	pids := sessionMembers(sid)
+	for _, pid := range pids {
+		_ = unix.Kill(pid, sig)
+	}
+	return len(pids)
+}

@@ -1,0 +1,37 @@
+package builtin
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/sandboxd/sandboxd/tools"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestDefaultSpecsResolve(t *testing.T) {
+	reg := Registry()
+	specs := DefaultSpecs()
+	var names []string
+	for _, s := range specs {
+		names = append(names, s.Name)
+	}
+	assert.Equal(t, reg.Names(), slices.Sorted(slices.Values(names)), "every factory has a default spec")
+
+	ws := t.TempDir()
+	ts, err := reg.Resolve(tools.Env{Workspace: ws, StateDir: t.TempDir()}, specs)
+	require.NoError(t, err)
+	defer ts.Close()
+	var got []string
+	for _, d := range ts.Definitions() {
+		got = append(got, d.Name)
+		assert.NotEmpty(t, d.Description, d.Name)
+		assert.NotNil(t, d.InputSchema, d.Name)
+	}
+	assert.Equal(t, names, got, "the tools come in spec order under their factory names")
+	assert.Equal(t, []string{"terminal", "file_editor", "grep", "glob"}, got)
+}

@@ -1,0 +1,269 @@
+package grep
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/sandboxd/sandboxd/tools"
+	"github.com/sandboxd/sandboxd/tools/internal/walk"
+)
+
+// DefaultTimeout caps one search. When it passes, what was found so far is
+// returned, marked incomplete.
+const DefaultTimeout = walk.DefaultSearchTimeout
+
+// Options configure an Executor.
+type Options = walk.SearchOptions
+
+// Executor runs grep actions. It holds no state between calls, so calls
+// may run concurrently.
+type Executor struct {
+	opts Options
+}
+
+var _ tools.Executor[Action] = (*Executor)(nil)
+
+// NewExecutor validates opts and returns an executor.
+func NewExecutor(opts Options) (*Executor, error) {
+	opts, err := opts.Normalize("grep")
+	if err != nil {
+		return nil, err
+	}
+	return &Executor{opts: opts}, nil
+}
+
+// Params are the factory parameters of the "grep" spec.
+type Params = walk.SearchParams
+
+// Factory makes the grep tool for a session: it searches env.Workspace by
+// default.
+func Factory(env tools.Env, params json.RawMessage) ([]*tools.Tool, error) {
+	opts, err := walk.SearchOptionsFromParams("grep", env, params)
+	if err != nil {
+		return nil, err
+	}
+	ex, err := NewExecutor(opts)
+	if err != nil {
+		return nil, err
+	}
+	t, err := tools.New(Definition(ex.opts.Workspace), ex)
+	if err != nil {
+		return nil, err
+	}
+	return []*tools.Tool{t}, nil
+}
+
+// Close does nothing: the executor holds no resources.
+func (e *Executor) Close() error { return nil }
+
+// Call runs one search. Bad arguments give an error observation; a Go
+// error means ctx ended.
+func (e *Executor) Call(ctx context.Context, a Action) (*tools.Observation, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	out := &Output{Matches: []string{}, Pattern: a.Pattern, IncludePattern: a.Include, OutputMode: a.OutputMode}
+	if out.OutputMode == "" {
+		out.OutputMode = ModeFiles
+		if a.Context > 0 {
+			out.OutputMode = ModeContent
+		}
+	}
+	limit := a.Limit
+	if limit == 0 {
+		limit = DefaultLimit
+	}
+
+	root := walk.Resolve(e.opts.Workspace, a.Path)
+	out.SearchPath = root
+	fi, err := os.Stat(root)
+	if err != nil || (!fi.IsDir() && !fi.Mode().IsRegular()) {
+		return errorResult(out, "%s", badPath(a.Path, root, err, fi)), nil
+	}
+	m, err := compilePattern(a.Pattern, a.CaseSensitive)
+	if err != nil {
+		return errorResult(out, "Invalid regex pattern: %v", err), nil
+	}
+	var include *walk.Pattern
+	if a.Include != "" {
+		if include, err = walk.CompilePattern(a.Include, false); err != nil {
+			return errorResult(out, "%s", includeError(a.Include, err)), nil
+		}
+	}
+
+	searchCtx, cancel := context.WithTimeout(ctx, e.opts.Timeout)
+	defer cancel()
+	var found []walk.Found
+	if fi.IsDir() {
+		found, err = e.findFiles(searchCtx, root, m, include)
+	} else {
+		found, err = searchOne(searchCtx, root, m)
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if !errors.Is(err, context.DeadlineExceeded) {
+			return errorResult(out, "Search in '%s' failed: %v", root, err), nil
+		}
+		out.Incomplete = true
+	}
+	walk.SortNewestFirst(found)
+	out.Count = len(found)
+
+	// Lines and counts are read from the files found, newest first, with a
+	// time budget of their own so a walk that ran out of time still shows
+	// some.
+	showCtx, cancelShow := context.WithTimeout(ctx, e.opts.Timeout)
+	defer cancelShow()
+	switch out.OutputMode {
+	case ModeContent:
+		e.contentMode(showCtx, out, found, m, a.Context, limit)
+	case ModeCount:
+		countMode(showCtx, out, found, m, limit)
+	default:
+		for _, f := range found[:min(limit, len(found))] {
+			out.Matches = append(out.Matches, f.Path)
+		}
+		out.Truncated = len(found) > limit
+	}
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	if showCtx.Err() != nil {
+		out.Incomplete = true
+	}
+	return tools.TextResult(format(out, limit, e.opts.Timeout), out), nil
+}
+
+// findFiles walks root and returns the files with a matching line.
+func (e *Executor) findFiles(ctx context.Context, root string, m *matcher, include *walk.Pattern) ([]walk.Found, error) {
+	opts := walk.Options{Workers: e.opts.Workers}
+	if include != nil {
+		opts.KeepHidden = func(name string, _ bool) bool { return include.NamesHidden(name) }
+		opts.KeepIgnored = func(name string, _ bool) bool { return include.NamesExactly(name) }
+		opts.SkipDir = func(rel string) bool { return !include.MayContain(rel) }
+	}
+	n := opts.NumWorkers()
+	searchers := make([]*searcher, n)
+	found := make([][]walk.Found, n)
+	err := walk.Walk(ctx, root, opts, func(w int, f walk.Entry) error {
+		if include != nil && !include.Match(f.Rel, f.Name) {
+			return nil
+		}
+		s := searchers[w]
+		if s == nil {
+			s = newSearcher(ctx, m)
+			searchers[w] = s
+		}
+		res, err := s.search(f.Path, false)
+		if err == nil && res.matched {
+			found[w] = append(found[w], walk.Found{Path: f.Path, ModTime: res.mtime})
+		}
+		return nil // unreadable and binary files are skipped
+	})
+	var all []walk.Found
+	for _, f := range found {
+		all = append(all, f...)
+	}
+	return all, err
+}
+
+// searchOne searches a path that is a file.
+func searchOne(ctx context.Context, path string, m *matcher) ([]walk.Found, error) {
+	res, err := newSearcher(ctx, m).search(path, false)
+	if errors.Is(err, errBinary) || (err == nil && !res.matched) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return []walk.Found{{Path: path, ModTime: res.mtime}}, nil
+}
+
+func (e *Executor) contentMode(ctx context.Context, out *Output, found []walk.Found, m *matcher, ctxLines, limit int) {
+	s := newSearcher(ctx, m)
+	shown := 0
+	for _, f := range found {
+		if ctx.Err() != nil {
+			return
+		}
+		if shown == limit {
+			out.Truncated = true // every file left has a match
+			return
+		}
+		lines, n, more, err := s.content(f.Path, ctxLines, limit-shown)
+		if err != nil || n == 0 {
+			continue
+		}
+		out.Lines = append(out.Lines, lines...)
+		out.Matches = append(out.Matches, f.Path)
+		shown += n
+		if more {
+			out.Truncated = true
+			return
+		}
+	}
+}
+
+func countMode(ctx context.Context, out *Output, found []walk.Found, m *matcher, limit int) {
+	s := newSearcher(ctx, m)
+	for _, f := range found[:min(limit, len(found))] {
+		if ctx.Err() != nil {
+			return
+		}
+		res, err := s.search(f.Path, true)
+		if err != nil || !res.matched {
+			continue
+		}
+		out.Matches = append(out.Matches, f.Path)
+		out.Counts = append(out.Counts, FileCount{Path: f.Path, Count: res.lines})
+	}
+	out.Truncated = len(found) > limit
+}
+
+func errorResult(out *Output, format string, args ...any) *tools.Observation {
+	obs := tools.Errorf(format, args...)
+	obs.Structured = out
+	return obs
+}
+
+// badPath words the error for a search path that is not usable.
+func badPath(given, resolved string, err error, fi os.FileInfo) string {
+	shown := given
+	if given == "" {
+		shown = resolved
+	}
+	msg := fmt.Sprintf("Search path '%s' is not a valid directory%s", shown, why(err, fi))
+	if given != "" && !filepath.IsAbs(given) {
+		msg += fmt.Sprintf(" (a relative path is taken from the working directory: '%s'; give an absolute path)", resolved)
+	}
+	return msg
+}
+
+func why(err error, fi os.FileInfo) string {
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return ": it does not exist"
+	case errors.Is(err, os.ErrPermission):
+		return ": permission denied"
+	case err != nil:
+		return ": " + err.Error()
+	case fi != nil && !fi.IsDir() && !fi.Mode().IsRegular():
+		return ": it is not a directory or a regular file"
+	}
+	return ""
+}
+
+// includeError words an include pattern compile error for the model.
+func includeError(include string, err error) string {
+	var pe *walk.PatternError
+	if errors.As(err, &pe) {
+		return fmt.Sprintf("Invalid include pattern '%s': %s", include, pe.Problem)
+	}
+	return fmt.Sprintf("Invalid include pattern '%s': %v", include, err)
+}

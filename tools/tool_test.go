@@ -1,0 +1,132 @@
+package tools
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/google/jsonschema-go/jsonschema"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+type echoAction struct {
+	Text    string   `json:"text" jsonschema:"the text to echo"`
+	Times   *int     `json:"times,omitempty" jsonschema:"how many times"`
+	Mode    string   `json:"mode,omitempty"`
+	Between []string `json:"between,omitempty"`
+}
+
+type echoExec struct{ closed atomic.Int32 }
+
+func (e *echoExec) Call(_ context.Context, a echoAction) (*Observation, error) {
+	n := 1
+	if a.Times != nil {
+		n = *a.Times
+	}
+	return TextResult(strings.Repeat(a.Text, n), map[string]any{"n": n}), nil
+}
+func (e *echoExec) Close() error { e.closed.Add(1); return nil }
+
+func echoDef() Definition {
+	return Definition{
+		Name:        "echo",
+		Description: "Echo text.",
+		InputSchema: SchemaFor[echoAction](func(s *jsonschema.Schema) {
+			s.Properties["mode"].Enum = []any{"a", "b"}
+		}),
+		Annotations: Annotations{ReadOnlyHint: true, IdempotentHint: true},
+	}
+}
+
+func TestToolValidatesArguments(t *testing.T) {
+	tool, err := New(echoDef(), &echoExec{})
+	require.NoError(t, err)
+	ctx := context.Background()
+	cases := []struct {
+		name, args, want string
+		isErr            bool
+	}{
+		{"ok", `{"text":"ab","times":2}`, "abab", false},
+		{"missing required", `{}`, "text", true},
+		{"wrong type", `{"text":5}`, "text", true},
+		{"unknown field", `{"text":"a","nope":1}`, "nope", true},
+		{"enum", `{"text":"a","mode":"z"}`, "mode", true},
+		{"not json", `{"text":`, "not valid JSON", true},
+		{"array", `[1,2]`, "expected a JSON object", true},
+		{"huge", `{"text":"` + strings.Repeat("x", MaxArgumentBytes) + `"}`, "exceed the limit", true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			obs, err := tool.Call(ctx, json.RawMessage(c.args))
+			require.NoError(t, err)
+			assert.Equal(t, c.isErr, obs.IsError, obs.Text())
+			assert.Contains(t, obs.Text(), c.want)
+		})
+	}
+}
+
+func TestRegistrySharedExecutorClosedOnce(t *testing.T) {
+	exec := &echoExec{}
+	var reg Registry
+	require.NoError(t, reg.Register("pair", func(env Env, _ json.RawMessage) ([]*Tool, error) {
+		a, err := New(echoDef(), exec)
+		if err != nil {
+			return nil, err
+		}
+		d := echoDef()
+		d.Name = "echo2"
+		b, err := New(d, exec)
+		return []*Tool{a, b}, err
+	}))
+	require.Error(t, reg.Register("pair", nil))
+	ts, err := reg.Resolve(Env{}, []Spec{{Name: "pair"}})
+	require.NoError(t, err)
+	assert.Len(t, ts.Definitions(), 2)
+	obs, err := ts.Call(context.Background(), "echo2", json.RawMessage(`{"text":"x"}`))
+	require.NoError(t, err)
+	assert.Equal(t, "x", obs.Text())
+	_, err = ts.Call(context.Background(), "nope", nil)
+	assert.True(t, errors.Is(err, ErrUnknownTool))
+	require.NoError(t, ts.Close())
+	require.NoError(t, ts.Close())
+	assert.EqualValues(t, 1, exec.closed.Load())
+	_, err = ts.Call(context.Background(), "echo", nil)
+	assert.ErrorIs(t, err, ErrClosed)
+
+	_, err = reg.Resolve(Env{}, []Spec{{Name: "missing"}})
+	assert.ErrorIs(t, err, ErrUnknownTool)
+}
+
+func TestExports(t *testing.T) {
+	d := echoDef()
+	oa, err := json.Marshal(d.OpenAI())
+	require.NoError(t, err)
+	assert.Contains(t, string(oa), `"type":"function"`)
+	assert.Contains(t, string(oa), `"the text to echo"`)
+	m := d.MCP()
+	assert.Equal(t, "echo", m.Name)
+	require.NotNil(t, m.Annotations.DestructiveHint)
+	assert.False(t, *m.Annotations.DestructiveHint)
+	assert.True(t, m.Annotations.ReadOnlyHint)
+}
+
+func TestDecodeParams(t *testing.T) {
+	type params struct {
+		A int `json:"a"`
+	}
+	var p params
+	require.NoError(t, DecodeParams(nil, &p))
+	require.NoError(t, DecodeParams(json.RawMessage(" null "), &p))
+	require.NoError(t, DecodeParams(json.RawMessage(`{"a":2}`), &p))
+	assert.Equal(t, 2, p.A)
+	assert.ErrorContains(t, DecodeParams(json.RawMessage(`{"b":1}`), &p), `unknown field "b"`)
+	assert.ErrorContains(t, DecodeParams(json.RawMessage(`{"a":1} {}`), &p), "unexpected data")
+	assert.Error(t, DecodeParams(json.RawMessage(`{"a":"x"}`), &p))
+}
