@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 
 	"github.com/sandboxd/sandboxd/tools"
 	"github.com/sandboxd/sandboxd/tools/builtin"
@@ -32,17 +31,7 @@ func runTools(_ context.Context, std stdio, args []string) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	state, err := os.MkdirTemp("", "sandboxd-tools-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(state)
-	ts, err := builtin.Registry().Resolve(tools.Env{Workspace: *workspace, StateDir: state}, builtin.DefaultSpecs())
-	if err != nil {
-		return err
-	}
-	defer ts.Close()
-	defs := ts.Definitions()
+	defs := builtin.Definitions(*workspace)
 	var out any
 	switch *format {
 	case "sandboxd":

@@ -44,3 +44,16 @@ func DefaultSpecs() []tools.Spec {
 	}
 	return specs
 }
+
+// Definitions returns the definitions of the built-in tools with their
+// default parameters, as a session whose workspace is workspace would list
+// them, without making any executor: no shell is started and workspace need
+// not exist on this machine (it usually names a path inside a sandbox).
+func Definitions(workspace string) []tools.Definition {
+	return []tools.Definition{
+		bash.NewDefinition(bash.Options{Dir: workspace}),
+		fileeditor.Definition(workspace, 0),
+		grep.Definition(workspace),
+		glob.Definition(workspace),
+	}
+}

@@ -1,6 +1,7 @@
 package builtin
 
 import (
+	"encoding/json"
 	"slices"
 	"testing"
 
@@ -34,4 +35,19 @@ func TestDefaultSpecsResolve(t *testing.T) {
 	}
 	assert.Equal(t, names, got, "the tools come in spec order under their factory names")
 	assert.Equal(t, []string{"terminal", "file_editor", "grep", "glob"}, got)
+}
+
+// Definitions must list exactly what a resolved default toolset lists, so
+// `sandboxd tools` never drifts from tools/list of a real session.
+func TestDefinitionsMatchResolvedToolset(t *testing.T) {
+	ws := t.TempDir()
+	ts, err := Registry().Resolve(tools.Env{Workspace: ws, StateDir: t.TempDir()}, DefaultSpecs())
+	require.NoError(t, err)
+	defer ts.Close()
+	want, err := json.Marshal(ts.Definitions())
+	require.NoError(t, err)
+	got, err := json.Marshal(Definitions(ws))
+	require.NoError(t, err)
+	assert.JSONEq(t, string(want), string(got))
+	assert.Contains(t, Definitions("/nonexistent/ws")[1].Description, "/nonexistent/ws")
 }
