@@ -27,6 +27,7 @@ type fakeRuntime struct {
 	startHold chan struct{} // Start blocks until closed (when set)
 	onStart   func(Spec)    // called as Start begins (when set)
 	removed   []string
+	claimWait time.Duration // Claim takes this long, like an engine round trip (when set)
 }
 
 type fakeBox struct {
@@ -157,6 +158,13 @@ func (f *fakeRuntime) Connect(ctx context.Context, id string) (io.ReadWriteClose
 }
 
 func (f *fakeRuntime) Claim(ctx context.Context, id string) error {
+	if f.claimWait > 0 {
+		select {
+		case <-time.After(f.claimWait):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	b, err := f.box(id)
 	if err != nil {
 		return err

@@ -231,8 +231,12 @@ func (m *Manager) handOut(s *Session) error {
 	// The claim is off the hand-out path: if the daemon dies before it
 	// lands, the next one recycles the sandbox as pooled, which is what a
 	// session nobody could reach any more deserves.
+	// Shutdown cancels the manager's context but waits for background work,
+	// so the claim runs on a context Shutdown does not cancel: a session
+	// kept for adoption must be renamed before the next daemon lists it, or
+	// that daemon would recycle it as a pooled sandbox and lose it.
 	m.goBackground(func(ctx context.Context) {
-		ctx, cancel := context.WithTimeout(ctx, m.opts.RemoveTimeout)
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.opts.RemoveTimeout)
 		defer cancel()
 		if err := m.rt.Claim(ctx, s.id); err != nil && !errors.Is(err, ErrNotFound) { // gone: closed already
 			s.log.Warn("claiming pooled sandbox", "err", err)

@@ -326,6 +326,28 @@ func TestRestartAdoptsLiveSessions(t *testing.T) {
 	_ = key
 }
 
+// A session handed out from the pool just before a keep-sessions Shutdown
+// is still claimed, so the next manager adopts it instead of recycling it as
+// a pooled sandbox (which lost the session and its state).
+func TestShutdownRightAfterHandOutKeepsClaim(t *testing.T) {
+	rt := newFakeRuntime(t)
+	rt.claimWait = 50 * time.Millisecond
+	t.Cleanup(rt.stopAll)
+	opts := ManagerOptions{Defaults: SessionOptions{Image: "test-image"}, Logger: testLogger(),
+		Pools: []PoolOptions{{Size: 1}}}
+	m1, err := NewManager(context.Background(), rt, opts)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return m1.Pools()[0].Ready == 1 }, 5*time.Second, 5*time.Millisecond)
+	s, err := m1.Create(context.Background(), SessionOptions{})
+	require.NoError(t, err)
+	require.NoError(t, m1.Shutdown(context.Background(), true))
+
+	m2 := newTestManager(t, rt, ManagerOptions{})
+	got, err := m2.Get(s.ID())
+	require.NoError(t, err, "the handed-out session is adopted")
+	assert.Equal(t, "still here", echo(t, got, "still here"))
+}
+
 func TestReclaimReturnsPooledToPool(t *testing.T) {
 	rt := newFakeRuntime(t)
 	t.Cleanup(rt.stopAll)
