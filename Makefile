@@ -18,8 +18,8 @@ build: ## static binary (CGO off): both roles, serve and agent
 deps: ## host packages the tests and benchmarks use (ripgrep for the grep baseline)
 	@command -v rg >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ripgrep >/dev/null; }
 
-test: deps test-image ## everything: unit tests and real-Docker e2e, with -race
-	$(GO) test -race -count=1 -timeout 30m $(PKGS)
+test: deps images ## everything, images included: unit tests and real-Docker e2e (test and default image), with -race
+	SANDBOXD_E2E_REQUIRE_IMAGES=1 $(GO) test -race -count=1 -timeout 30m $(PKGS)
 
 unit: ## unit tests only (no Docker)
 	$(GO) test -race -count=1 -short $(PKGS)

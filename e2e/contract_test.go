@@ -60,9 +60,7 @@ func TestContract(t *testing.T) {
 				if img.ref == testImage {
 					t.Skipf("%s is the test image already (SANDBOXD_TEST_IMAGE)", img.ref)
 				}
-				if _, err := docker.ImageInspect(ctxT(t), img.ref); err != nil {
-					t.Skipf("%s is not in the engine (build it with `make image`): %v", img.ref, err)
-				}
+				needImage(t, img.ref)
 			}
 			t.Parallel()
 			start := time.Now()

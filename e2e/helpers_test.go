@@ -123,3 +123,16 @@ func sessionResources(t *testing.T, id string) int {
 	require.NoError(t, err)
 	return len(ctrs) + len(vols.Volumes) + len(nets)
 }
+
+// needImage skips t when ref is not on the engine, unless
+// SANDBOXD_E2E_REQUIRE_IMAGES is set (`make test` sets it after building
+// every image): then a missing image fails the test instead of hiding it.
+func needImage(t *testing.T, ref string) {
+	t.Helper()
+	if _, err := docker.ImageInspect(ctxT(t), ref); err != nil {
+		if os.Getenv("SANDBOXD_E2E_REQUIRE_IMAGES") != "" {
+			t.Fatalf("%s is not on the engine although SANDBOXD_E2E_REQUIRE_IMAGES is set: %v", ref, err)
+		}
+		t.Skipf("%s is not on the engine (build it with `make image`): %v", ref, err)
+	}
+}

@@ -147,9 +147,7 @@ func TestHomeIsWritable(t *testing.T) {
 // the image's home content is there.
 func TestHomeInDefaultImage(t *testing.T) {
 	t.Parallel()
-	if _, err := docker.ImageInspect(ctxT(t), defaultImage); err != nil {
-		t.Skipf("%s is not on the engine (make image): %v", defaultImage, err)
-	}
+	needImage(t, defaultImage)
 	m := newManager(t, newRuntime(t), sandbox.ManagerOptions{Defaults: sandbox.SessionOptions{Image: defaultImage}})
 	s, err := m.Create(ctxT(t), sandbox.SessionOptions{})
 	require.NoError(t, err)
