@@ -86,6 +86,7 @@ func TestReclaimRemovesOrphans(t *testing.T) {
 	t.Parallel()
 	labels := testLabels(t)
 	labels[sandbox.LabelManaged] = "true"
+	labels[sdocker.LabelScope] = sdocker.ScopeOf(testLabels(t))
 	labels[sandbox.LabelSession] = "orphan-" + runID
 	_, err := docker.VolumeCreate(ctxT(t), volume.CreateOptions{Name: "sandboxd-orphan-" + runID + "-workspace", Labels: labels})
 	require.NoError(t, err)
@@ -101,6 +102,7 @@ func TestReclaimRemovesLeftoverHelper(t *testing.T) {
 	id := "helper-" + runID
 	labels := testLabels(t)
 	labels[sandbox.LabelManaged] = "true"
+	labels[sdocker.LabelScope] = sdocker.ScopeOf(testLabels(t))
 	labels[sandbox.LabelSession] = id
 	labels[sdocker.LabelHelper] = "chown"
 	vol := "sandboxd-" + id + "-workspace"
@@ -113,4 +115,24 @@ func TestReclaimRemovesLeftoverHelper(t *testing.T) {
 	require.Equal(t, 2, sessionResources(t, id))
 	newManager(t, newRuntime(t), sandbox.ManagerOptions{})
 	assert.Zero(t, sessionResources(t, id))
+}
+
+// A server without --label (the default scope) does not list, so can never
+// adopt or reap, the resources of a server with labels on the same engine:
+// `sandboxd serve` started beside a test run once removed the run's sessions.
+func TestDefaultScopeDoesNotSeeLabelledSessions(t *testing.T) {
+	t.Parallel()
+	m := newManager(t, newRuntime(t), sandbox.ManagerOptions{})
+	s, err := m.Create(ctxT(t), sandbox.SessionOptions{})
+	require.NoError(t, err)
+	require.NotZero(t, sessionResources(t, s.ID()))
+
+	plain, err := sdocker.New(ctxT(t), sdocker.Options{AgentBinary: agentBinary, Logger: logger()})
+	require.NoError(t, err)
+	defer plain.Close()
+	all, err := plain.List(ctxT(t)) // read-only: leaves whatever else runs on this engine alone
+	require.NoError(t, err)
+	for _, r := range all {
+		assert.NotEqual(t, s.ID(), r.SessionID, "%s %s is listed outside its scope", r.Kind, r.Name)
+	}
 }

@@ -86,7 +86,7 @@ func runServe(ctx context.Context, std stdio, args []string) error {
 	fs.DurationVar(&cfg.mcpIdle, "mcp-idle-timeout", 30*time.Minute, "end an MCP session (and its sandbox) after this long without a request")
 	cfg.labels = envList{}
 	fs.Var(cfg.labels, "label", "KEY=VALUE put on every container, volume and network of this server, repeatable; "+
-		"the server adopts and reaps only resources that carry all its labels, so servers with different labels share an engine safely")
+		"the server lists, adopts and reaps only resources made under exactly its set of labels (label sandboxd.scope), so servers with different labels, or none, share an engine safely")
 	fs.StringVar(&cfg.agentBinary, "agent-binary", "", "static sandboxd binary to run as the agent in sandboxes (default: this binary)")
 	fs.IntVar(&cfg.pool, "pool", 0, "keep this many started sandboxes of the default image ready (warm pool)")
 	fs.IntVar(&cfg.maxStarts, "max-concurrent-starts", sandbox.DefaultMaxConcurrentStarts,

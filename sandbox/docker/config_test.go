@@ -1,6 +1,7 @@
 package docker
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io/fs"
@@ -54,6 +55,7 @@ func TestBuildContainerHardening(t *testing.T) {
 	assert.Equal(t, "t", c.Labels["scope"])
 	assert.Equal(t, "sid", c.Labels[sandbox.LabelSession])
 	assert.Equal(t, "true", c.Labels[sandbox.LabelManaged])
+	assert.Equal(t, ScopeOf(map[string]string{"scope": "t"}), c.Labels[LabelScope])
 
 	assert.Equal(t, []string{"ALL"}, []string(h.CapDrop))
 	assert.Empty(t, h.CapAdd)
@@ -248,4 +250,26 @@ func TestTarMode(t *testing.T) {
 	assert.EqualValues(t, 0o1777, tarMode(fs.ModeDir|fs.ModeSticky|0o777))
 	assert.EqualValues(t, 0o2770, tarMode(fs.ModeDir|fs.ModeSetgid|0o770))
 	assert.EqualValues(t, 0o4700, tarMode(fs.ModeDir|fs.ModeSetuid|0o700))
+}
+
+// Runtimes with different label sets see none of each other's resources,
+// also when one set is empty or a subset of the other.
+func TestScopeSeparatesLabelSets(t *testing.T) {
+	assert.Equal(t, "default", ScopeOf(nil))
+	assert.Equal(t, "default", ScopeOf(map[string]string{}))
+	a := map[string]string{"run": "1"}
+	ab := map[string]string{"run": "1", "test": "x"}
+	assert.Equal(t, ScopeOf(ab), ScopeOf(map[string]string{"test": "x", "run": "1"}), "order does not matter")
+	assert.NotEqual(t, ScopeOf(a), ScopeOf(ab))
+	assert.NotEqual(t, ScopeOf(nil), ScopeOf(a))
+	assert.NotEqual(t, ScopeOf(map[string]string{"a": "b=c"}), ScopeOf(map[string]string{"a=b": "c"}), "no ambiguous joins")
+
+	for _, labels := range []map[string]string{nil, a, ab} {
+		r := &Runtime{opts: Options{Labels: labels}}
+		f := r.filter("")
+		assert.True(t, f.ExactMatch("label", LabelScope+"="+ScopeOf(labels)), "listing requires the exact scope")
+		assert.Equal(t, ScopeOf(labels), r.labels(nil)[LabelScope], "and every resource carries it")
+	}
+	_, err := New(context.Background(), Options{Labels: map[string]string{LabelScope: "x"}})
+	assert.ErrorContains(t, err, "set by sandboxd itself")
 }

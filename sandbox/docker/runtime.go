@@ -13,11 +13,14 @@ package docker
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -99,7 +102,7 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 		opts.Logger = slog.Default()
 	}
 	for k := range opts.Labels {
-		if strings.HasPrefix(k, sandbox.ReservedLabelPrefix+"managed") || k == sandbox.LabelSession {
+		if strings.HasPrefix(k, sandbox.ReservedLabelPrefix+"managed") || k == sandbox.LabelSession || k == LabelScope {
 			return nil, fmt.Errorf("docker runtime: label %q is set by sandboxd itself", k)
 		}
 	}
@@ -157,18 +160,39 @@ func (r *Runtime) call(ctx context.Context) (context.Context, context.CancelFunc
 	return context.WithTimeout(ctx, r.opts.CallTimeout)
 }
 
+// LabelScope names the set of Options.Labels a resource was made under:
+// "default" for none, else a hash of them. Listing requires the runtime's
+// own scope exactly, so a server without labels never adopts or reaps the
+// resources of one with labels (say, a test run on the same engine), and
+// neither do servers whose label sets merely overlap.
+const LabelScope = "sandboxd.scope"
+
+// ScopeOf is the LabelScope value of a runtime with the given Options.Labels.
+func ScopeOf(labels map[string]string) string {
+	if len(labels) == 0 {
+		return "default"
+	}
+	h := sha256.New()
+	for _, k := range slices.Sorted(maps.Keys(labels)) {
+		fmt.Fprintf(h, "%q=%q\n", k, labels[k])
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16]
+}
+
 // labels are spec's labels plus the runtime's own.
 func (r *Runtime) labels(base map[string]string) map[string]string {
-	l := make(map[string]string, len(base)+len(r.opts.Labels))
+	l := make(map[string]string, len(base)+len(r.opts.Labels)+1)
 	maps.Copy(l, base)
 	maps.Copy(l, r.opts.Labels)
+	l[LabelScope] = ScopeOf(r.opts.Labels)
 	return l
 }
 
 // filter selects the resources of this runtime (and of one session if id
 // is not empty).
 func (r *Runtime) filter(id string) filters.Args {
-	f := filters.NewArgs(filters.Arg("label", sandbox.LabelManaged+"=true"))
+	f := filters.NewArgs(filters.Arg("label", sandbox.LabelManaged+"=true"),
+		filters.Arg("label", LabelScope+"="+ScopeOf(r.opts.Labels)))
 	for k, v := range r.opts.Labels {
 		f.Add("label", k+"="+v)
 	}
