@@ -56,7 +56,11 @@ const (
 const (
 	DefaultLimit = 100
 	MaxLimit     = 2000
-	MaxContext   = 20
+	// MaxContentBytes bounds the text of content mode (as the terminal
+	// bounds its output): 2000 matches with 20 lines of context each would
+	// otherwise be tens of megabytes for the model to read.
+	MaxContentBytes = 30000
+	MaxContext      = 20
 )
 
 // Action is the tool's input. Pattern, Path and Include are OpenHands'
@@ -88,6 +92,7 @@ type Output struct {
 	Count          int         `json:"count" jsonschema:"Number of matching files found, before the limit"`
 	Truncated      bool        `json:"truncated" jsonschema:"Whether more results exist than were returned"`
 	Incomplete     bool        `json:"incomplete,omitempty" jsonschema:"The search hit its time limit; results are partial"`
+	OutputCut      bool        `json:"output_cut,omitempty" jsonschema:"Content mode: the lines were cut at MaxContentBytes of text before the limit was reached"`
 	Lines          []Line      `json:"lines,omitempty" jsonschema:"Content mode: matching lines and their context"`
 	Counts         []FileCount `json:"counts,omitempty" jsonschema:"Count mode: matching lines per file"`
 }

@@ -187,7 +187,7 @@ func searchOne(ctx context.Context, path string, m *matcher) ([]walk.Found, erro
 
 func (e *Executor) contentMode(ctx context.Context, out *Output, found []walk.Found, m *matcher, ctxLines, limit int) {
 	s := newSearcher(ctx, m)
-	shown := 0
+	shown, used := 0, 0
 	for _, f := range found {
 		if ctx.Err() != nil {
 			return
@@ -200,6 +200,20 @@ func (e *Executor) contentMode(ctx context.Context, out *Output, found []walk.Fo
 		if err != nil || n == 0 {
 			continue
 		}
+		if keep, kept := fitLines(lines, MaxContentBytes-used); keep < len(lines) {
+			// The text would outgrow what a model should read (and what a
+			// frame carries): keep whole lines up to the budget, ending on
+			// a match's group.
+			if kept > 0 {
+				out.Lines = append(out.Lines, lines[:keep]...)
+				out.Matches = append(out.Matches, f.Path)
+			}
+			out.Truncated, out.OutputCut = true, true
+			return
+		}
+		for _, l := range lines {
+			used += lineBytes(l)
+		}
 		out.Lines = append(out.Lines, lines...)
 		out.Matches = append(out.Matches, f.Path)
 		shown += n
@@ -208,6 +222,38 @@ func (e *Executor) contentMode(ctx context.Context, out *Output, found []walk.Fo
 			return
 		}
 	}
+}
+
+// lineBytes is about what a line takes in the text: "path:N:text\n".
+func lineBytes(l Line) int { return len(l.Path) + len(l.Text) + 12 }
+
+// fitLines returns how many of lines fit in budget bytes, cut back to just
+// after the last matching line that fits (context after it included when
+// it fits too), and how many matching lines that keeps.
+func fitLines(lines []Line, budget int) (keep, matches int) {
+	used, lastMatch, m := 0, -1, 0
+	for i, l := range lines {
+		used += lineBytes(l)
+		if used > budget {
+			break
+		}
+		keep = i + 1
+		if l.Match {
+			lastMatch, m = i, m+1
+		}
+	}
+	if keep == len(lines) {
+		return keep, m
+	}
+	if lastMatch < 0 {
+		return 0, 0
+	}
+	// Keep the context lines after the last match up to the next match.
+	end := lastMatch + 1
+	for end < keep && !lines[end].Match {
+		end++
+	}
+	return end, m
 }
 
 func countMode(ctx context.Context, out *Output, found []walk.Found, m *matcher, limit int) {

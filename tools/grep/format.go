@@ -28,7 +28,9 @@ func format(out *Output, limit int, timeout time.Duration) string {
 		fmt.Fprintf(&b, "Found %d matching line(s) in %d file(s) for pattern '%s' in '%s'%s:\n",
 			matches, len(out.Matches), out.Pattern, out.SearchPath, filter)
 		writeLines(&b, out.Lines)
-		if out.Truncated {
+		if out.OutputCut {
+			fmt.Fprintf(&b, "\n\n[Results cut at about %d characters of output, before the limit of %d matching lines. Use a more specific pattern, path or include, fewer context lines, or output_mode \"files\".]", MaxContentBytes, limit)
+		} else if out.Truncated {
 			fmt.Fprintf(&b, "\n\n[Results truncated to first %d matching lines. Consider using a more specific pattern.]", limit)
 		}
 	case out.OutputMode == ModeCount:

@@ -452,3 +452,53 @@ func TestFactoryAndDefinition(t *testing.T) {
 	require.NoError(t, err)
 	assert.Contains(t, string(b), `"readOnlyHint":true`)
 }
+
+// Content mode within the limits of the schema (2000 matches, 20 lines of
+// context) stays a size a model can read: the text is cut at whole lines,
+// ending on a match's group, and says so.
+func TestContentOutputIsCapped(t *testing.T) {
+	files := map[string]string{}
+	for i := range 50 {
+		var b strings.Builder
+		for j := range 400 {
+			if j%10 == 0 {
+				fmt.Fprintf(&b, "needle %d %s\n", j, strings.Repeat("n", 80))
+			} else {
+				fmt.Fprintf(&b, "hay %d %s\n", j, strings.Repeat("h", 80))
+			}
+		}
+		files[fmt.Sprintf("f%02d.txt", i)] = b.String()
+	}
+	ex := newExec(t, tree(t, files))
+	obs, out := call(t, ex, Action{Pattern: "needle", OutputMode: ModeContent, Limit: MaxLimit, Context: MaxContext})
+	assert.False(t, obs.IsError)
+	assert.True(t, out.OutputCut)
+	assert.True(t, out.Truncated)
+	assert.Less(t, len(obs.Text()), MaxContentBytes+2000, "the text stays near the cap")
+	assert.Contains(t, obs.Text(), "[Results cut at about 30000 characters")
+	require.NotEmpty(t, out.Lines)
+	lastMatch := -1
+	for i, l := range out.Lines {
+		if l.Match {
+			lastMatch = i
+		}
+	}
+	require.GreaterOrEqual(t, lastMatch, 0)
+	for i := lastMatch + 1; i < len(out.Lines); i++ {
+		assert.Equal(t, out.Lines[i-1].Line+1, out.Lines[i].Line, "only the last match's own context follows it")
+		assert.Equal(t, out.Lines[lastMatch].Path, out.Lines[i].Path)
+	}
+	assert.LessOrEqual(t, len(out.Lines)-1-lastMatch, MaxContext)
+	matches := 0
+	for _, l := range out.Lines {
+		if l.Match {
+			matches++
+		}
+	}
+	assert.Contains(t, obs.Text(), fmt.Sprintf("Found %d matching line(s)", matches), "the count is of what is shown")
+
+	// Below the cap nothing changes.
+	_, out = call(t, ex, Action{Pattern: "needle 10 ", OutputMode: ModeContent, Limit: 10, Context: 1})
+	assert.False(t, out.OutputCut)
+	assert.Len(t, out.Lines, 30)
+}
