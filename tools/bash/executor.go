@@ -212,6 +212,11 @@ func (e *Executor) Call(ctx context.Context, a Action) (*tools.Observation, erro
 	k, isKey := parseKey(a.Command, a.IsInput)
 	empty := strings.TrimSpace(a.Command) == ""
 	newCommand := !a.Reset && !a.IsInput && !isKey && !empty
+	if a.IsInput && !isKey {
+		if n := longestLine(typedInput(a.Command)); n > MaxInputLine {
+			return tools.Errorf("A line of the input is %d bytes; a terminal passes at most %d bytes per line to a program that reads lines, and would silently drop the rest. Write the data to a file (file_editor create) and have the program read it, or send shorter lines.", n, MaxInputLine), nil
+		}
+	}
 
 	if newCommand {
 		select {
@@ -220,10 +225,22 @@ func (e *Executor) Call(ctx context.Context, a Action) (*tools.Observation, erro
 			return e.busy(a.Command), nil
 		}
 	} else {
+		// A poll, input or key waits for a call in flight (which may be
+		// waiting on the same command) for no longer than it would wait
+		// for output itself.
+		bound := e.opts.SoftTimeout
+		if a.Timeout != nil && *a.Timeout > 0 {
+			bound = timeoutDuration(*a.Timeout)
+		}
+		t := time.NewTimer(bound)
 		select {
 		case e.sem <- struct{}{}:
+			t.Stop()
 		case <-ctx.Done():
+			t.Stop()
 			return nil, ctx.Err()
+		case <-t.C:
+			return tools.Errorf("Another terminal call is still in flight (it waits for the running command and will return its output); this call waited %s for it and did nothing. Try again once that call has returned.", seconds(bound)), nil
 		}
 	}
 	defer func() { <-e.sem }()
@@ -333,7 +350,7 @@ func (e *Executor) busy(command string) *tools.Observation {
 }
 
 func notExecuted(command string) string {
-	return fmt.Sprintf("\n[Your command %q is NOT executed. The previous command is still running - You CANNOT send new commands until the previous command is completed. By setting `is_input` to `true`, you can interact with the current process: %s]", strings.TrimSpace(command), timeoutTemplate)
+	return fmt.Sprintf("\n[Your command %q is NOT executed. The previous command is still running - You CANNOT send new commands until the previous command is completed. By setting `is_input` to `true`, you can interact with the current process: %s If the terminal does not respond even to C-c (for example after a command changed PROMPT_COMMAND or PS1, or replaced the shell with exec), set `reset` to `true` to start a fresh shell.]", strings.TrimSpace(command), timeoutTemplate)
 }
 
 // refuse answers a new command while the previous one still runs: nothing
@@ -358,7 +375,7 @@ func (e *Executor) wait(ctx context.Context, s *session, c *call, timeout *float
 	limit, kind := e.opts.MaxWait, TimeoutLimit
 	if timeout != nil && *timeout > 0 {
 		soft = 0 // like OpenHands: an explicit timeout disables the soft one
-		limit, kind = time.Duration(*timeout*float64(time.Second)), TimeoutHard
+		limit, kind = timeoutDuration(*timeout), TimeoutHard
 	}
 	hardAt := start.Add(limit)
 	if c.inputNotSent {
@@ -402,4 +419,30 @@ func (e *Executor) wait(ctx context.Context, s *session, c *call, timeout *float
 			return e.finishCancelled(c, s)
 		}
 	}
+}
+
+// MaxTimeout caps the `timeout` parameter: larger values (up to 1e308 pass
+// the schema) would overflow a time.Duration and return at once.
+const MaxTimeout = 24 * time.Hour
+
+// MaxInputLine is the most a terminal in canonical mode passes on per line
+// (N_TTY_BUF_SIZE less the newline); longer input lines are cut silently.
+const MaxInputLine = 4095
+
+// timeoutDuration converts a `timeout` in seconds, capped at MaxTimeout.
+func timeoutDuration(sec float64) time.Duration {
+	if sec >= MaxTimeout.Seconds() {
+		return MaxTimeout
+	}
+	return time.Duration(sec * float64(time.Second))
+}
+
+// longestLine is the length of the longest line of typed input (lines end
+// with the Enter typedInput adds).
+func longestLine(typed string) int {
+	n := 0
+	for _, l := range strings.Split(typed, "\r") {
+		n = max(n, len(l))
+	}
+	return n
 }
