@@ -47,11 +47,14 @@ func killDescendants() int {
 func descends(pid, ancestor int, parent map[int]int) bool {
 	for range 64 { // bounded: a pid loop in a racy snapshot must not hang us
 		pp, ok := parent[pid]
-		if !ok || pp <= 1 {
+		if !ok {
 			return false
 		}
-		if pp == ancestor {
+		if pp == ancestor { // first: the agent may itself be pid 1
 			return true
+		}
+		if pp <= 1 {
+			return false
 		}
 		pid = pp
 	}

@@ -29,4 +29,9 @@ func TestDescends(t *testing.T) {
 	assert.True(t, descends(12, 10, parent))
 	assert.False(t, descends(20, 10, parent))
 	assert.False(t, descends(30, 10, parent), "a pid loop in a racy snapshot ends")
+
+	// An agent that is pid 1 (no init in front of it) has children too.
+	asInit := map[int]int{1: 0, 5: 1, 6: 5}
+	assert.True(t, descends(5, 1, asInit))
+	assert.True(t, descends(6, 1, asInit))
 }
