@@ -7,6 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"math/big"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/google/jsonschema-go/jsonschema"
@@ -96,7 +101,7 @@ func (t *Tool) decode(raw json.RawMessage, into any) *Observation {
 		return Errorf("Invalid arguments for tool %q: expected a JSON object of parameters, got %s.", t.def.Name, jsonKind(generic))
 	}
 	if err := t.resolved.Validate(generic); err != nil {
-		return Errorf("Invalid arguments for tool %q: %s", t.def.Name, cleanValidationError(err))
+		return Errorf("Invalid arguments for tool %q: %s", t.def.Name, cleanValidationError(err, t.paramNames()))
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
@@ -122,11 +127,130 @@ func jsonKind(v any) string {
 	return fmt.Sprintf("%T", v)
 }
 
-// cleanValidationError drops the schema-internal prefix of validator errors
-// ("validating root: ...") that means nothing to a model.
-func cleanValidationError(err error) string {
+// cleanValidationError words a validator error for a model: the parameter
+// by name, what it must be and what it got, without the schema's internals
+// ("validating /properties/timeout: minimum: -1/1 is less than 0.000000"
+// becomes "`timeout` must be at least 0, got -1"). params are the names
+// the tool takes, listed when an unknown one is given.
+func cleanValidationError(err error, params []string) string {
 	s := err.Error()
-	s = strings.TrimPrefix(s, "validating root: ")
-	s = strings.TrimPrefix(s, "validating /: ")
+	path := ""
+	for strings.HasPrefix(s, "validating ") {
+		i := strings.Index(s, ": ")
+		if i < 0 {
+			break
+		}
+		path, s = s[len("validating "):i], s[i+2:]
+	}
+	name := paramName(path)
+	subject := "the arguments"
+	if name != "" {
+		subject = "`" + name + "`"
+	}
+	if m := reType.FindStringSubmatch(s); m != nil {
+		return fmt.Sprintf("%s must be %s, not %s", subject, article(m[2]), article(m[1]))
+	}
+	if m := reBound.FindStringSubmatch(s); m != nil {
+		got, bound := ratText(m[2]), ratText(m[4])
+		switch m[1] {
+		case "minimum":
+			return fmt.Sprintf("%s must be at least %s, got %s", subject, bound, got)
+		case "maximum":
+			return fmt.Sprintf("%s must be at most %s, got %s", subject, bound, got)
+		}
+	}
+	if m := reEnum.FindStringSubmatch(s); m != nil {
+		return fmt.Sprintf("%s must be one of %s, got %q", subject, strings.Join(strings.Fields(m[2]), ", "), m[1])
+	}
+	if m := reRequired.FindStringSubmatch(s); m != nil {
+		return fmt.Sprintf("missing required parameter %s", quotedList(m[1]))
+	}
+	if m := reUnknown.FindStringSubmatch(s); m != nil {
+		msg := fmt.Sprintf("unknown parameter %s", quotedList(m[1]))
+		if len(params) > 0 {
+			msg += "; the parameters are " + strings.Join(params, ", ")
+		}
+		return msg
+	}
+	if m := reItems.FindStringSubmatch(s); m != nil {
+		return fmt.Sprintf("%s must have %s %s items, got %s", subject, map[string]string{"min": "at least", "max": "at most"}[m[1]], m[4], m[2])
+	}
+	if name != "" {
+		return subject + ": " + s
+	}
 	return s
+}
+
+var (
+	reType     = regexp.MustCompile(`(?s)^type: .* has type "(\w+)", want "(\w+)"$`)
+	reBound    = regexp.MustCompile(`^(minimum|maximum): (\S+) is (less|greater) than (\S+)$`)
+	reEnum     = regexp.MustCompile(`(?s)^enum: (.*) does not equal any of: \[(.*)\]$`)
+	reRequired = regexp.MustCompile(`^required: missing properties: \[(.*)\]$`)
+	reUnknown  = regexp.MustCompile(`^unexpected additional properties \[(.*)\]$`)
+	reItems    = regexp.MustCompile(`^(min|max)Items: array length (\d+) is (less|greater) than (\d+)$`)
+)
+
+// paramName turns a schema path (/properties/view_range/items/0) into a
+// parameter name (view_range[0]); the root is "".
+func paramName(path string) string {
+	path = strings.TrimPrefix(path, "root")
+	var b strings.Builder
+	parts := strings.Split(strings.Trim(path, "/"), "/")
+	for i := 0; i < len(parts); i++ {
+		switch {
+		case parts[i] == "properties" && i+1 < len(parts):
+			if b.Len() > 0 {
+				b.WriteByte('.')
+			}
+			b.WriteString(parts[i+1])
+			i++
+		case parts[i] == "items":
+			if i+1 < len(parts) {
+				b.WriteString("[" + parts[i+1] + "]")
+				i++
+			} else {
+				b.WriteString("[]")
+			}
+		}
+	}
+	return b.String()
+}
+
+// ratText prints a validator number ("-1/1", "0.000000") plainly.
+func ratText(s string) string {
+	if r, ok := new(big.Rat).SetString(s); ok {
+		f, _ := r.Float64()
+		return strconv.FormatFloat(f, 'g', -1, 64)
+	}
+	return s
+}
+
+func article(jsonType string) string {
+	switch jsonType {
+	case "null":
+		return "null"
+	case "array", "object", "integer":
+		return "an " + jsonType
+	}
+	return "a " + jsonType
+}
+
+// quotedList turns `"a" "b"` (Go's %q of a []string) into `a`, `b`.
+func quotedList(s string) string {
+	var names []string
+	for _, f := range strings.Fields(s) {
+		if u, err := strconv.Unquote(f); err == nil {
+			f = u
+		}
+		names = append(names, "`"+f+"`")
+	}
+	return strings.Join(names, ", ")
+}
+
+// paramNames are the names of the tool's parameters, sorted.
+func (t *Tool) paramNames() []string {
+	if t.def.InputSchema == nil {
+		return nil
+	}
+	return slices.Sorted(maps.Keys(t.def.InputSchema.Properties))
 }

@@ -54,10 +54,12 @@ func TestToolValidatesArguments(t *testing.T) {
 		isErr            bool
 	}{
 		{"ok", `{"text":"ab","times":2}`, "abab", false},
-		{"missing required", `{}`, "text", true},
-		{"wrong type", `{"text":5}`, "text", true},
-		{"unknown field", `{"text":"a","nope":1}`, "nope", true},
-		{"enum", `{"text":"a","mode":"z"}`, "mode", true},
+		{"missing required", `{}`, "missing required parameter `text`", true},
+		{"wrong type", `{"text":5}`, "`text` must be a string, not an integer", true},
+		{"null", `{"text":null}`, "`text` must be a string, not null", true},
+		{"item type", `{"text":"a","between":[1]}`, "`between[]` must be a string, not an integer", true},
+		{"unknown field", `{"text":"a","nope":1}`, "unknown parameter `nope`; the parameters are between, mode, text, times", true},
+		{"enum", `{"text":"a","mode":"z"}`, "`mode` must be one of a, b, got \"z\"", true},
 		{"not json", `{"text":`, "not valid JSON", true},
 		{"array", `[1,2]`, "expected a JSON object", true},
 		{"huge", `{"text":"` + strings.Repeat("x", MaxArgumentBytes) + `"}`, "exceed the limit", true},
