@@ -15,11 +15,11 @@ help: ## list targets
 build: ## static binary (CGO off): both roles, serve and agent
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN) ./cmd/sandboxd
 
-deps: ## host packages the tests and benchmarks use (ripgrep for the grep baseline)
-	@command -v rg >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ripgrep >/dev/null; }
+deps: ## host packages the tests and benchmarks use (ripgrep for the grep baseline, busybox for the terminal's sh fallback)
+	@command -v rg >/dev/null && command -v busybox >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ripgrep busybox-static >/dev/null; }
 
 test: deps images ## everything, images included: unit tests and real-Docker e2e (test and default image), with -race
-	SANDBOXD_E2E_REQUIRE_IMAGES=1 $(GO) test -race -count=1 -timeout 30m $(PKGS)
+	SANDBOXD_E2E_REQUIRE_IMAGES=1 SANDBOXD_TEST_BUSYBOX=$$(command -v busybox) $(GO) test -race -count=1 -timeout 30m $(PKGS)
 
 unit: ## unit tests only (no Docker)
 	$(GO) test -race -count=1 -short $(PKGS)
