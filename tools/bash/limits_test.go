@@ -1,0 +1,82 @@
+package bash
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// A timeout too large for a time.Duration is capped, not overflowed into a
+// negative one that returned at once while the command kept running.
+func TestHugeTimeoutIsCapped(t *testing.T) {
+	e := newExec(t, testOptions(t, "bash"))
+	for _, sec := range []float64{1e10, 1e300} {
+		text, out, obs := do(t, e, withTimeout("sleep 0.3; echo done", sec))
+		assert.False(t, obs.IsError, text)
+		assert.Equal(t, 0, out.ExitCode, text)
+		assert.Contains(t, text, "done")
+	}
+	assert.Equal(t, MaxTimeout, timeoutDuration(1e300))
+	assert.Equal(t, 1500*time.Millisecond, timeoutDuration(1.5))
+}
+
+// Input lines longer than a terminal passes on are refused, not cut.
+func TestLongInputLineRefused(t *testing.T) {
+	e := newExec(t, testOptions(t, "bash"))
+	text, out, _ := do(t, e, withTimeout("wc -c", 0.3))
+	require.Equal(t, -1, out.ExitCode, text)
+	text, _, obs := do(t, e, input(strings.Repeat("x", 5000)))
+	assert.True(t, obs.IsError)
+	assert.Contains(t, text, "5000 bytes")
+	assert.Contains(t, text, "at most 4095")
+	// A line that fits goes through whole, the refused one never arrived.
+	do(t, e, input(strings.Repeat("y", 4000)))
+	text, out, _ = do(t, e, input("C-d"))
+	assert.Equal(t, 0, out.ExitCode, text)
+	assert.Contains(t, body(text), "4001")
+}
+
+// A poll while another call waits on the running command returns after its
+// own timeout with a clear message instead of waiting for the other call.
+func TestPollWhileAnotherCallInFlightIsBounded(t *testing.T) {
+	e := newExec(t, testOptions(t, "bash"))
+	var wg sync.WaitGroup
+	wg.Add(1)
+	started := make(chan struct{})
+	go func() {
+		defer wg.Done()
+		close(started)
+		obs, err := e.Call(context.Background(), withTimeout("sleep 2; echo finished", 5))
+		assert.NoError(t, err)
+		assert.Contains(t, obs.Text(), "finished")
+	}()
+	<-started
+	time.Sleep(300 * time.Millisecond) // the first call holds the terminal
+	begin := time.Now()
+	text, _, obs := do(t, e, Action{Command: "", Timeout: ptr(0.3)})
+	waited := time.Since(begin)
+	assert.True(t, obs.IsError)
+	assert.Contains(t, text, "Another terminal call is still in flight")
+	assert.Less(t, waited, 1500*time.Millisecond, "bounded by the poll's own timeout")
+	wg.Wait()
+}
+
+// A command that takes away the prompt hook leaves the terminal waiting for
+// a marker that never comes; the refusal says how to get out, and reset does.
+func TestLostPromptHookPointsToReset(t *testing.T) {
+	e := newExec(t, testOptions(t, "bash"))
+	do(t, e, withTimeout(`PROMPT_COMMAND='echo hook'`, 0.5))
+	text, _, obs := do(t, e, cmd("echo next"))
+	assert.True(t, obs.IsError, text)
+	assert.Contains(t, text, "is NOT executed")
+	assert.Contains(t, text, "set `reset` to `true`")
+	do(t, e, Action{Command: "", Reset: true})
+	text, out, _ := do(t, e, cmd("echo fresh"))
+	assert.Equal(t, 0, out.ExitCode, text)
+	assert.Contains(t, text, "fresh")
+}
