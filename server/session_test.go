@@ -352,6 +352,33 @@ func TestCancelAndClose(t *testing.T) {
 	}
 }
 
+// session.close is idempotent for whoever could close the session: the
+// same connection, the operator on a new one, the session's own token. A
+// caller that never could gets the same not-found as for any other id.
+func TestCloseTwiceSucceeds(t *testing.T) {
+	ts := servertest.Start(t, nil)
+	c := dial(t, ts)
+	s := c.create()
+	other := c.create()
+	ref := map[string]any{"session_id": s.SessionID}
+	var closed wsproto.CloseResult
+	c.ok(1, wsproto.MethodSessionClose, ref, &closed)
+	c.ok(2, wsproto.MethodSessionClose, ref, &closed)
+	if !closed.Closed {
+		t.Fatal("second close: not closed")
+	}
+	dial(t, ts).ok(3, wsproto.MethodSessionClose, ref, &closed)
+	dial(t, ts).ok(4, wsproto.MethodSessionClose, map[string]any{"session_id": s.SessionID, "session_token": s.SessionToken}, &closed)
+
+	stranger := dialRaw(t, ts.URL, other.SessionToken)
+	if code := stranger.code(5, wsproto.MethodSessionClose, ref); code != wsproto.CodeNotFound {
+		t.Fatalf("another session's token closing a closed session: code %d, want %d", code, wsproto.CodeNotFound)
+	}
+	if code := c.code(6, wsproto.MethodSessionClose, map[string]any{"session_id": "never-was"}); code != wsproto.CodeNotFound {
+		t.Fatalf("unknown session: code %d", code)
+	}
+}
+
 func hasNote(notes []wsproto.Message, method string) bool {
 	for _, n := range notes {
 		if n.Method == method {

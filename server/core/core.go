@@ -133,6 +133,7 @@ type Core struct {
 	watchers sync.WaitGroup
 
 	creates *idempotency // session.create by (token, idempotency key)
+	ended   endedSet     // recently closed sessions: a repeated close succeeds
 }
 
 // New returns a Core and adopts the sessions the manager already has (kept
@@ -151,6 +152,7 @@ func New(opts Options) (*Core, error) {
 		sessions: map[string]*Sess{},
 		byToken:  map[auth.Digest]*Sess{},
 		creates:  newIdempotency(1024, 1<<20, opts.IdemTTL),
+		ended:    endedSet{ttl: opts.IdemTTL, max: 4096},
 	}
 	for _, s := range opts.Manager.List() {
 		c.adopt(s)
@@ -213,6 +215,20 @@ func (c *Core) Authorize(p Principal, id, token string, granted bool) (*Sess, er
 		return s, nil
 	}
 	return nil, notFound(id)
+}
+
+// Ended reports whether session id was closed recently (within the
+// idempotency TTL) and p, or token, or the caller's earlier grant, could
+// have used it: a repeated session.close then succeeds instead of saying
+// "not found". Anyone else learns nothing (the same not-found as always).
+func (c *Core) Ended(p Principal, id, token string, granted bool) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	d, ok := c.ended.get(id, time.Now())
+	if !ok {
+		return false
+	}
+	return p.Operator || granted || p.SessionID == id || (token != "" && d.Matches(token))
 }
 
 // lookup finds a session, adopting one the manager knows and the core does
@@ -394,6 +410,9 @@ func (c *Core) forget(s *Sess) {
 	if keep {
 		reason = "the server is shutting down; the session is kept and can be attached after it restarts"
 	}
+	if !keep {
+		c.ended.add(s.id, s.token, time.Now())
+	}
 	c.mu.Unlock()
 	if c.opts.Tokens != nil && !keep {
 		c.opts.Tokens.Delete(s.id)
@@ -511,3 +530,49 @@ func (c *Core) Shutdown(ctx context.Context, keepSessions bool) error {
 // Operator is the operator's principal, for sessions the server creates on
 // its own account (one per MCP session).
 func (c *Core) Operator() Principal { return Principal{Operator: true, digest: c.operator} }
+
+// endedSet remembers the token digests of recently closed sessions, bounded
+// in count and age. Guarded by Core.mu.
+type endedSet struct {
+	ttl   time.Duration
+	max   int
+	byID  map[string]endedEntry
+	order []string // oldest first
+}
+
+type endedEntry struct {
+	token auth.Digest
+	at    time.Time
+}
+
+func (e *endedSet) add(id string, token auth.Digest, now time.Time) {
+	if e.byID == nil {
+		e.byID = map[string]endedEntry{}
+	}
+	e.expire(now)
+	if _, ok := e.byID[id]; !ok {
+		e.order = append(e.order, id)
+	}
+	e.byID[id] = endedEntry{token: token, at: now}
+	for len(e.order) > e.max {
+		delete(e.byID, e.order[0])
+		e.order = e.order[1:]
+	}
+}
+
+func (e *endedSet) get(id string, now time.Time) (auth.Digest, bool) {
+	e.expire(now)
+	en, ok := e.byID[id]
+	return en.token, ok
+}
+
+func (e *endedSet) expire(now time.Time) {
+	for len(e.order) > 0 {
+		en, ok := e.byID[e.order[0]]
+		if ok && now.Sub(en.at) < e.ttl {
+			return
+		}
+		delete(e.byID, e.order[0])
+		e.order = e.order[1:]
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/sandboxd/sandboxd/server/apierr"
+	"github.com/sandboxd/sandboxd/server/auth"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -165,5 +166,23 @@ func TestTokenStoreDirsPrivate(t *testing.T) {
 		if st, _ := os.Stat(d); st.Mode().Perm() != 0o700 {
 			t.Fatalf("%s left at mode %v", d, st.Mode().Perm())
 		}
+	}
+}
+
+func TestEndedSetBounds(t *testing.T) {
+	e := endedSet{ttl: time.Minute, max: 3}
+	now := time.Now()
+	for i, id := range []string{"a", "b", "c", "d"} {
+		e.add(id, auth.DigestOf(id), now.Add(time.Duration(i)*time.Second))
+	}
+	if _, ok := e.get("a", now.Add(5*time.Second)); ok {
+		t.Fatal("oldest kept beyond max")
+	}
+	d, ok := e.get("d", now.Add(5*time.Second))
+	if !ok || !d.Matches("d") {
+		t.Fatal("newest lost")
+	}
+	if _, ok := e.get("d", now.Add(2*time.Minute)); ok || len(e.order) != 0 || len(e.byID) != 0 {
+		t.Fatalf("kept past the ttl: %v", e.order)
 	}
 }

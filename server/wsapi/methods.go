@@ -152,6 +152,12 @@ func sessionClose(c *conn, req *wsproto.Request) (any, error) {
 	}
 	s, err := c.session(p)
 	if err != nil {
+		c.mu.Lock()
+		_, granted := c.grants[p.SessionID]
+		c.mu.Unlock()
+		if apierr.KindOf(err) == apierr.NotFound && c.h.core.Ended(c.p, p.SessionID, p.SessionToken, granted) {
+			return &wsproto.CloseResult{Closed: true}, nil // closed before: idempotent
+		}
 		return nil, err
 	}
 	if err := s.Close(c.detached()); err != nil {
