@@ -112,7 +112,9 @@ func (s *Session) output(o wsproto.StreamOutput) {
 // arguments (a struct, a map, json.RawMessage). stream, if not nil, receives
 // output while the call runs. A failure of the tool is an observation with
 // IsError; an error means the call could not run. Cancelling ctx cancels the
-// call on the server.
+// call on the server: Call returns once the server confirms the call
+// stopped (a terminal command was interrupted, typically within 0.3 s; at
+// most about 5 s), so the next call finds the tool free.
 func (s *Session) Call(ctx context.Context, name string, args any, stream tools.StreamFunc) (*tools.Observation, error) {
 	raw, ok := args.(json.RawMessage)
 	if !ok && args != nil {
@@ -147,16 +149,12 @@ func (s *Session) Call(ctx context.Context, name string, args any, stream tools.
 	return &obs, nil
 }
 
-// cancel asks the server to cancel a call, in the background (the caller's
-// context is done).
+// cancel asks the server to cancel a call and waits, at most 5 s, for the
+// answer (the caller's context is done, so a fresh one bounds it).
 func (s *Session) cancel(callID json.RawMessage) {
-	s.c.wg.Add(1)
-	go func() {
-		defer s.c.wg.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = s.c.call(ctx, wsproto.MethodToolsCancel, wsproto.CancelParams{SessionRef: s.ref(), CallID: callID}, nil)
-	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = s.c.call(ctx, wsproto.MethodToolsCancel, wsproto.CancelParams{SessionRef: s.ref(), CallID: callID}, nil)
 }
 
 // ToolsList returns the tools in a format: "" (sandboxd's definitions),

@@ -5,8 +5,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -205,5 +207,41 @@ func TestGoClientFiles(t *testing.T) {
 	}
 	if !bytes.Equal(got, body) {
 		t.Fatalf("downloaded %d bytes, want %d", len(got), len(body))
+	}
+}
+
+// A call cancelled through its context is stopped in the sandbox before
+// Call returns, so the next command runs instead of finding the terminal
+// still busy with the cancelled one.
+func TestGoClientCancelThenNextCommand(t *testing.T) {
+	s := startServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := client.Dial(ctx, s.ws, s.token, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	sess, err := c.CreateSession(ctx, client.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close(ctx)
+	for i := range 5 {
+		callCtx, stop := context.WithCancel(ctx)
+		timer := time.AfterFunc(500*time.Millisecond, stop)
+		_, err := sess.Call(callCtx, "terminal", map[string]any{"command": "sleep 30", "timeout": 60}, nil)
+		timer.Stop()
+		stop()
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("round %d: the cancelled call returned %v", i, err)
+		}
+		obs, err := sess.Call(ctx, "terminal", map[string]any{"command": "echo next-" + strconv.Itoa(i)}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if obs.IsError || !strings.Contains(obs.Text(), "next-"+strconv.Itoa(i)) {
+			t.Fatalf("round %d: the command after a cancel: %q", i, obs.Text())
+		}
 	}
 }

@@ -27,8 +27,18 @@ type Sess struct {
 	xfers  transfers
 
 	mu    sync.Mutex
-	calls map[string]context.CancelFunc // running calls by call id, for Cancel
+	calls map[string]*runningCall // running calls by call id, for Cancel
 }
+
+// runningCall is a call Cancel can stop; done closes when Call returns.
+type runningCall struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// cancelWait bounds how long Cancel waits for the cancelled call to end
+// (the agent confirms within its own grace of two seconds).
+const cancelWait = 3 * time.Second
 
 func newSess(c *Core, ms Session, token auth.Digest, api string) *Sess {
 	o := c.opts
@@ -36,7 +46,7 @@ func newSess(c *Core, ms Session, token auth.Digest, api string) *Sess {
 		c: c, s: ms, id: ms.ID(), token: token, api: api,
 		stream: newStream(ms.ID(), o.RingBytes, o.RingChunks),
 		idem:   newIdempotency(o.IdemEntries, o.IdemBytes, o.IdemTTL),
-		calls:  map[string]context.CancelFunc{},
+		calls:  map[string]*runningCall{},
 	}
 }
 
@@ -77,13 +87,17 @@ func (s *Sess) Call(parent context.Context, transport string, callID json.RawMes
 	defer cancel()
 	key := string(bytes.TrimSpace(callID))
 	if key != "" {
+		rc := &runningCall{cancel: cancel, done: make(chan struct{})}
 		s.mu.Lock()
-		s.calls[key] = cancel
+		s.calls[key] = rc
 		s.mu.Unlock()
 		defer func() {
 			s.mu.Lock()
-			delete(s.calls, key)
+			if s.calls[key] == rc {
+				delete(s.calls, key)
+			}
 			s.mu.Unlock()
+			close(rc.done)
 		}()
 	}
 
@@ -116,15 +130,24 @@ func (s *Sess) Call(parent context.Context, transport string, callID json.RawMes
 	return obs, err
 }
 
-// Cancel cancels a running call by its call id; false if none runs.
+// Cancel cancels a running call by its call id; false if none runs. It
+// returns once the call has ended (the tool stopped it), or after
+// cancelWait, so a client's next call does not find the tool still busy.
 func (s *Sess) Cancel(callID json.RawMessage) bool {
 	s.mu.Lock()
-	cancel, ok := s.calls[string(bytes.TrimSpace(callID))]
+	rc, ok := s.calls[string(bytes.TrimSpace(callID))]
 	s.mu.Unlock()
-	if ok {
-		cancel()
+	if !ok {
+		return false
 	}
-	return ok
+	rc.cancel()
+	t := time.NewTimer(cancelWait)
+	defer t.Stop()
+	select {
+	case <-rc.done:
+	case <-t.C:
+	}
+	return true
 }
 
 // Attach subscribes sub to the session's output from after lastSeq; see

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sandboxd/sandboxd/tools"
@@ -31,6 +32,10 @@ type Executor struct {
 	ownState bool // StateDir was made by NewExecutor and goes with Close
 
 	sem chan struct{} // one call at a time
+	// holder is the Done channel of the call holding sem: a new command
+	// that finds it closed (the call was cancelled and is stopping its
+	// command) waits for it instead of being refused.
+	holder atomic.Pointer[<-chan struct{}]
 
 	mu     sync.Mutex // guards sess and closed
 	sess   *session
@@ -222,7 +227,9 @@ func (e *Executor) Call(ctx context.Context, a Action) (*tools.Observation, erro
 		select {
 		case e.sem <- struct{}{}:
 		default:
-			return e.busy(a.Command), nil
+			if !e.awaitCancelled(ctx) {
+				return e.busy(a.Command), nil
+			}
 		}
 	} else {
 		// A poll, input or key waits for a call in flight (which may be
@@ -243,7 +250,12 @@ func (e *Executor) Call(ctx context.Context, a Action) (*tools.Observation, erro
 			return tools.Errorf("Another terminal call is still in flight (it waits for the running command and will return its output); this call waited %s for it and did nothing. Try again once that call has returned.", seconds(bound)), nil
 		}
 	}
-	defer func() { <-e.sem }()
+	holderDone := ctx.Done()
+	e.holder.Store(&holderDone)
+	defer func() {
+		e.holder.Store(nil)
+		<-e.sem
+	}()
 
 	e.mu.Lock()
 	closed, s := e.closed, e.sess
@@ -339,6 +351,35 @@ func (e *Executor) restart() (*session, error) {
 	}
 	e.sess = s // nil on error: the next call tries again
 	return s, err
+}
+
+// cancelledGrace bounds how long a new command waits for a cancelled call
+// to finish stopping its command (finishCancelled waits 250 ms for it).
+const cancelledGrace = time.Second
+
+// awaitCancelled takes sem for a new command if the call holding it was
+// cancelled: a client that cancels and at once sends the next command
+// (tools.cancel, then tools.call) gets it run, not refused. It reports
+// whether sem was taken.
+func (e *Executor) awaitCancelled(ctx context.Context) bool {
+	h := e.holder.Load()
+	if h == nil {
+		return false
+	}
+	select {
+	case <-*h:
+	default:
+		return false // the call in flight is live: the command is busy
+	}
+	t := time.NewTimer(cancelledGrace)
+	defer t.Stop()
+	select {
+	case e.sem <- struct{}{}:
+		return true
+	case <-ctx.Done():
+	case <-t.C:
+	}
+	return false
 }
 
 // busy refuses a new command while another call is in flight.

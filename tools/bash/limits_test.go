@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sandboxd/sandboxd/tools"
 )
 
 // A timeout too large for a time.Duration is capped, not overflowed into a
@@ -79,4 +81,37 @@ func TestLostPromptHookPointsToReset(t *testing.T) {
 	text, out, _ := do(t, e, cmd("echo fresh"))
 	assert.Equal(t, 0, out.ExitCode, text)
 	assert.Contains(t, text, "fresh")
+}
+
+// A command sent right after the call in flight was cancelled runs once the
+// cancelled call has stopped its command, instead of being refused as busy.
+func TestCommandRightAfterCancelRuns(t *testing.T) {
+	e := newExec(t, testOptions(t, "bash"))
+	for range 3 {
+		ctx, cancel := context.WithCancel(context.Background())
+		first := make(chan *tools.Observation, 1)
+		go func() {
+			obs, _ := e.Call(ctx, withTimeout("sleep 30", 60))
+			first <- obs
+		}()
+		require.Eventually(t, func() bool { return e.holder.Load() != nil }, 5*time.Second, time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // the sleep is running
+		cancel()
+		text, out, obs := do(t, e, cmd("echo after"))
+		assert.False(t, obs.IsError, text)
+		assert.Equal(t, 0, out.ExitCode, text)
+		assert.Contains(t, body(text), "after")
+		assert.Contains(t, (<-first).Text(), "interrupted")
+	}
+	// A live call in flight still makes a new command wait for nothing.
+	live := make(chan struct{})
+	go func() {
+		defer close(live)
+		_, _ = e.Call(context.Background(), withTimeout("sleep 1", 5))
+	}()
+	require.Eventually(t, func() bool { return e.holder.Load() != nil }, 5*time.Second, time.Millisecond)
+	text, _, obs := do(t, e, cmd("echo refused"))
+	assert.True(t, obs.IsError, text)
+	assert.Contains(t, text, "is NOT executed")
+	<-live
 }
