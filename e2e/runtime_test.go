@@ -81,6 +81,30 @@ func TestMissingImageIsAClearError(t *testing.T) {
 	assert.Empty(t, m.List())
 }
 
+// Options only the engine can check (a network it lacks, more CPUs than it
+// has) are the client's error, said clearly, with nothing left behind.
+func TestEngineRefusedOptionsAreInvalidOptions(t *testing.T) {
+	t.Parallel()
+	m := newManager(t, newRuntime(t), sandbox.ManagerOptions{})
+	_, err := m.Create(ctxT(t), sandbox.SessionOptions{Network: "sandboxd-no-such-network"})
+	require.ErrorIs(t, err, sandbox.ErrInvalidOptions)
+	assert.Contains(t, err.Error(), `the engine has no network "sandboxd-no-such-network"`)
+	assert.NotContains(t, err.Error(), "image", "not mistaken for a missing image")
+
+	_, err = m.Create(ctxT(t), sandbox.SessionOptions{Limits: sandbox.Limits{CPUs: 4096}})
+	require.ErrorIs(t, err, sandbox.ErrInvalidOptions)
+	t.Log(err)
+	assert.Contains(t, err.Error(), "CPU")
+	assert.Empty(t, m.List())
+	f := filters.NewArgs(filters.Arg("label", labelTest+"="+unsafeLabel.ReplaceAllString(t.Name(), "_")))
+	ctrs, err := docker.ContainerList(ctxT(t), container.ListOptions{All: true, Filters: f})
+	require.NoError(t, err)
+	vols, err := docker.VolumeList(ctxT(t), volume.ListOptions{Filters: f})
+	require.NoError(t, err)
+	assert.Empty(t, ctrs, "containers left by refused creates")
+	assert.Empty(t, vols.Volumes, "volumes left by refused creates")
+}
+
 // Reclaim removes what a crashed daemon left without a live container.
 func TestReclaimRemovesOrphans(t *testing.T) {
 	t.Parallel()

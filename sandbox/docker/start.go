@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"strings"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
@@ -88,6 +89,10 @@ func (r *Runtime) Start(ctx context.Context, spec sandbox.Spec) (_ io.ReadWriteC
 		return nil, errImageMissing(spec.Options.Image, err)
 	case cerrdefs.IsConflict(err):
 		return nil, fmt.Errorf("a container named %s exists already: %w", cs.name, err)
+	case cerrdefs.IsInvalidArgument(err):
+		// The container is made from the options: a setting the engine
+		// refuses (more CPUs than it has) is the client's to change.
+		return nil, &sandbox.OptionsError{Problems: []string{"the engine refused the container: " + errdefsMessage(err)}}
 	case err != nil:
 		return nil, fmt.Errorf("creating container: %w", err)
 	}
@@ -116,8 +121,18 @@ func (r *Runtime) createNetwork(ctx context.Context, id, mode string, labels map
 	case sandbox.NetworkNone:
 		return "none", nil
 	case sandbox.NetworkBridge, sandbox.NetworkInternal:
-	default:
-		return mode, nil // an existing network, not ours
+	default: // an existing network, not ours
+		cctx, cancel := r.call(ctx)
+		defer cancel()
+		if _, err := r.cli.NetworkInspect(cctx, mode, network.InspectOptions{}); err != nil {
+			if cerrdefs.IsNotFound(err) {
+				return "", &sandbox.OptionsError{Problems: []string{fmt.Sprintf(
+					"network: the engine has no network %q; use %q, %q, %q or the name of an existing network",
+					mode, sandbox.NetworkNone, sandbox.NetworkBridge, sandbox.NetworkInternal)}}
+			}
+			return "", fmt.Errorf("inspecting network %s: %w", mode, err)
+		}
+		return mode, nil
 	}
 	cctx, cancel := r.call(ctx)
 	defer cancel()
@@ -131,4 +146,10 @@ func (r *Runtime) createNetwork(ctx context.Context, id, mode string, labels map
 		return "", fmt.Errorf("creating network %s: %w", name, err)
 	}
 	return name, nil
+}
+
+// errdefsMessage is an engine error's message without the client's
+// "Error response from daemon: " prefix.
+func errdefsMessage(err error) string {
+	return strings.TrimPrefix(err.Error(), "Error response from daemon: ")
 }

@@ -7,6 +7,7 @@ package wsproto
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -154,7 +155,11 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 	if err != nil {
 		return fmt.Errorf("duration %s: want seconds or a Go duration like \"90s\"", s)
 	}
-	*d = Duration(f * float64(time.Second))
+	ns := f * float64(time.Second)
+	if math.IsNaN(ns) || ns >= math.MaxInt64 || ns <= math.MinInt64 {
+		return fmt.Errorf("duration %s is out of range: at most %.0f seconds", s, time.Duration(math.MaxInt64).Seconds())
+	}
+	*d = Duration(ns)
 	return nil
 }
 
