@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sandboxd/sandboxd/client"
 	"github.com/sandboxd/sandboxd/sandbox"
 	"github.com/sandboxd/sandboxd/sandbox/docker"
 	"github.com/sandboxd/sandboxd/server"
@@ -107,6 +108,9 @@ func runServe(ctx context.Context, std stdio, args []string) error {
 	if cfg.pool < 0 {
 		return usageErrorf("--pool %d: want 0 (no warm pool) or more", cfg.pool)
 	}
+	if cfg.maxMessage < minMaxMessage {
+		return usageErrorf("--max-message-bytes %d: want at least %d (1 MiB): tool results and transfer chunks must fit (the Go client moves files in %d MiB chunks; set its ChunkSize below the limit)", cfg.maxMessage, minMaxMessage, client.ChunkSize>>20)
+	}
 	if cfg.maxStarts < 1 {
 		return usageErrorf("--max-concurrent-starts %d: want 1 or more", cfg.maxStarts)
 	}
@@ -166,12 +170,24 @@ func runServe(ctx context.Context, std stdio, args []string) error {
 			}
 		}
 		log.Info("sandboxd serving", "addr", addr.String(), "websocket", wsURL(base), "mcp", base+"/mcp", "token", where)
+		// The client commands need the flags that differ from their defaults.
+		var flags string
+		if u := wsURL(base); u != "ws://"+server.DefaultListen+"/v1/ws" {
+			flags += " --server " + shellQuote(u)
+		}
+		if cfg.stateDir != "" && tokenPath != "" {
+			flags += " --state-dir " + shellQuote(cfg.stateDir)
+		}
 		fmt.Fprintf(std.err, "sandboxd %s serving on %s\n  WebSocket: %s\n  MCP:       %s/mcp\n  token:     %s\n"+
-			"try, in another terminal (same user):\n  sandboxd run -- 'uname -a; id'   # a command in a fresh sandbox\n  sandboxd shell                    # an interactive terminal\n"+
+			"try, in another terminal (same user):\n  sandboxd run%s -- 'uname -a; id'   # a command in a fresh sandbox\n  sandboxd shell%s                    # an interactive terminal\n"+
 			"  MCP clients: %s/mcp with the header \"Authorization: Bearer <token>\"\n",
-			version(), addr, wsURL(base), base, where, base)
+			version(), addr, wsURL(base), base, where, flags, flags, base)
 	})
 }
+
+// minMaxMessage is the smallest --max-message-bytes: below it ordinary
+// tool results would close the connection.
+const minMaxMessage = 1 << 20
 
 func baseURL(cfg serveConfig, addr net.Addr) string {
 	scheme := "http"
@@ -228,4 +244,12 @@ func version() string {
 		return bi.Main.Version
 	}
 	return "dev"
+}
+
+// shellQuote quotes s for a POSIX shell when it needs it.
+func shellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/:._-+=@%,") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }

@@ -15,6 +15,8 @@ func TestServeRefusesBadNumbers(t *testing.T) {
 	}{
 		{[]string{"--pool", "-1"}, "--pool -1"},
 		{[]string{"--max-concurrent-starts", "0"}, "--max-concurrent-starts 0"},
+		{[]string{"--max-message-bytes", "100"}, "--max-message-bytes 100: want at least 1048576"},
+		{[]string{"--max-message-bytes", "-1"}, "--max-message-bytes -1"},
 	} {
 		var out, errb bytes.Buffer
 		code := run(append([]string{"serve", "--state-dir", t.TempDir()}, c.args...), stdio{in: &bytes.Buffer{}, out: &out, err: &errb})

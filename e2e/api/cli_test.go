@@ -24,6 +24,10 @@ import (
 func TestCLIRunAgainstServe(t *testing.T) {
 	state := t.TempDir()
 	serve := startServe(t, state)
+	// The start-up hint names what the client commands need here.
+	if hint := "sandboxd run --server " + serve.url + " --state-dir " + state + " -- "; !strings.Contains(serve.logs(), hint) {
+		t.Errorf("serve's hint lacks %q:\n%s", hint, serve.logs())
+	}
 	run := func(args ...string) (string, int) {
 		t.Helper()
 		cmd := exec.Command(binary, append([]string{"run", "--server", serve.url, "--state-dir", state, "--"}, args...)...)
