@@ -164,17 +164,18 @@ func (s *Server) Serve(ln net.Listener) error {
 }
 
 // Shutdown stops the server gracefully within ctx:
-//  1. stop accepting connections and new calls (/healthz says draining);
+//  1. refuse new calls, sessions and connections (/healthz says draining);
 //  2. let calls in flight finish, for up to DrainTimeout;
-//  3. cancel the calls still running;
+//  3. cancel the calls still running and close the listener;
 //  4. close WebSockets with 1001 and end MCP sessions (closing their sandboxes);
 //  5. shut the session manager down, keeping sessions if KeepSessions.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.draining.Store(true)
 	s.log.Info("shutting down", "keep_sessions", s.opts.KeepSessions)
-	httpDone := make(chan error, 1)
-	go func() { httpDone <- s.http.Shutdown(ctx) }()
 
+	// The listener stays open while calls drain, so probes read 503
+	// "draining" (not a refused connection) and new WebSockets, MCP
+	// sessions, calls and creates are refused with a clear error.
 	drainCtx, cancel := context.WithTimeout(ctx, s.opts.DrainTimeout)
 	if deadline, ok := ctx.Deadline(); ok {
 		// Leave time for the steps after the drain.
@@ -185,6 +186,8 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	cancel()
 	s.core.CancelCalls()
+	httpDone := make(chan error, 1)
+	go func() { httpDone <- s.http.Shutdown(ctx) }()
 
 	var errs []error
 	if err := s.ws.Shutdown(ctx); err != nil {

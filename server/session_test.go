@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -550,4 +551,66 @@ func TestMaxSessionsByDefault(t *testing.T) {
 	}
 	c.ok("close", wsproto.MethodSessionClose, map[string]any{"session_id": last.SessionID}, nil)
 	waitFor(t, func() bool { return c.code("again", wsproto.MethodSessionCreate, map[string]any{}) == 0 }, "a create after a close")
+}
+
+// While calls drain, the listener stays open: /healthz says 503 draining
+// and a new WebSocket is refused with 503; once the drain ends, the
+// listener closes.
+func TestHealthzDrainingDuringShutdown(t *testing.T) {
+	ts := servertest.Start(t, nil)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- ts.Server.Serve(ln) }()
+	base := "http://" + ln.Addr().String()
+	wsURL := "ws://" + ln.Addr().String() + wsproto.Path
+	health := func() (int, string) {
+		resp, err := http.Get(base + "/healthz")
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := health(); code != http.StatusOK || !strings.Contains(body, `"ok"`) {
+		t.Fatalf("healthz before shutdown: %d %s", code, body)
+	}
+	c := dialRaw(t, wsURL, ts.Token)
+	s := c.create()
+	c.send("running", wsproto.MethodToolsCall, call(s.SessionID, "sleep", map[string]int{"ms": 1500}, false))
+	time.Sleep(100 * time.Millisecond)
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		done <- ts.Shutdown(ctx)
+	}()
+	deadline := time.Now().Add(time.Second)
+	code, body := health()
+	for code == http.StatusOK && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+		code, body = health()
+	}
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, `"draining"`) {
+		t.Fatalf("healthz while draining: %d %s", code, body)
+	}
+	_, resp, err := websocket.DefaultDialer.Dial(wsURL, http.Header{"Authorization": {"Bearer " + ts.Token}})
+	if err == nil || resp == nil || resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("new WebSocket while draining: %v %+v", err, resp)
+	}
+	if m := c.wait("running"); m.Error != nil {
+		t.Fatalf("the call in flight: %+v", m.Error)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-served; err != nil {
+		t.Fatal(err)
+	}
+	if code, _ := health(); code != 0 {
+		t.Fatalf("healthz after shutdown: %d, want a refused connection", code)
+	}
 }
