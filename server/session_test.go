@@ -614,3 +614,30 @@ func TestHealthzDrainingDuringShutdown(t *testing.T) {
 		t.Fatalf("healthz after shutdown: %d, want a refused connection", code)
 	}
 }
+
+// A download its client abandoned halfway does not hold the shutdown for
+// the whole drain timeout: once draining, transfers idle out after
+// core.DrainTransferIdle.
+func TestAbandonedDownloadDoesNotHoldShutdown(t *testing.T) {
+	ts := servertest.Start(t, func(o *server.Options) { o.DrainTimeout = 30 * time.Second })
+	c := dial(t, ts)
+	s := c.create()
+	payload := bytes.Repeat([]byte("0123456789abcdef"), 10000)
+	var up wsproto.UploadResult
+	c.ok("u", wsproto.MethodFilesUpload, map[string]any{"session_id": s.SessionID, "path": "/workspace/a", "tar_base64": payload}, &up)
+	var d wsproto.DownloadResult
+	c.ok("d", wsproto.MethodFilesDownload, map[string]any{"session_id": s.SessionID, "path": "/workspace/a", "chunk_size": 16 << 10}, &d)
+	if d.EOF {
+		t.Fatal("the download ended in one chunk")
+	}
+	// The client never asks for the rest.
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	start := time.Now()
+	if err := ts.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Fatalf("shutdown waited %v for an abandoned download", took)
+	}
+}

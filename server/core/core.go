@@ -25,12 +25,15 @@ import (
 
 // Defaults of Options.
 const (
-	DefaultRingBytes        = 1 << 20 // per session: replayable output after a reconnect
-	DefaultRingChunks       = 4096
-	DefaultIdemEntries      = 256
-	DefaultIdemBytes        = 8 << 20 // per session: stored results for retries
-	DefaultIdemTTL          = 10 * time.Minute
-	DefaultTransferIdle     = 2 * time.Minute
+	DefaultRingBytes    = 1 << 20 // per session: replayable output after a reconnect
+	DefaultRingChunks   = 4096
+	DefaultIdemEntries  = 256
+	DefaultIdemBytes    = 8 << 20 // per session: stored results for retries
+	DefaultIdemTTL      = 10 * time.Minute
+	DefaultTransferIdle = 2 * time.Minute
+	// DrainTransferIdle is the idle time of transfers once the server
+	// drains: an abandoned one ends after it instead of DrainTimeout.
+	DrainTransferIdle       = 2 * time.Second
 	DefaultMaxTransfers     = 16 // per session, in progress at once
 	DefaultDownloadChunk    = 4 << 20
 	DefaultMaxDownloadChunk = 16 << 20
@@ -477,6 +480,9 @@ func (c *Core) endCall() {
 func (c *Core) Drain(ctx context.Context) error {
 	c.mu.Lock()
 	c.draining = true
+	for _, s := range c.sessions {
+		s.xfers.shorten(DrainTransferIdle)
+	}
 	if c.running == 0 {
 		c.mu.Unlock()
 		return nil

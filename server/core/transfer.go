@@ -19,7 +19,7 @@ import (
 type transfer struct {
 	id     string
 	upload bool
-	idle   time.Duration
+	idle   atomic.Int64 // time.Duration; shortened when the server drains
 	timer  *time.Timer
 	cancel context.CancelFunc
 	done   chan struct{} // the Upload/Download goroutine has returned
@@ -116,11 +116,12 @@ func (ts *transfers) start(base context.Context, upload bool, idle time.Duration
 		return nil, errTooManyTransfers(max)
 	}
 	ctx, cancel := context.WithCancel(base)
-	t := &transfer{id: auth.NewToken()[:22], upload: upload, idle: idle, cancel: cancel, done: make(chan struct{})}
+	t := &transfer{id: auth.NewToken()[:22], upload: upload, cancel: cancel, done: make(chan struct{})}
+	t.idle.Store(int64(idle))
 	t.pr, t.pw = io.Pipe()
 	t.timer = time.AfterFunc(idle, func() {
 		ts.remove(t)
-		t.abort(apierr.New(apierr.Timeout, "transfer idle for %v", idle))
+		t.abort(apierr.New(apierr.Timeout, "transfer idle for %v", time.Duration(t.idle.Load())))
 	})
 	ts.add(t)
 	go func() {
@@ -130,7 +131,22 @@ func (ts *transfers) start(base context.Context, upload bool, idle time.Duration
 	return t, nil
 }
 
-func (t *transfer) touch() { t.timer.Reset(t.idle) }
+func (t *transfer) touch() { t.timer.Reset(time.Duration(t.idle.Load())) }
+
+// shorten lowers every transfer's idle time to at most d, counted from
+// now: when the server drains, a transfer its client abandoned must not
+// hold the drain for the whole idle time, while one still moving (a
+// message every few milliseconds) finishes.
+func (ts *transfers) shorten(d time.Duration) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	for _, t := range ts.m {
+		if time.Duration(t.idle.Load()) > d {
+			t.idle.Store(int64(d))
+			t.timer.Reset(d)
+		}
+	}
+}
 
 func (t *transfer) abort(err error) {
 	t.timer.Stop()
