@@ -32,8 +32,9 @@
 // response. A "stream" notification carries output of a running tools/call
 // that asked for it, numbered from 1 per call; all of a call's stream
 // notifications precede its response. "cancel" cancels the context of a
-// request in flight: it then answers CodeCancelled (which the Client has
-// already stopped waiting for).
+// request in flight: it then answers, with CodeCancelled or with what the
+// tool returned on stopping (the terminal's output up to the interrupt);
+// the Client has already stopped waiting for that answer.
 //
 // # Methods
 //
