@@ -25,7 +25,12 @@ func TestCLIRunAgainstServe(t *testing.T) {
 	state := t.TempDir()
 	serve := startServe(t, state)
 	// The start-up hint names what the client commands need here.
-	if hint := "sandboxd run --server " + serve.url + " --state-dir " + state + " -- "; !strings.Contains(serve.logs(), hint) {
+	// (serve prints it right after the URL, which startServe waited for.)
+	hint := "sandboxd run --server " + serve.url + " --state-dir " + state + " -- "
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(serve.logs(), hint) && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !strings.Contains(serve.logs(), hint) {
 		t.Errorf("serve's hint lacks %q:\n%s", hint, serve.logs())
 	}
 	run := func(args ...string) (string, int) {
