@@ -593,7 +593,7 @@ func TestCloseKillsEverything(t *testing.T) {
 			assert.Less(t, time.Since(start), 3*time.Second)
 			assert.False(t, processAlive(bg))
 			assert.False(t, processAlive(shellPID))
-			assert.Empty(t, sessionMembers(shellPID))
+			assert.Empty(t, sessionMembers(shellPID, ""))
 			require.NoError(t, e.Close(), "Close is idempotent")
 			_, err = e.Call(context.Background(), cmd("echo x"))
 			assert.ErrorIs(t, err, ErrClosed)

@@ -2,6 +2,8 @@ package bash
 
 import (
 	"context"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -114,4 +116,29 @@ func TestCommandRightAfterCancelRuns(t *testing.T) {
 	assert.True(t, obs.IsError, text)
 	assert.Contains(t, text, "is NOT executed")
 	<-live
+}
+
+// Processes that left the shell's session (setsid, a daemon's double fork)
+// still end with reset and with Close: they carry the shell's tag.
+func TestResetAndCloseEndDetachedProcesses(t *testing.T) {
+	e := newExec(t, testOptions(t, "bash"))
+	detached := func() int {
+		pidFile := filepath.Join(t.TempDir(), "pid")
+		text, out, _ := do(t, e, cmd(`setsid sh -c 'echo $$ > `+pidFile+`; exec sleep 60' </dev/null >/dev/null 2>&1 & sleep 0.2`))
+		require.Equal(t, 0, out.ExitCode, text)
+		text, _, _ = do(t, e, cmd(`cat `+pidFile))
+		pid, err := strconv.Atoi(strings.TrimSpace(body(text)))
+		require.NoError(t, err, text)
+		require.True(t, processAlive(pid))
+		state, sid, ok := procStat(pid)
+		require.True(t, ok)
+		require.NotEqual(t, e.sess.pid, sid, "the process left the shell's session (state %c)", state)
+		return pid
+	}
+	pid := detached()
+	do(t, e, Action{Command: "", Reset: true})
+	assert.Eventually(t, func() bool { return !processAlive(pid) }, 5*time.Second, 10*time.Millisecond, "reset left a setsid process")
+	pid = detached()
+	require.NoError(t, e.Close())
+	assert.False(t, processAlive(pid), "Close left a setsid process")
 }

@@ -18,6 +18,6 @@ func openPTY() (master, slave *os.File, err error)    { return nil, nil, errNotL
 func configureTTY(*os.File) (*unix.Termios, error)    { return nil, errNotLinux }
 func restoreTTY(*os.File, *unix.Termios) error        { return errNotLinux }
 func foregroundPgrp(*os.File) (int, error)            { return 0, errNotLinux }
-func sessionMembers(int) []int                        { return nil }
-func signalSession(int, unix.Signal) int              { return 0 }
+func sessionMembers(int, string) []int                { return nil }
+func signalSession(int, string, unix.Signal) int      { return 0 }
 func procStat(int) (state byte, session int, ok bool) { return 0, 0, false }

@@ -23,6 +23,10 @@ import (
 // output into cleaned text (accumulated for the current call, streamed to
 // its sink) and markers (command ends); a waiter goroutine notices when the
 // shell process ends. Both signal wake; there is no polling.
+// TagVar is the environment variable that tags every process a terminal
+// started (see session.tag); reset and close end them all.
+const TagVar = "SANDBOXD_TERMINAL"
+
 type session struct {
 	cfg     sessionConfig
 	log     *slog.Logger
@@ -32,6 +36,11 @@ type session struct {
 	base    *unix.Termios
 	codec   markerCodec
 	cmdFile string
+	// tag is an environment entry of the shell, inherited by everything
+	// it starts: terminate also finds processes that left the shell's
+	// session (setsid, daemons) by it. Not the marker nonce, which a
+	// command must not learn.
+	tag string
 
 	mu      sync.Mutex
 	scanner markerScanner
@@ -85,6 +94,7 @@ func startSession(cfg sessionConfig) (*session, error) {
 		log:        cfg.log,
 		codec:      newMarkerCodec(nonce),
 		cmdFile:    filepath.Join(cfg.stateDir, ".command-"+nonce),
+		tag:        TagVar + "=" + newNonce(),
 		wake:       make(chan struct{}, 1),
 		exitedCh:   make(chan struct{}),
 		readerDone: make(chan struct{}),
@@ -112,7 +122,7 @@ func startSession(cfg sessionConfig) (*session, error) {
 	}
 
 	var args []string
-	env := cfg.env
+	env := append(cfg.env[:len(cfg.env):len(cfg.env)], s.tag)
 	if cfg.bash {
 		args = []string{"--noprofile", "--rcfile", initFile, "--noediting", "-i"}
 	} else {
@@ -484,7 +494,7 @@ func (s *session) terminate() {
 		}
 	}
 	signal := func(sig unix.Signal) int {
-		n := signalSession(sid, sig)
+		n := signalSession(sid, s.tag, sig)
 		if alive() {
 			_ = unix.Kill(sid, sig)
 			n++
@@ -501,7 +511,7 @@ func (s *session) terminate() {
 		}
 		// Others of the session may still be shutting down: check back a
 		// few times within the grace period (shutdown only, not the hot path).
-		for wait := time.Millisecond; time.Now().Before(deadline) && len(sessionMembers(sid)) > 0; wait = min(2*wait, 20*time.Millisecond) {
+		for wait := time.Millisecond; time.Now().Before(deadline) && len(sessionMembers(sid, s.tag)) > 0; wait = min(2*wait, 20*time.Millisecond) {
 			time.Sleep(min(wait, time.Until(deadline)))
 		}
 	}
