@@ -123,3 +123,43 @@ func TestMCPFourToolsAndClose(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// An MCP client that gives up on a call (its context ends: the SDK sends
+// notifications/cancelled) can run the next command at once: the terminal
+// is not left busy with the cancelled one.
+func TestMCPCancelThenNextCommand(t *testing.T) {
+	s := startServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c := mcp.NewClient(&mcp.Implementation{Name: "e2e", Version: "1"}, nil)
+	cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{
+		Endpoint:   s.base + "/mcp",
+		HTTPClient: &http.Client{Transport: bearer{s.token, http.DefaultTransport}},
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	for i := range 5 {
+		callCtx, stop := context.WithTimeout(ctx, 500*time.Millisecond)
+		_, err := cs.CallTool(callCtx, &mcp.CallToolParams{Name: "terminal", Arguments: map[string]any{"command": "sleep 30", "timeout": 60}})
+		stop()
+		if err == nil {
+			t.Fatalf("round %d: the call outlived its context", i)
+		}
+		want := "next-" + string(rune('a'+i))
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "terminal", Arguments: map[string]any{"command": "echo " + want}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var text strings.Builder
+		for _, c := range res.Content {
+			if tc, ok := c.(*mcp.TextContent); ok {
+				text.WriteString(tc.Text)
+			}
+		}
+		if res.IsError || !strings.Contains(text.String(), want) {
+			t.Fatalf("round %d: the command after a cancel: %q", i, text.String())
+		}
+	}
+}

@@ -357,22 +357,35 @@ func (e *Executor) restart() (*session, error) {
 // to finish stopping its command (finishCancelled waits 250 ms for it).
 const cancelledGrace = time.Second
 
-// awaitCancelled takes sem for a new command if the call holding it was
-// cancelled: a client that cancels and at once sends the next command
-// (tools.cancel, then tools.call) gets it run, not refused. It reports
-// whether sem was taken.
+// busyGrace is how long a new command that finds a call in flight waits for
+// that call to end or be cancelled before it is refused. Clients cancel
+// asynchronously (the MCP Go SDK sends notifications/cancelled from a
+// goroutine after the caller returned), so the cancel of a call may arrive
+// just after the next command.
+const busyGrace = 250 * time.Millisecond
+
+// awaitCancelled takes sem for a new command that found it held: the call
+// holding it ends within busyGrace, or is cancelled within busyGrace and
+// then stops within cancelledGrace. A client that cancels and at once sends
+// the next command gets it run, not refused. It reports whether sem was
+// taken; if not, the command is refused as busy.
 func (e *Executor) awaitCancelled(ctx context.Context) bool {
-	h := e.holder.Load()
-	if h == nil {
+	var cancelled <-chan struct{} // nil (never ready) if the holder is unknown
+	if h := e.holder.Load(); h != nil {
+		cancelled = *h
+	}
+	t := time.NewTimer(busyGrace)
+	defer t.Stop()
+	select {
+	case e.sem <- struct{}{}:
+		return true
+	case <-cancelled:
+	case <-t.C:
+		return false
+	case <-ctx.Done():
 		return false
 	}
-	select {
-	case <-*h:
-	default:
-		return false // the call in flight is live: the command is busy
-	}
-	t := time.NewTimer(cancelledGrace)
-	defer t.Stop()
+	t.Reset(cancelledGrace)
 	select {
 	case e.sem <- struct{}{}:
 		return true

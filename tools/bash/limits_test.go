@@ -105,14 +105,28 @@ func TestCommandRightAfterCancelRuns(t *testing.T) {
 		assert.Contains(t, body(text), "after")
 		assert.Contains(t, (<-first).Text(), "interrupted")
 	}
-	// A live call in flight still makes a new command wait for nothing.
+	// The cancel may come just after the next command (clients that send
+	// it asynchronously): the command waits for it briefly.
+	ctx, cancel := context.WithCancel(context.Background())
+	first := make(chan *tools.Observation, 1)
+	go func() {
+		obs, _ := e.Call(ctx, withTimeout("sleep 30", 60))
+		first <- obs
+	}()
+	require.Eventually(t, func() bool { return e.holder.Load() != nil }, 5*time.Second, time.Millisecond)
+	time.AfterFunc(100*time.Millisecond, cancel)
+	text, out, obs := do(t, e, cmd("echo late-cancel"))
+	assert.False(t, obs.IsError, text)
+	assert.Equal(t, 0, out.ExitCode, text)
+	assert.Contains(t, (<-first).Text(), "interrupted")
+	// A live call in flight still gets a new command refused.
 	live := make(chan struct{})
 	go func() {
 		defer close(live)
 		_, _ = e.Call(context.Background(), withTimeout("sleep 1", 5))
 	}()
 	require.Eventually(t, func() bool { return e.holder.Load() != nil }, 5*time.Second, time.Millisecond)
-	text, _, obs := do(t, e, cmd("echo refused"))
+	text, _, obs = do(t, e, cmd("echo refused"))
 	assert.True(t, obs.IsError, text)
 	assert.Contains(t, text, "is NOT executed")
 	<-live
