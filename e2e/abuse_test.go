@@ -419,9 +419,10 @@ func TestAbuseAgentBinaryAndSocket(t *testing.T) {
 }
 
 // A process that leaves the terminal's session and process tree (setsid,
-// SIGHUP ignored, re-parented to init) is beyond what a terminal reset
-// ends, but not beyond Close: the container goes, with everything labelled
-// for the session.
+// SIGHUP ignored, re-parented to init) still ends with a terminal reset: it
+// carries the shell's environment tag. One that also clears its environment
+// is beyond what a reset ends, but not beyond Close: the container goes,
+// with everything labelled for the session.
 func TestAbuseEscapedProcessGoneAfterClose(t *testing.T) {
 	t.Parallel()
 	m := newManager(t, newRuntime(t), sandbox.ManagerOptions{})
@@ -430,17 +431,21 @@ func TestAbuseEscapedProcessGoneAfterClose(t *testing.T) {
 	id := containerOf(t, s.ID()).ID
 
 	// setsid plus nohup's part (SIGHUP ignored; the test image has no
-	// nohup binary), started from a subshell that exits at once.
-	text, _ := abuseRun(t, s, `(setsid sh -c 'trap "" HUP; exec sleep 1000' >/dev/null 2>&1 &); sleep 0.2; `+
-		`for p in /proc/[0-9]*; do [ "$(tr '\0' ' ' <$p/cmdline 2>/dev/null)" = "sleep 1000 " ] && `+
+	// nohup binary), started from a subshell that exits at once; "sleep
+	// 999" keeps the environment, "sleep 1000" starts with an empty one.
+	text, _ := abuseRun(t, s, `(setsid sh -c 'trap "" HUP; exec sleep 999' >/dev/null 2>&1 &); `+
+		`(env -i PATH="$PATH" setsid sh -c 'trap "" HUP; exec sleep 1000' >/dev/null 2>&1 &); sleep 0.2; `+
+		`for p in /proc/[0-9]*; do c="$(tr '\0' ' ' <$p/cmdline 2>/dev/null)"; [ "$c" = "sleep 999 " ] && echo "tagged=${p#/proc/}"; [ "$c" = "sleep 1000 " ] && `+
 		`echo "escaped=${p#/proc/}" && echo "ppid=$(awk '/^PPid/{print $2}' $p/status)" && echo "sid=$(cut -d' ' -f6 $p/stat)"; done; echo "shell_sid=$$"`, 10)
+	tagged := abuseInt(t, text, "tagged")
 	escaped := abuseInt(t, text, "escaped")
 	assert.Equal(t, 1, abuseInt(t, text, "ppid"), "re-parented to init")
 	assert.NotEqual(t, abuseInt(t, text, "shell_sid"), abuseInt(t, text, "sid"), "in a session of its own")
 
 	abuseReset(t, s)
-	text, _ = abuseRun(t, s, `[ -d /proc/`+strconv.Itoa(escaped)+` ] && echo survived_reset`, 10)
-	t.Logf("escaped process after a terminal reset: %q", strings.Split(text, "\n")[0])
+	text, _ = abuseRun(t, s, `for p in `+strconv.Itoa(tagged)+` `+strconv.Itoa(escaped)+`; do [ -d /proc/$p ] && echo "alive=$p"; done; true`, 10)
+	assert.NotContains(t, text, "alive="+strconv.Itoa(tagged)+"\n", "reset left the tagged setsid process")
+	assert.Contains(t, text, "alive="+strconv.Itoa(escaped)+"\n", "the untagged process escapes the reset (as documented)")
 
 	top, err := docker.ContainerTop(ctxT(t), id, nil)
 	require.NoError(t, err)
