@@ -175,7 +175,7 @@ func runServe(ctx context.Context, std stdio, args []string) error {
 		if u := wsURL(base); u != "ws://"+server.DefaultListen+"/v1/ws" {
 			flags += " --server " + shellQuote(u)
 		}
-		if cfg.stateDir != "" && tokenPath != "" {
+		if def, _ := auth.DefaultStateDir(); tokenPath != "" && cfg.stateDir != def {
 			flags += " --state-dir " + shellQuote(cfg.stateDir)
 		}
 		fmt.Fprintf(std.err, "sandboxd %s serving on %s\n  WebSocket: %s\n  MCP:       %s/mcp\n  token:     %s\n"+

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -50,9 +51,20 @@ func waitOutput(t *testing.T, what string, b *lockedBuffer, want string) {
 // `shell --session` to attach to with its shell state, and `run --image`
 // picks the image (a missing one is a clear error).
 func TestCLIShellInterruptAttachAndRunImage(t *testing.T) {
-	state := t.TempDir()
+	// The state directory is the default one (under XDG_STATE_HOME): the
+	// start-up hint then leaves --state-dir out.
+	xdg := t.TempDir()
+	t.Setenv("XDG_STATE_HOME", xdg)
+	state := filepath.Join(xdg, "sandboxd")
 	serve := startServe(t, state)
-	conn := []string{"--server", serve.url, "--state-dir", state}
+	conn := []string{"--server", serve.url}
+	hint := "sandboxd run --server " + serve.url + " -- "
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(serve.logs(), hint) && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !strings.Contains(serve.logs(), hint) {
+		t.Errorf("serve's hint is not %q:\n%s", hint, serve.logs())
+	}
 
 	// Ctrl-C (SIGINT to the shell process) interrupts `sleep`; the next
 	// line then runs.
@@ -89,11 +101,11 @@ func TestCLIShellInterruptAttachAndRunImage(t *testing.T) {
 	if strings.Contains(out.String(), "not-interrupted") {
 		t.Fatalf("Ctrl-C did not interrupt the command:\n%s", out.String())
 	}
-	hint := regexp.MustCompile(`SANDBOXD_SESSION_TOKEN=(\S+) sandboxd shell --session (\S+)\n`).FindStringSubmatch(errOut.String())
-	if hint == nil {
+	attachHint := regexp.MustCompile(`SANDBOXD_SESSION_TOKEN=(\S+) sandboxd shell --session (\S+)\n`).FindStringSubmatch(errOut.String())
+	if attachHint == nil {
 		t.Fatalf("no attach hint:\n%s", errOut.String())
 	}
-	token, id := hint[1], hint[2]
+	token, id := attachHint[1], attachHint[2]
 
 	// --keep left the session; another shell attaches with only its token
 	// and finds the shell state.
