@@ -21,6 +21,7 @@ func (e *Executor) create(out *Output, p, real string, fileText *string) *tools.
 	if _, err := os.Lstat(real); err == nil {
 		return invalidPath(out, p, fmt.Sprintf("File already exists at: %s. Cannot overwrite files using command `create`.", p))
 	}
+	out.PrevExist = false
 	if fileText == nil {
 		return missingParam(out, "create", "file_text")
 	}

@@ -390,3 +390,30 @@ func TestHistoryBudgetAcrossFiles(t *testing.T) {
 	_, ok = h.pop("big")
 	assert.True(t, ok)
 }
+
+// prev_exist tells whether the file was there before the call, on errors too.
+func TestPrevExistOnErrors(t *testing.T) {
+	e := newExec(t)
+	dir := t.TempDir()
+	existing := filepath.Join(dir, "there.txt")
+	require.NoError(t, os.WriteFile(existing, []byte("x\n"), 0o644))
+	cases := []struct {
+		name string
+		a    Action
+		want bool
+	}{
+		{"view missing", Action{Command: "view", Path: filepath.Join(dir, "nope")}, false},
+		{"str_replace missing", Action{Command: "str_replace", Path: filepath.Join(dir, "nope"), OldStr: ptr("a")}, false},
+		{"create without parent", Action{Command: "create", Path: filepath.Join(dir, "x", "y.txt"), FileText: ptr("a")}, false},
+		{"create without file_text", Action{Command: "create", Path: filepath.Join(dir, "new.txt")}, false},
+		{"create existing", Action{Command: "create", Path: existing, FileText: ptr("a")}, true},
+		{"str_replace no match", Action{Command: "str_replace", Path: existing, OldStr: ptr("zzz"), NewStr: ptr("a")}, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			obs := call(t, e, c.a)
+			require.True(t, obs.IsError, obs.Text())
+			assert.Equal(t, c.want, out(obs).PrevExist)
+		})
+	}
+}

@@ -158,6 +158,7 @@ func (e *Executor) Call(ctx context.Context, a Action) (*tools.Observation, erro
 	fi, err := os.Stat(real)
 	switch {
 	case errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ENOTDIR):
+		out.PrevExist = false
 		return invalidPath(out, p, fmt.Sprintf("The path %s does not exist. Please provide a valid path.", p)), nil
 	case err != nil:
 		return fail(out, "Ran into %v while trying to read %s", unwrapPathError(err), p), nil
