@@ -147,6 +147,44 @@ func TestStatePersists(t *testing.T) {
 	}
 }
 
+// TestExitStatusCarriesOver: `$?` in a command is the status of the one
+// before, as at a terminal, also after C-c and after a syntax error;
+// `set -x` shows none of the plumbing that restores it.
+func TestExitStatusCarriesOver(t *testing.T) {
+	t.Parallel()
+	for _, shell := range shells {
+		t.Run(shellName(shell), func(t *testing.T) {
+			e := newExec(t, testOptions(t, shell))
+			text, _, _ := do(t, e, cmd("echo $?"))
+			assert.Equal(t, "0", body(text), "a new shell starts with 0")
+			do(t, e, cmd("(exit 3)"))
+			text, out, _ := do(t, e, cmd("echo status=$?"))
+			assert.Equal(t, "status=3", body(text))
+			assert.Equal(t, 0, out.ExitCode)
+			text, _, _ = do(t, e, cmd("echo again=$?"))
+			assert.Equal(t, "again=0", body(text))
+
+			_, out, _ = do(t, e, withTimeout("sleep 30", 0.3))
+			require.Equal(t, -1, out.ExitCode)
+			_, out, _ = do(t, e, input("C-c"))
+			require.Equal(t, 130, out.ExitCode)
+			text, _, _ = do(t, e, cmd("echo $?"))
+			assert.Equal(t, "130", body(text))
+
+			_, out, _ = do(t, e, cmd(`echo "abc`))
+			require.Equal(t, 2, out.ExitCode)
+			text, _, _ = do(t, e, cmd("echo $?"))
+			assert.Equal(t, "2", body(text))
+
+			do(t, e, cmd("false"))
+			text, _, _ = do(t, e, cmd("set -x; echo traced"))
+			do(t, e, cmd("set +x"))
+			assert.NotContains(t, text, "__sbx_ret")
+			assert.NotContains(t, text, "return")
+		})
+	}
+}
+
 func TestSoftTimeoutAndContinue(t *testing.T) {
 	t.Parallel()
 	for _, shell := range shells {

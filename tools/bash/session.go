@@ -177,7 +177,7 @@ func (s *session) initScript() string {
 		// It calls no command a user may redefine as a function (`:` is
 		// the fork bomb's name): the assignment last makes its status 0
 		// although read reports the end of input.
-		`  __sbx_run() { { __sbx_c=; IFS= read -r -d '' __sbx_c; __sbx_seq=$1; } 2>/dev/null; }`,
+		`  __sbx_run() { { __sbx_st=$?; __sbx_c=; IFS= read -r -d '' __sbx_c; __sbx_seq=$1; } 2>/dev/null; }`,
 		`  PROMPT_COMMAND='{ __sbx_prompt "$?"; } 2>/dev/null'`,
 		"  PS1=''",
 		"else",
@@ -187,7 +187,7 @@ func (s *session) initScript() string {
 		// shCommandLine): read takes it whole, eval of the assignment
 		// restores its newlines. PS1 is set again in case a script (a
 		// virtualenv's activate) changed it.
-		`  __sbx_run() { { __sbx_nl='`,
+		`  __sbx_run() { { __sbx_st=$?; __sbx_nl='`,
 		`'; __sbx_c=; IFS= read -r __sbx_c && eval "__sbx_c=$__sbx_c"; __sbx_seq=$1; PS1=$__sbx_ps1; PS2=; } 2>/dev/null; }`,
 		// busybox ash reads its input with fgets when the terminal's echo
 		// is off, and a SIGCHLD (a background job ending) while it waits
@@ -197,6 +197,10 @@ func (s *session) initScript() string {
 		// the read; for it, and a C-d typed ahead, the option is harmless.)
 		"  set -o ignoreeof 2>/dev/null",
 		"fi",
+		// __sbx_run saved the status of the previous command; __sbx_ret
+		// gives it back just before eval, so `$?` in a command is that of
+		// the one before, as at a terminal (see commandLine).
+		`__sbx_ret() { return "${__sbx_st:-0}"; }`,
 		"",
 	}, "\n")
 }
@@ -410,8 +414,19 @@ func (s *session) run(command string) error {
 	// prints those pending before it runs the file, so a job that ended
 	// after the last prompt would open the command's output; at the
 	// prompt, after the command, they end it, as at a terminal.
-	line := "__sbx_run " + strconv.FormatUint(seq, 10) + " <" + shellQuote(s.cmdFile) + ` && eval "$__sbx_c"` + "\n"
-	return s.write([]byte(line))
+	return s.write(commandLine(seq, s.cmdFile))
+}
+
+// commandLine is the line typed into the shell to run command number seq
+// from cmdFile. The `if` restores the previous command's exit status for
+// the command's `$?` (__sbx_run's own status is the guard: a failed
+// redirect must not run the last command again); in an if's condition a
+// non-zero status does not end a shell that has `set -e`, and the braces
+// keep `set -x` traces of __sbx_ret out of the output.
+func commandLine(seq uint64, cmdFile string) []byte {
+	run := `eval "$__sbx_c"`
+	return []byte("__sbx_run " + strconv.FormatUint(seq, 10) + " <" + shellQuote(cmdFile) +
+		" && if { __sbx_ret; } 2>/dev/null; then " + run + "; else " + run + "; fi\n")
 }
 
 // shCommandLine is the command file of a POSIX sh: one line, a shell word
