@@ -32,6 +32,11 @@ command's exit code (124 if --timeout passed first).
 CMD runs in bash: "sandboxd run -- ls -la" and "sandboxd run -- 'ls | wc -l'"
 both work; arguments are quoted as given.
 
+As with docker run, CMD's standard input is empty (/dev/null) unless -i is
+given: then sandboxd reads its own standard input to the end and hands it
+to CMD ("git diff | sandboxd run -i -- 'cd repo && git apply'"). Output
+comes through a terminal: stdout and stderr arrive merged, as text.
+
 The server and token come from --server and --token-file, or SANDBOXD_URL
 and SANDBOXD_TOKEN, or else the local server's token file.`
 
@@ -97,6 +102,7 @@ func runRun(ctx context.Context, std stdio, args []string) error {
 	var conn connFlags
 	var image, network, cwd string
 	var timeout time.Duration
+	var withStdin bool
 	env := envList{}
 	fs := newFlagSet("run", std, "[flags] -- CMD [ARG...]", runHelp)
 	conn.register(fs)
@@ -105,6 +111,7 @@ func runRun(ctx context.Context, std stdio, args []string) error {
 	fs.StringVar(&cwd, "cwd", "", "working directory (default /workspace)")
 	fs.Var(env, "env", "KEY=VALUE for the command's environment, repeatable")
 	fs.DurationVar(&timeout, "timeout", 0, "give up (Ctrl-C the command, exit 124) after this long; 0: never")
+	fs.BoolVar(&withStdin, "i", false, "give CMD this command's standard input (read to its end first); without it CMD's input is empty")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
@@ -121,7 +128,14 @@ func runRun(ctx context.Context, std stdio, args []string) error {
 	if err != nil {
 		return err
 	}
-	code, err := runOnce(ctx, conn.server, token, client.CreateOptions{Image: image, Network: network, Cwd: cwd, Env: env}, command, timeout, std.out)
+	var input *os.File
+	if withStdin {
+		if input, err = spoolStdin(ctx, std.in); err != nil {
+			return err
+		}
+		defer input.Close()
+	}
+	code, err := runOnce(ctx, conn.server, token, client.CreateOptions{Image: image, Network: network, Cwd: cwd, Env: env}, command, input, timeout, std.out)
 	if err != nil {
 		return err
 	}
@@ -132,7 +146,8 @@ func runRun(ctx context.Context, std stdio, args []string) error {
 }
 
 // runOnce dials, creates a session, runs command and closes the session.
-func runOnce(ctx context.Context, server, token string, opts client.CreateOptions, command string, timeout time.Duration, out io.Writer) (int, error) {
+// The command's standard input is input (a spooled file), or /dev/null.
+func runOnce(ctx context.Context, server, token string, opts client.CreateOptions, command string, input *os.File, timeout time.Duration, out io.Writer) (int, error) {
 	// Signals (ctx) interrupt the command; the session is still closed.
 	work := context.WithoutCancel(ctx)
 	dctx, cancel := context.WithTimeout(work, 30*time.Second)
@@ -153,6 +168,10 @@ func runOnce(ctx context.Context, server, token string, opts client.CreateOption
 		defer cancel()
 		_ = s.Close(ctx)
 	}()
+	command, err = withInput(work, s, command, input)
+	if err != nil {
+		return 0, err
+	}
 	var deadline <-chan time.Time
 	if timeout > 0 {
 		t := time.NewTimer(timeout)

@@ -4,7 +4,10 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
+	"io"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -33,9 +36,10 @@ func TestCLIRunAgainstServe(t *testing.T) {
 	if !strings.Contains(serve.logs(), hint) {
 		t.Errorf("serve's hint lacks %q:\n%s", hint, serve.logs())
 	}
-	run := func(args ...string) (string, int) {
+	runIn := func(stdin io.Reader, args ...string) (string, int) {
 		t.Helper()
-		cmd := exec.Command(binary, append([]string{"run", "--server", serve.url, "--state-dir", state, "--"}, args...)...)
+		cmd := exec.Command(binary, append([]string{"run", "--server", serve.url, "--state-dir", state}, args...)...)
+		cmd.Stdin = stdin
 		var out, errOut bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &errOut
 		err := cmd.Run()
@@ -48,6 +52,10 @@ func TestCLIRunAgainstServe(t *testing.T) {
 		}
 		return out.String(), cmd.ProcessState.ExitCode()
 	}
+	run := func(args ...string) (string, int) {
+		t.Helper()
+		return runIn(nil, append([]string{"--"}, args...)...)
+	}
 	out, code := run("echo", "hi")
 	if strings.TrimSpace(out) != "hi" || code != 0 {
 		t.Fatalf("run echo hi: %q, exit %d", out, code)
@@ -56,6 +64,30 @@ func TestCLIRunAgainstServe(t *testing.T) {
 	if !strings.Contains(out, "to-stdout") || code != 7 {
 		t.Fatalf("run exit 7: %q, exit %d", out, code)
 	}
+
+	// Standard input: empty without -i (cat ends at once, as with docker
+	// run), handed over byte for byte with -i and never left as a file.
+	out, code = runIn(strings.NewReader("ignored\n"), "--timeout", "20s", "--", "cat; echo end")
+	if strings.TrimSpace(out) != "end" || code != 0 {
+		t.Fatalf("run cat without -i: %q, exit %d", out, code)
+	}
+	data := make([]byte, 1<<20)
+	for i := range data {
+		data[i] = byte(i * 7 % 251)
+	}
+	sum := sha256.Sum256(data)
+	out, code = runIn(bytes.NewReader(data), "-i", "--", "sha256sum; ls -A /workspace | wc -l")
+	if want := hex.EncodeToString(sum[:]) + "  -"; !strings.Contains(out, want) || code != 0 {
+		t.Fatalf("run -i sha256sum: %q, exit %d; want %q", out, code, want)
+	}
+	if f := strings.Fields(out); f[len(f)-1] != "0" {
+		t.Fatalf("run -i left a file in /workspace: %q", out)
+	}
+	out, code = runIn(strings.NewReader("x y\n"), "-i", "--", "read a b; echo \"[$b]\"; exit 3")
+	if strings.TrimSpace(out) != "[y]" || code != 3 {
+		t.Fatalf("run -i read: %q, exit %d", out, code)
+	}
+
 	if n := containers(t); n != 0 {
 		t.Fatalf("%d containers after run", n)
 	}
