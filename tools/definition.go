@@ -3,6 +3,7 @@ package tools
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -61,7 +62,7 @@ type OpenAIFunctionSpec struct {
 // OpenAI exports the definition as an OpenAI function-calling tool.
 func (d Definition) OpenAI() OpenAIFunction {
 	return OpenAIFunction{Type: "function", Function: OpenAIFunctionSpec{
-		Name: d.Name, Description: d.Description, Parameters: d.InputSchema,
+		Name: d.Name, Description: d.Description, Parameters: modelSchema(d.InputSchema),
 	}}
 }
 
@@ -71,7 +72,7 @@ func (d Definition) MCP() *mcp.Tool {
 	t := &mcp.Tool{
 		Name:        d.Name,
 		Description: d.Description,
-		InputSchema: d.InputSchema,
+		InputSchema: modelSchema(d.InputSchema),
 		Annotations: &mcp.ToolAnnotations{
 			Title:           d.Annotations.Title,
 			ReadOnlyHint:    d.Annotations.ReadOnlyHint,
@@ -84,6 +85,37 @@ func (d Definition) MCP() *mcp.Tool {
 		t.OutputSchema = d.OutputSchema
 	}
 	return t
+}
+
+// modelSchema is an input schema as a model is shown it: a parameter that
+// may be null (a Go pointer: "not given") shows only its other type, as
+// OpenHands shows Optional fields. Some model APIs refuse type arrays
+// (Gemini's function declarations take one type), and a model has no
+// reason to send null for a parameter it can leave out. Calls are still
+// validated against InputSchema, so a null sent anyway is accepted.
+func modelSchema(s *jsonschema.Schema) *jsonschema.Schema {
+	c := s.CloneSchemas()
+	dropNullTypes(c)
+	return c
+}
+
+func dropNullTypes(s *jsonschema.Schema) {
+	if s == nil {
+		return
+	}
+	if i := slices.Index(s.Types, "null"); i >= 0 && len(s.Types) == 2 {
+		s.Type, s.Types = s.Types[1-i], nil
+	}
+	for _, sub := range s.Properties {
+		dropNullTypes(sub)
+	}
+	for _, subs := range [][]*jsonschema.Schema{s.PrefixItems, s.AnyOf, s.OneOf, s.AllOf} {
+		for _, sub := range subs {
+			dropNullTypes(sub)
+		}
+	}
+	dropNullTypes(s.Items)
+	dropNullTypes(s.AdditionalProperties)
 }
 
 // Clone returns a deep copy (schemas included) so a caller may change it.

@@ -119,6 +119,28 @@ func TestExports(t *testing.T) {
 	assert.True(t, m.Annotations.ReadOnlyHint)
 }
 
+// Exported input schemas show one type per parameter (some model APIs
+// refuse type arrays), while calls still accept a null for an optional one.
+func TestExportedSchemasHaveNoNullTypes(t *testing.T) {
+	d := echoDef()
+	require.Equal(t, []string{"null", "integer"}, d.InputSchema.Properties["times"].Types)
+	oa, err := json.Marshal(d.OpenAI())
+	require.NoError(t, err)
+	assert.NotContains(t, string(oa), "null")
+	assert.Contains(t, string(oa), `"times":{"type":"integer","description":"how many times"}`)
+	mcpIn, err := json.Marshal(d.MCP().InputSchema)
+	require.NoError(t, err)
+	assert.NotContains(t, string(mcpIn), "null")
+	assert.Equal(t, []string{"null", "integer"}, d.InputSchema.Properties["times"].Types, "the definition is left as it was")
+
+	tool, err := New(d, &echoExec{})
+	require.NoError(t, err)
+	obs, err := tool.Call(context.Background(), json.RawMessage(`{"text":"a","times":null}`))
+	require.NoError(t, err)
+	assert.False(t, obs.IsError, obs.Text())
+	assert.Equal(t, "a", obs.Text())
+}
+
 func TestDecodeParams(t *testing.T) {
 	type params struct {
 		A int `json:"a"`
