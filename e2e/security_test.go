@@ -111,10 +111,12 @@ func TestSecuritySettings(t *testing.T) {
 func TestWorkspaceForAnotherUser(t *testing.T) {
 	t.Parallel()
 	m := newManager(t, newRuntime(t), sandbox.ManagerOptions{})
-	s, err := m.Create(ctxT(t), sandbox.SessionOptions{User: "2345:2345", Limits: sandbox.Limits{Disk: 64 << 20}})
+	// A uid alone: the gid is the same number (not root's 0, which the
+	// engine gives a uid the image's /etc/passwd does not know).
+	s, err := m.Create(ctxT(t), sandbox.SessionOptions{User: "2345", Limits: sandbox.Limits{Disk: 64 << 20}})
 	require.NoError(t, err)
-	out := sh(t, s, "id -u; stat -c '%u:%g' /workspace; touch /workspace/mine && echo wrote")
-	assert.Contains(t, out, "2345\n2345:2345")
+	out := sh(t, s, "id -u; id -g; stat -c '%u:%g' /workspace; touch /workspace/mine && echo wrote")
+	assert.Contains(t, out, "2345\n2345\n2345:2345")
 	assert.Contains(t, out, "wrote")
 }
 

@@ -116,7 +116,7 @@ func (r *Runtime) buildContainer(spec sandbox.Spec, netName string, l layout) (c
 
 	cfg := &container.Config{
 		Image:      o.Image,
-		User:       o.User,
+		User:       strconv.Itoa(uid) + ":" + strconv.Itoa(gid), // "1234" alone would get gid 0 from an image without that user
 		Env:        env,
 		WorkingDir: o.Cwd,
 		Hostname:   hostname,

@@ -33,6 +33,16 @@ func resolved(t *testing.T, o sandbox.SessionOptions) sandbox.SessionOptions {
 	return r
 }
 
+// A uid alone runs with the same number as gid, as ParseUser says: the
+// engine would take the group from the image's /etc/passwd, or root's 0.
+func TestBuildContainerUIDOnlyGetsSameGID(t *testing.T) {
+	o := resolved(t, sandbox.SessionOptions{User: "1234"})
+	spec := sandbox.Spec{SessionID: "sid", Options: o, Labels: sandbox.SessionLabels("sid", o, "", testTime)}
+	cs, err := testRuntime(false).buildContainer(spec, "none", layout{})
+	require.NoError(t, err)
+	assert.Equal(t, "1234:1234", cs.config.User)
+}
+
 func TestBuildContainerHardening(t *testing.T) {
 	o := resolved(t, sandbox.SessionOptions{User: "1234:5678", Env: map[string]string{"B": "2", "A": "1"},
 		Limits: sandbox.Limits{Memory: 512 << 20, CPUs: 1.5, Pids: 100, Tmpfs: 8 << 20}})
