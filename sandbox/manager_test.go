@@ -204,10 +204,14 @@ func TestIdleReaper(t *testing.T) {
 		t.Fatal("idle session not reaped")
 	}
 	require.Eventually(t, func() bool { return idle.State() == StateClosed }, 3*time.Second, 10*time.Millisecond)
+	assert.Equal(t, "idle timeout: no call for 200ms", idle.EndReason())
 	<-done
 	require.Eventually(t, func() bool { return busy.State() == StateClosed }, 3*time.Second, 10*time.Millisecond)
 	assert.Equal(t, StateReady, keep.State())
+	assert.Equal(t, "", keep.EndReason())
 	assert.Equal(t, 1, rt.count())
+	require.NoError(t, keep.Close(context.Background()))
+	assert.Equal(t, "", keep.EndReason(), "closed by its owner")
 }
 
 func TestWarmPool(t *testing.T) {

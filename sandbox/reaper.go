@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"fmt"
 	"time"
 )
 
@@ -31,6 +32,11 @@ func (m *Manager) reapIdle(now time.Time) {
 			continue
 		}
 		s.log.Info("closing idle session", "idle", idle.Round(time.Millisecond), "idle_timeout", s.opts.IdleTimeout, "state", st)
+		if st == StateReady {
+			s.mu.Lock()
+			s.reaped = fmt.Sprintf("idle timeout: no call for %v", s.opts.IdleTimeout)
+			s.mu.Unlock()
+		}
 		m.closeInBackground(s)
 	}
 }

@@ -31,6 +31,7 @@ type Session struct {
 	mu      sync.Mutex
 	state   State
 	err     error       // why it failed; kept through Close
+	reaped  string      // why the manager closed it itself (idle timeout)
 	client  AgentClient // nil until ready
 	pooled  bool        // waiting in a warm pool, not handed out
 	created time.Time
@@ -83,6 +84,18 @@ func (s *Session) Err() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.err
+}
+
+// EndReason says why the session left service, for people: why it failed,
+// or that the idle timeout closed it; "" when it was closed by its owner
+// (or still serves).
+func (s *Session) EndReason() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return s.err.Error()
+	}
+	return s.reaped
 }
 
 // Done is closed when the session leaves service: it failed, was closed, or

@@ -245,3 +245,34 @@ func TestGoClientCancelThenNextCommand(t *testing.T) {
 		}
 	}
 }
+
+// A session that idles out tells its client so, distinctly from a close.
+func TestGoClientIdleTimeoutReason(t *testing.T) {
+	s := startServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := client.Dial(ctx, s.ws, s.token, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	sess, err := c.CreateSession(ctx, client.CreateOptions{IdleTimeout: wsproto.Duration(time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close(ctx)
+	select {
+	case <-sess.Done():
+	case <-ctx.Done():
+		t.Fatal("the session did not idle out")
+	}
+	if got := sess.Reason(); !strings.Contains(got, "idle timeout: no call for 1s") {
+		t.Fatalf("reason %q, want the idle timeout", got)
+	}
+	// The notice comes as the session leaves service; removal follows.
+	for deadline := time.Now().Add(30 * time.Second); containers(t) != 0; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the idled-out session's container is still there")
+		}
+	}
+}

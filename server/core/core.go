@@ -402,9 +402,9 @@ func (c *Core) register(ms Session, token auth.Digest, api string) (*Sess, error
 
 // forget drops a session that left service.
 func (c *Core) forget(s *Sess) {
-	reason := "closed"
-	if err := s.s.Err(); err != nil {
-		reason = err.Error()
+	reason := s.s.EndReason()
+	if reason == "" {
+		reason = "closed"
 	}
 	c.mu.Lock()
 	delete(c.sessions, s.id)

@@ -34,10 +34,10 @@ type Session interface {
 	Download(ctx context.Context, path string, w io.Writer) error
 	// Close is idempotent.
 	Close(ctx context.Context) error
-	// Done is closed when the session leaves service; Err says why if it
-	// failed.
+	// Done is closed when the session leaves service; EndReason says why
+	// when it was not closed by its owner (it failed, or idled out), else "".
 	Done() <-chan struct{}
-	Err() error
+	EndReason() string
 }
 
 // Info describes a session.

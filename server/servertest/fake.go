@@ -344,9 +344,12 @@ func (s *Session) Close(ctx context.Context) error {
 // Done implements core.Session.
 func (s *Session) Done() <-chan struct{} { return s.done }
 
-// Err implements core.Session.
-func (s *Session) Err() error {
+// EndReason implements core.Session.
+func (s *Session) EndReason() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.err
+	if s.err == nil {
+		return ""
+	}
+	return s.err.Error()
 }
