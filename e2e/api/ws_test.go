@@ -276,3 +276,39 @@ func TestGoClientIdleTimeoutReason(t *testing.T) {
 		}
 	}
 }
+
+// A session whose container is killed from outside tells its client why
+// and leaves nothing behind, with no session.close and no idle timeout.
+func TestKilledSandboxIsRemoved(t *testing.T) {
+	s := startServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := client.Dial(ctx, s.ws, s.token, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	sess, err := c.CreateSession(ctx, client.CreateOptions{IdleTimeout: wsproto.Duration(-1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := engine.ContainerKill(ctx, "sandboxd-"+sess.ID, "KILL"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-sess.Done():
+	case <-ctx.Done():
+		t.Fatal("the session did not end")
+	}
+	if got := sess.Reason(); !strings.Contains(got, "137") {
+		t.Fatalf("reason %q, want the container's exit", got)
+	}
+	for deadline := time.Now().Add(30 * time.Second); containers(t) != 0; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the killed session's container is still there")
+		}
+	}
+	if err := sess.Close(ctx); err != nil {
+		t.Fatalf("close after the failure: %v", err)
+	}
+}

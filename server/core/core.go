@@ -423,6 +423,17 @@ func (c *Core) forget(s *Sess) {
 	s.stream.end(reason)
 	s.xfers.abortAll()
 	c.log.Info("session ended", "session", s.id, "reason", reason)
+	if !keep {
+		// A session that failed (its container was killed, its agent died)
+		// is removed now, not when the idle reaper finds it: its owner
+		// gets "closed" for a later session.close, so nobody else would.
+		// For a close in progress this waits for it; Close is idempotent.
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		if err := s.s.Close(ctx); err != nil {
+			c.log.Warn("removing an ended session", "session", s.id, "err", err)
+		}
+		cancel()
+	}
 }
 
 // List returns the sessions p may see: all for the operator, its own for a
