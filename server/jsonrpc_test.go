@@ -61,6 +61,10 @@ func TestJSONRPCBadInput(t *testing.T) {
 			if m.Error.Code != tt.want {
 				t.Fatalf("code %d (%s), want %d", m.Error.Code, m.Error.Message, tt.want)
 			}
+			// Every error names its kind (the doc's table).
+			if d, _ := m.Error.Data.(map[string]any); d == nil || d["kind"] == nil || d["kind"] == "" {
+				t.Fatalf("error without data.kind: %+v", m.Error)
+			}
 		})
 	}
 	// The connection survives all of that.

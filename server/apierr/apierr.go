@@ -37,13 +37,14 @@ const (
 	Unavailable           // shutting down; session not ready or gone
 	Timeout               // a deadline passed
 	Cancelled             // cancelled by the client or the server
+	ParseError            // a message that is not JSON
 )
 
 var kindNames = [...]string{
 	Internal: "internal", InvalidRequest: "invalid_request", MethodNotFound: "method_not_found",
 	InvalidParams: "invalid_params", Unauthenticated: "unauthenticated", PermissionDenied: "permission_denied",
 	NotFound: "not_found", Conflict: "conflict", Busy: "busy", Unavailable: "unavailable",
-	Timeout: "timeout", Cancelled: "cancelled",
+	Timeout: "timeout", Cancelled: "cancelled", ParseError: "parse_error",
 }
 
 func (k Kind) String() string {
@@ -70,6 +71,7 @@ var codes = map[Kind]struct {
 	Unavailable:      {wsproto.CodeUnavailable, http.StatusServiceUnavailable},
 	Timeout:          {wsproto.CodeTimeout, http.StatusGatewayTimeout},
 	Cancelled:        {wsproto.CodeCancelled, 499}, // nginx's "client closed request"
+	ParseError:       {wsproto.CodeParseError, http.StatusBadRequest},
 }
 
 // sentinels classifies the errors of the layers below. The first row that

@@ -308,9 +308,7 @@ func (c *conn) dispatch(msg []byte) {
 	if err := json.Unmarshal(msg, &req); err != nil {
 		var se *json.SyntaxError
 		if errors.As(err, &se) || !json.Valid(msg) {
-			c.h.core.Metrics().Error("parse_error", "ws")
-			c.send(&wsproto.Response{JSONRPC: wsproto.Version, ID: json.RawMessage("null"),
-				Error: &wsproto.Error{Code: wsproto.CodeParseError, Message: "parse error: " + err.Error()}})
+			c.replyError(nil, apierr.New(apierr.ParseError, "parse error: %v", err))
 			return
 		}
 		c.replyError(nil, apierr.New(apierr.InvalidRequest, "not a JSON-RPC request: %v", err))
