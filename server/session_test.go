@@ -522,6 +522,15 @@ func TestCreateIdempotencyKeyIsASecret(t *testing.T) {
 	if first.SessionToken != retry.SessionToken || ts.Manager.Created() != 1 {
 		t.Fatalf("retry with a long key: %+v vs %+v", first, retry)
 	}
+	// The same key with other options is a conflict that names the
+	// parameter, never the key (nor the server's internal form of it).
+	m := a.call("other-options", wsproto.MethodSessionCreate, map[string]any{"idempotency_key": "8f14e45fceea167a5a36dedd4bea2543", "cwd": "/tmp"})
+	if m.Error == nil || m.Error.Code != wsproto.CodeConflict {
+		t.Fatalf("same key, other options: %+v", m)
+	}
+	if msg := m.Error.Message; !strings.Contains(msg, "idempotency_key") || strings.Contains(msg, "8f14e45f") {
+		t.Fatalf("conflict message %q", msg)
+	}
 }
 
 // Sessions are capped by default (every one is a container): one more is

@@ -308,6 +308,9 @@ func (c *Core) Create(wait context.Context, p Principal, api string, opts Create
 		}
 		return json.Marshal(struct{ ID, Token string }{r.Session.id, r.Token})
 	})
+	if errors.Is(err, errReused) {
+		return CreateResult{}, apierr.New(apierr.Conflict, "this idempotency_key was already used for a create with other options: a retry repeats the create exactly, a new create needs a new key")
+	}
 	if err != nil {
 		return CreateResult{}, err
 	}
@@ -319,7 +322,7 @@ func (c *Core) Create(wait context.Context, p Principal, api string, opts Create
 	s := c.sessions[r.ID]
 	c.mu.Unlock()
 	if s == nil {
-		return CreateResult{}, apierr.New(apierr.NotFound, "the session created for idempotency key %q has ended", idemKey)
+		return CreateResult{}, apierr.New(apierr.NotFound, "the session created with this idempotency_key has ended")
 	}
 	return CreateResult{Session: s, Token: r.Token}, nil
 }

@@ -42,6 +42,11 @@ func newIdempotency(maxEntries int, maxBytes int64, ttl time.Duration) *idempote
 	return &idempotency{maxEntries: maxEntries, maxBytes: maxBytes, ttl: ttl, now: time.Now, entries: map[string]*idemEntry{}}
 }
 
+// errReused is do's answer to a key seen before with another fingerprint;
+// callers say what the key was (a request id, a create's key) in their
+// own words, which must not quote a secret key back.
+var errReused = apierr.New(apierr.Conflict, "this key was already used for a different request")
+
 // fingerprint identifies a request's content.
 func fingerprint(method string, params []byte) [32]byte {
 	h := sha256.New()
@@ -64,7 +69,7 @@ func (c *idempotency) do(wait context.Context, key string, fp [32]byte, fn func(
 	if ok {
 		c.mu.Unlock()
 		if e.fingerprint != fp {
-			return nil, apierr.New(apierr.Conflict, "request id %s was already used in this session for a different request; ids are idempotency keys, use a new one", key)
+			return nil, errReused
 		}
 		select {
 		case <-e.done:

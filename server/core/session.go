@@ -71,7 +71,12 @@ func (s *Sess) Tools(ctx context.Context) ([]tools.Definition, error) {
 // params fingerprint the request, so a reused id with other content is a
 // Conflict instead of a wrong answer.
 func (s *Sess) Idempotent(wait context.Context, id json.RawMessage, method string, params []byte, fn func() (json.RawMessage, error)) (json.RawMessage, error) {
-	return s.idem.do(wait, string(bytes.TrimSpace(id)), fingerprint(method, params), fn)
+	key := string(bytes.TrimSpace(id))
+	res, err := s.idem.do(wait, key, fingerprint(method, params), fn)
+	if errors.Is(err, errReused) {
+		err = apierr.New(apierr.Conflict, "request id %s was already used in this session for a different request; ids are idempotency keys, use a new one", key)
+	}
+	return res, err
 }
 
 // Call runs a tool. It is detached from the caller: parent carries values
