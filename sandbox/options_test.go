@@ -82,7 +82,7 @@ func TestValidate(t *testing.T) {
 		{"home elsewhere: disk counts twice", func(o *SessionOptions) {
 			o.Limits.Disk, o.Env = 512<<20, map[string]string{"HOME": "/workspacex"}
 		}, "2 x limits.disk 512 MiB"},
-		{"invalid sizes reported once", func(o *SessionOptions) { o.Limits.Memory, o.Limits.Tmpfs = 1<<20, 1<<30 }, "limits.memory: 1048576 bytes is below"},
+		{"invalid sizes reported once", func(o *SessionOptions) { o.Limits.Memory, o.Limits.Tmpfs = 1<<20, 1<<30 }, "limits.memory: 1 MiB is below"},
 		{"host network", func(o *SessionOptions) { o.Network = "host" }, "never allowed"},
 		{"container network", func(o *SessionOptions) { o.Network = "container:abc" }, "network:"},
 		{"named network", func(o *SessionOptions) { o.Network = "my-net_1" }, ""},

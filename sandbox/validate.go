@@ -129,7 +129,7 @@ func (o SessionOptions) validateCwd(p *problems) {
 
 func (l Limits) validate(p *problems) {
 	if l.Memory < MinMemory {
-		p.add("limits.memory", "%d bytes is below the minimum of %d MiB", l.Memory, MinMemory>>20)
+		p.add("limits.memory", "%s is below the minimum of %d MiB", mib(l.Memory), MinMemory>>20)
 	}
 	if l.CPUs < MinCPUs {
 		p.add("limits.cpus", "%g is below the minimum of %g", l.CPUs, MinCPUs)
@@ -138,10 +138,10 @@ func (l Limits) validate(p *problems) {
 		p.add("limits.pids", "%d is below the minimum of %d", l.Pids, MinPids)
 	}
 	if l.Tmpfs < MinTmpfs {
-		p.add("limits.tmpfs", "%d bytes is below the minimum of %d MiB", l.Tmpfs, MinTmpfs>>20)
+		p.add("limits.tmpfs", "%s is below the minimum of %d MiB", mib(l.Tmpfs), MinTmpfs>>20)
 	}
 	if l.Disk != 0 && l.Disk < MinDisk {
-		p.add("limits.disk", "%d bytes is below the minimum of %d MiB (0 means no limit)", l.Disk, MinDisk>>20)
+		p.add("limits.disk", "%s is below the minimum of %d MiB (0 means no limit)", mib(l.Disk), MinDisk>>20)
 	}
 }
 

@@ -4,6 +4,8 @@ package sandboxmgr
 
 import (
 	"context"
+	"errors"
+	"strings"
 
 	"github.com/sandboxd/sandboxd/sandbox"
 	"github.com/sandboxd/sandboxd/server/core"
@@ -22,9 +24,25 @@ func New(m *sandbox.Manager) *Manager { return &Manager{m: m} }
 func (a *Manager) Create(ctx context.Context, o core.CreateOptions) (core.Session, error) {
 	s, err := a.m.Create(ctx, Options(o))
 	if err != nil {
-		return nil, err
+		return nil, apiNames(err)
 	}
 	return session{s}, nil
+}
+
+// apiFields renames the manager's option fields to the API's where they
+// differ, so an invalid-options error names what the client sent.
+var apiFields = strings.NewReplacer("limits.memory", "limits.memory_mb", "limits.tmpfs", "limits.tmp_mb")
+
+func apiNames(err error) error {
+	var oe *sandbox.OptionsError
+	if !errors.As(err, &oe) {
+		return err
+	}
+	renamed := &sandbox.OptionsError{Problems: make([]string, len(oe.Problems))}
+	for i, p := range oe.Problems {
+		renamed.Problems[i] = apiFields.Replace(p)
+	}
+	return renamed
 }
 
 // Options converts the API's create options to the manager's.
