@@ -172,19 +172,38 @@ func (c *cleaner) csi(final byte) {
 	}
 }
 
-// text adds printable bytes (no ESC) to the current line.
+// text adds printable bytes (no ESC) to the current line. A character
+// split between two writes is completed from the front of p first, byte
+// by byte, so every byte is used once and in order.
 func (c *cleaner) text(p []byte) {
-	if len(c.pend) > 0 {
-		n := min(utf8.UTFMax-len(c.pend), len(p))
-		c.pend = append(c.pend, p[:n]...)
-		p = p[n:]
-		buf := c.pend
-		c.pend = nil
-		// Re-run the joined bytes; what is left incomplete is held again.
-		c.text(buf)
-		// bytes of p already copied into pend may have been consumed or
-		// held; the rest of p continues below.
+	for len(c.pend) > 0 && len(p) > 0 {
+		k := len(c.pend)
+		var buf [utf8.UTFMax]byte
+		n := copy(buf[:], c.pend)
+		for n < len(buf) && n-k < len(p) && !utf8.FullRune(buf[:n]) {
+			buf[n] = p[n-k]
+			n++
+		}
+		if !utf8.FullRune(buf[:n]) { // p ended first: still incomplete
+			c.pend = append(c.pend[:0], buf[:n]...)
+			return
+		}
+		c.pend = c.pend[:0]
+		r, size := utf8.DecodeRune(buf[:n])
+		c.char(r)
+		if size >= k {
+			p = p[size-k:] // the bytes of p that completed the character
+		} else {
+			// An invalid lead byte: the other pending bytes come next,
+			// before p (an incomplete tail of them is pending again).
+			c.scan(buf[size:k])
+		}
 	}
+	c.scan(p)
+}
+
+// scan adds p; an incomplete character at its end is held in pend.
+func (c *cleaner) scan(p []byte) {
 	for len(p) > 0 {
 		b := p[0]
 		if b < utf8.RuneSelf {
@@ -197,13 +216,17 @@ func (c *cleaner) text(p []byte) {
 			c.pend = append(c.pend[:0], p...)
 			return
 		}
-		if r >= 0x80 && r <= 0x9f { // C1 controls
-			p = p[size:]
-			continue
-		}
-		c.put(r)
+		c.char(r)
 		p = p[size:]
 	}
+}
+
+// char adds a non-ASCII character; C1 controls are dropped.
+func (c *cleaner) char(r rune) {
+	if r >= 0x80 && r <= 0x9f {
+		return
+	}
+	c.put(r)
 }
 
 func (c *cleaner) ascii(b byte) {

@@ -65,3 +65,29 @@ func TestCleanerLongLineIsEmitted(t *testing.T) {
 	assert.Len(t, got, maxLineRunes)
 	assert.Equal(t, strings.Repeat("x", 10), string(c.finish()))
 }
+
+// Chunks of any size give the text of the whole: a character split between
+// reads is completed in order (a bug took bytes past it and turned valid
+// 世 runs into U+FFFD), and invalid bytes stay one U+FFFD each.
+func TestCleanerChunkSizes(t *testing.T) {
+	inputs := []string{
+		strings.Repeat("世", 500) + "\n" + strings.Repeat("é世🙂a", 300) + "\n",
+		"a\xf0\x90Ab\xe4\xb8\xe4\xb8\x96c\xff\xe4\n世\xc3",
+		"\xe4\xb8\x96\xf0\x9f\x99\x82\xe4\n",
+	}
+	for _, in := range inputs {
+		want := cleanString([]byte(in))
+		if in == inputs[0] {
+			assert.Equal(t, in, want)
+		}
+		for size := 1; size <= 9; size++ {
+			var cl cleaner
+			var got strings.Builder
+			for i := 0; i < len(in); i += size {
+				got.Write(cl.write([]byte(in[i:min(i+size, len(in))])))
+			}
+			got.Write(cl.finish())
+			assert.Equal(t, want, got.String(), "chunks of %d bytes", size)
+		}
+	}
+}
