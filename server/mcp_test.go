@@ -62,6 +62,13 @@ func TestMCPSessionIsOneSandbox(t *testing.T) {
 	if ts.Manager.Live() != 1 {
 		t.Fatalf("%d sandboxes for one MCP session", ts.Manager.Live())
 	}
+	// The MCP session's end closes the sandbox, never the sandbox's own
+	// idle reaper (which would not see the session's pings).
+	for _, s := range ts.Manager.List() {
+		if idle := s.(*servertest.Session).Options().IdleTimeout; idle >= 0 {
+			t.Fatalf("an MCP sandbox with idle timeout %v", idle)
+		}
+	}
 
 	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "hi"}})
 	if err != nil {

@@ -559,6 +559,13 @@ func TestMaxSessionsByDefault(t *testing.T) {
 		t.Fatalf("%d sandboxes created", ts.Manager.Created())
 	}
 	c.ok("close", wsproto.MethodSessionClose, map[string]any{"session_id": last.SessionID}, nil)
+	// The refused MCP session is not lost: its next call creates its
+	// sandbox once there is room.
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "x"}})
+	if err != nil || res.IsError {
+		t.Fatalf("the MCP session's call after a close: %+v %v", res, err)
+	}
+	cs.Close()
 	waitFor(t, func() bool { return c.code("again", wsproto.MethodSessionCreate, map[string]any{}) == 0 }, "a create after a close")
 }
 

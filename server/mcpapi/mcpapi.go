@@ -7,7 +7,9 @@
 // of the client's handshake; tools/list and tools/call wait for it. When the
 // MCP session ends (HTTP DELETE, the idle SessionTimeout, or server
 // shutdown) its sandbox is closed; a session closed while its sandbox is
-// still starting cancels the start.
+// still starting cancels the start. A create that failed (the server was
+// at --max-sessions, the engine refused) is tried again by the session's
+// next tools/list or tools/call, so the MCP session is not lost to it.
 //
 // One mcp.Server serves every session. tools/list and tools/call are
 // answered by a receiving middleware from the session's own sandbox, so
@@ -72,10 +74,13 @@ type Handler struct {
 
 // sandbox is the sandbox of one MCP session.
 type sandbox struct {
-	ready  chan struct{} // closed when the create has ended
-	sess   *core.Sess
-	err    error
-	cancel context.CancelFunc // cancels the create
+	ready  chan struct{}      // closed when the first create has ended
+	cancel context.CancelFunc // cancels the first create
+
+	mu    sync.Mutex // held by a create retry, so there is one at a time
+	sess  *core.Sess
+	err   error // of the last create, while there is no sess
+	ended bool  // the MCP session ended: its sandbox is closed, none is made
 }
 
 // New returns the MCP handler.
@@ -86,10 +91,12 @@ func New(c *core.Core, opts Options) *Handler {
 	if opts.Version == "" {
 		opts.Version = "dev"
 	}
-	// The sandbox outlives a quiet MCP session by a margin, so it is the
-	// MCP session's end that closes it, not the sandbox's own idle reaper.
+	// The MCP session's end closes its sandbox. The sandbox's own idle
+	// reaper is off: it counts only tool calls, while the MCP session also
+	// lives on pings (the SDK client's KeepAlive), and a sandbox reaped
+	// under a live MCP session lost its shell state.
 	if opts.Session.IdleTimeout == 0 {
-		opts.Session.IdleTimeout = opts.SessionTimeout + time.Minute
+		opts.Session.IdleTimeout = -1
 	}
 	h := &Handler{core: c, opts: opts, log: c.Logger().With("component", "mcpapi"), sessions: map[*mcp.ServerSession]*sandbox{}}
 	srv := mcp.NewServer(&mcp.Implementation{Name: "sandboxd", Title: "sandboxd", Version: opts.Version}, &mcp.ServerOptions{
@@ -184,24 +191,23 @@ func (h *Handler) start(ss *mcp.ServerSession) {
 	go func() {
 		defer h.wg.Done()
 		defer close(sb.ready)
-		r, err := h.core.Create(ctx, h.core.Operator(), core.APIMCP, h.opts.Session, "")
-		if err != nil {
-			sb.err = fmt.Errorf("creating the sandbox of this MCP session: %w", err)
-			h.log.Warn("mcp sandbox create failed", "mcp_session", ss.ID(), "err", err)
-			return
-		}
-		sb.sess = r.Session
-		h.log.Info("mcp session started", "mcp_session", ss.ID(), "session", r.Session.ID())
+		sb.mu.Lock()
+		defer sb.mu.Unlock()
+		h.create(ctx, ss, sb)
 	}()
 	go func() {
 		defer h.wg.Done()
 		_ = ss.Wait() // returns when the session is closed: DELETE, idle timeout, shutdown
 		sb.cancel()
 		<-sb.ready
-		if sb.sess != nil {
+		sb.mu.Lock() // waits for a create retry in progress
+		sb.ended = true
+		sess := sb.sess
+		sb.mu.Unlock()
+		if sess != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			if err := sb.sess.Close(ctx); err != nil {
-				h.log.Warn("closing mcp sandbox", "session", sb.sess.ID(), "err", err)
+			if err := sess.Close(ctx); err != nil {
+				h.log.Warn("closing mcp sandbox", "session", sess.ID(), "err", err)
 			}
 			cancel()
 		}
@@ -213,7 +219,24 @@ func (h *Handler) start(ss *mcp.ServerSession) {
 	}()
 }
 
-// sandboxOf waits for the sandbox of ss.
+// create makes the sandbox of ss, with sb.mu held.
+func (h *Handler) create(ctx context.Context, ss *mcp.ServerSession, sb *sandbox) {
+	r, err := h.core.Create(ctx, h.core.Operator(), core.APIMCP, h.opts.Session, "")
+	if err != nil {
+		sb.err = fmt.Errorf("creating the sandbox of this MCP session: %w (the next call tries again)", err)
+		level := slog.LevelWarn
+		if ctx.Err() != nil {
+			level = slog.LevelInfo // the session ended while its sandbox started
+		}
+		h.log.Log(ctx, level, "mcp sandbox create failed", "mcp_session", ss.ID(), "err", err)
+		return
+	}
+	sb.sess, sb.err = r.Session, nil
+	h.log.Info("mcp session started", "mcp_session", ss.ID(), "session", r.Session.ID())
+}
+
+// sandboxOf waits for the sandbox of ss; if its create failed, it tries
+// again.
 func (h *Handler) sandboxOf(ctx context.Context, ss *mcp.ServerSession) (*core.Sess, error) {
 	h.mu.Lock()
 	sb, ok := h.sessions[ss]
@@ -226,10 +249,18 @@ func (h *Handler) sandboxOf(ctx context.Context, ss *mcp.ServerSession) (*core.S
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-	if sb.err != nil {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	if sb.sess == nil && !sb.ended {
+		h.create(ctx, ss, sb)
+	}
+	switch {
+	case sb.sess != nil:
+		return sb.sess, nil
+	case sb.err != nil:
 		return nil, sb.err
 	}
-	return sb.sess, nil
+	return nil, apierr.New(apierr.Unavailable, "this MCP session is ending")
 }
 
 func (h *Handler) listTools(ctx context.Context, ss *mcp.ServerSession) (*mcp.ListToolsResult, error) {
