@@ -103,12 +103,26 @@ func (t *Tool) decode(raw json.RawMessage, into any) *Observation {
 	if err := t.resolved.Validate(generic); err != nil {
 		return Errorf("Invalid arguments for tool %q: %s", t.def.Name, cleanValidationError(err, t.paramNames()))
 	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(into); err != nil {
+	err := decodeStrict(raw, into)
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		// The schema took it, so it is an integer written as a float
+		// (5.0, 1e2), as models and Python clients send: decode the
+		// validated value, which marshals as 5.
+		if again, merr := json.Marshal(generic); merr == nil {
+			err = decodeStrict(again, into)
+		}
+	}
+	if err != nil {
 		return Errorf("Invalid arguments for tool %q: %v", t.def.Name, err)
 	}
 	return nil
+}
+
+func decodeStrict(raw []byte, into any) error {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	return dec.Decode(into)
 }
 
 func jsonKind(v any) string {
@@ -150,6 +164,16 @@ func cleanValidationError(err error, params []string) string {
 	if m := reType.FindStringSubmatch(s); m != nil {
 		return fmt.Sprintf("%s must be %s, not %s", subject, article(m[2]), article(m[1]))
 	}
+	if m := reTypes.FindStringSubmatch(s); m != nil {
+		// An optional parameter may be null ("not given"): name the rest.
+		var want []string
+		for _, w := range strings.Split(m[2], ", ") {
+			if w != "null" {
+				want = append(want, article(w))
+			}
+		}
+		return fmt.Sprintf("%s must be %s, not %s", subject, strings.Join(want, " or "), article(m[1]))
+	}
 	if m := reBound.FindStringSubmatch(s); m != nil {
 		got, bound := ratText(m[2]), ratText(m[4])
 		switch m[1] {
@@ -183,6 +207,7 @@ func cleanValidationError(err error, params []string) string {
 
 var (
 	reType     = regexp.MustCompile(`(?s)^type: .* has type "(\w+)", want "(\w+)"$`)
+	reTypes    = regexp.MustCompile(`(?s)^type: .* has type "(\w+)", want one of "([\w, ]+)"$`)
 	reBound    = regexp.MustCompile(`^(minimum|maximum): (\S+) is (less|greater) than (\S+)$`)
 	reEnum     = regexp.MustCompile(`(?s)^enum: (.*) does not equal any of: \[(.*)\]$`)
 	reRequired = regexp.MustCompile(`^required: missing properties: \[(.*)\]$`)

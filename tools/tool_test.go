@@ -63,6 +63,12 @@ func TestToolValidatesArguments(t *testing.T) {
 		{"not json", `{"text":`, "not valid JSON", true},
 		{"array", `[1,2]`, "expected a JSON object", true},
 		{"huge", `{"text":"` + strings.Repeat("x", MaxArgumentBytes) + `"}`, "exceed the limit", true},
+		// Models and Python clients send integers as 5.0; the schema takes
+		// them as integers, and so does decoding.
+		{"integer as float", `{"text":"ab","times":2.0}`, "abab", false},
+		{"integer in exponent form", `{"text":"a","times":3e0}`, "aaa", false},
+		{"fraction for an integer", `{"text":"a","times":1.5}`, "`times` must be an integer, not a number", true},
+		{"optional of the wrong type", `{"text":"a","times":"2"}`, "`times` must be an integer, not a string", true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
