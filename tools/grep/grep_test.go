@@ -130,6 +130,7 @@ func TestInvalidRegexIsAnError(t *testing.T) {
 		{`(o)\1`, "Backreferences are not supported"},
 		{"[x", "Invalid regex pattern: missing closing ]: `[x`"},
 		{"foo(", "Invalid regex pattern: missing closing ): `foo(`"},
+		{`\<foo\>`, "GNU grep word boundary"},
 	}
 	for _, c := range cases {
 		obs, out := call(t, ex, Action{Pattern: c.pattern})

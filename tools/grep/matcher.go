@@ -27,6 +27,11 @@ func compilePattern(pattern string, caseSensitive bool) (*matcher, error) {
 	if _, err := syntax.Parse(pattern, syntax.Perl); err != nil {
 		return nil, regexError(err)
 	}
+	if esc := gnuWordBoundary(pattern); esc != "" {
+		// RE2 reads \< as a literal '<': the search would find nothing
+		// and say so, where the model meant a word boundary.
+		return nil, fmt.Errorf("`%s` is a GNU grep word boundary, which RE2 (the syntax of this tool, as in Go and ripgrep) does not have: use \\b instead (e.g. \\bfoo\\b); for a literal %q, leave out the backslash", esc, esc[1:])
+	}
 	flags := "(?m)"
 	if !caseSensitive {
 		flags = "(?mi)"
@@ -94,6 +99,36 @@ func hasNewline(re *syntax.Regexp) bool {
 		}
 	}
 	return false
+}
+
+// gnuWordBoundary returns the first \< or \> outside a character class, or
+// "".
+func gnuWordBoundary(p string) string {
+	inClass := false
+	for i := 0; i < len(p); i++ {
+		switch c := p[i]; {
+		case c == '\\' && i+1 < len(p):
+			if !inClass && (p[i+1] == '<' || p[i+1] == '>') {
+				return p[i : i+2]
+			}
+			i++
+		case c == '[' && !inClass:
+			inClass = true
+			if i+1 < len(p) && p[i+1] == '^' {
+				i++
+			}
+			if i+1 < len(p) && p[i+1] == ']' { // a leading ] is literal
+				i++
+			}
+		case c == '[' && inClass && i+1 < len(p) && p[i+1] == ':': // [:alpha:]
+			if j := strings.Index(p[i+2:], ":]"); j >= 0 {
+				i += j + 3
+			}
+		case c == ']' && inClass:
+			inClass = false
+		}
+	}
+	return ""
 }
 
 // regexError words a parse error for the model, with a hint for the Perl

@@ -159,11 +159,20 @@ func TestPatternErrors(t *testing.T) {
 		{`\p{Nope}`, "invalid character class range"},
 		{"a\nb", "matches a newline"},
 		{`a\nb`, "matches a newline"},
+		{`\<foo\>`, "`\\<` is a GNU grep word boundary"},
+		{`foo\>`, "use \\b instead"},
+		{`[a]\<`, "word boundary"},
 	}
 	for _, c := range cases {
 		_, err := compilePattern(c.pattern, false)
 		require.Error(t, err, c.pattern)
 		assert.Contains(t, err.Error(), c.want, c.pattern)
+	}
+	// A backslash-angle inside a class, or after an escaped backslash, is
+	// a literal angle bracket, as RE2 reads it.
+	for _, ok := range []string{`[\<>]`, `\\<`, `[]\<]`, `[^\>]x`, `[[:alpha:]\<]`, `a<b>`} {
+		_, err := compilePattern(ok, false)
+		assert.NoError(t, err, ok)
 	}
 }
 
