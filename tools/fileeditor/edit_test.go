@@ -36,6 +36,7 @@ func TestPathValidation(t *testing.T) {
 		{"missing", e, Action{Command: "view", Path: ws + "/nope"},
 			"Invalid `path` parameter: " + ws + "/nope. The path " + ws + "/nope does not exist. Please provide a valid path."},
 		{"under a file", e, Action{Command: "view", Path: ws + "/exists.txt/x"}, "does not exist"},
+		{"file with a trailing slash", e, Action{Command: "view", Path: ws + "/exists.txt/"}, "ends with a slash, but " + ws + "/exists.txt is a file"},
 		{"edit a directory", e, Action{Command: "str_replace", Path: ws + "/dir", OldStr: ptr("a")},
 			"Invalid `path` parameter: " + ws + "/dir. The path " + ws + "/dir is a directory and only the `view` command can be used on directories."},
 		{"undo a directory", e, Action{Command: "undo_edit", Path: ws + "/dir"}, "is a directory"},

@@ -162,6 +162,8 @@ func (e *Executor) Call(ctx context.Context, a Action) (*tools.Observation, erro
 		return invalidPath(out, p, fmt.Sprintf("The path %s does not exist. Please provide a valid path.", p)), nil
 	case err != nil:
 		return fail(out, "Ran into %v while trying to read %s", unwrapPathError(err), p), nil
+	case !fi.IsDir() && len(a.Path) > 1 && strings.HasSuffix(a.Path, "/"):
+		return invalidPath(out, p, fmt.Sprintf("The path %s ends with a slash, but %s is a file, not a directory.", a.Path, p)), nil
 	case fi.IsDir() && a.Command != "view":
 		return invalidPath(out, p, fmt.Sprintf("The path %s is a directory and only the `view` command can be used on directories.", p)), nil
 	case !fi.IsDir() && !fi.Mode().IsRegular():
