@@ -657,3 +657,44 @@ func TestAbandonedDownloadDoesNotHoldShutdown(t *testing.T) {
 		t.Fatalf("shutdown waited %v for an abandoned download", took)
 	}
 }
+
+// Tool names come from clients: only calls a tool answered make a latency
+// series, so unknown and empty names cannot grow /metrics.
+func TestCallMetricsOnlyForRealTools(t *testing.T) {
+	ts := servertest.Start(t, nil)
+	c := dial(t, ts)
+	s := c.create()
+	var r wsproto.CallResult
+	c.ok("e1", wsproto.MethodToolsCall, call(s.SessionID, "echo", map[string]string{"text": "x"}, false), &r)
+	cs, err := mcpConnect(t, ts, ts.Token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for i, name := range []string{"", "nope", "bogus-tool-name"} {
+		if code := c.code(fmt.Sprint("bad", i), wsproto.MethodToolsCall, call(s.SessionID, name, nil, false)); code == 0 {
+			t.Fatalf("tool %q: no error", name)
+		}
+		if res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: name}); err == nil && !res.IsError {
+			t.Fatalf("MCP tool %q: no error", name)
+		}
+	}
+	req, _ := http.NewRequest("GET", ts.Base+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+ts.Token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if !strings.Contains(string(body), `tool="echo"`) {
+		t.Fatalf("no series for echo:\n%s", body)
+	}
+	for _, bad := range []string{`tool=""`, `tool="nope"`, `tool="bogus-tool-name"`} {
+		if strings.Contains(string(body), bad) {
+			t.Errorf("a series for %s", bad)
+		}
+	}
+}

@@ -125,8 +125,10 @@ func (s *Sess) Call(parent context.Context, transport string, callID json.RawMes
 	start := time.Now()
 	obs, err := s.s.Call(ctx, name, args, sink)
 	deliver(carry.flush())
-	// Tool names come from clients: only real tools get a series.
-	if !errors.Is(err, tools.ErrUnknownTool) {
+	// Tool names come from clients: only calls a tool answered get a
+	// series (an unknown or empty name must not make one); failures are
+	// counted by kind elsewhere.
+	if err == nil {
 		s.c.opts.Metrics.ObserveCall(name, transport, time.Since(start))
 	}
 	if err == nil && obs == nil {

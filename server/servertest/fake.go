@@ -240,6 +240,9 @@ func (s *Session) Call(ctx context.Context, name string, args json.RawMessage, s
 	if s.closed.Load() {
 		return nil, fmt.Errorf("session %s: %w", s.id, errClosed)
 	}
+	if name == "" { // as the agent answers
+		return nil, apierr.New(apierr.InvalidParams, "tools/call needs the name of a tool")
+	}
 	if stream == nil {
 		stream = func([]byte) {}
 	}
