@@ -275,7 +275,7 @@ func TestAbuseTmpfsFillWithinMemory(t *testing.T) {
 	agent := abuseAgentPid(t, s)
 
 	const cg = "/sys/fs/cgroup/memory/"
-	text, took := abuseRun(t, s, `for d in /tmp /workspace "$HOME" `+sandbox.AgentStateDir+`; do `+
+	text, took := abuseRun(t, s, `for d in /tmp /workspace "$HOME" `+sandbox.AgentStateDir+` /dev/shm; do `+
 		`dd if=/dev/zero of="$d/fill" bs=1M 2>/dev/null; echo "filled $d $(du -k "$d/fill" | cut -f1) KiB"; done; `+
 		`echo "usage=$(cat `+cg+`memory.usage_in_bytes)"; grep oom_kill `+cg+`memory.oom_control | tr ' ' =`, 60)
 	t.Logf("filled in %v: %s", took, abuseTail(text))
@@ -283,6 +283,7 @@ func TestAbuseTmpfsFillWithinMemory(t *testing.T) {
 	assert.Contains(t, text, fmt.Sprintf("filled /workspace %d KiB", disk>>10))
 	assert.Equal(t, 2, strings.Count(text, fmt.Sprintf(" %d KiB\n", disk>>10)), "the workspace and the home volume")
 	assert.Contains(t, text, "filled "+sandbox.AgentStateDir)
+	assert.Contains(t, text, "filled /dev/shm 8192 KiB", "/dev/shm is a sixteenth of memory, not Docker's 64 MiB")
 	assert.Equal(t, 0, abuseInt(t, text, "oom_kill"))
 	assert.Less(t, abuseInt(t, text, "usage"), memory)
 

@@ -53,6 +53,7 @@ type serveConfig struct {
 	image, mcpImage, agentBinary        string
 	mcpIdle, drainTimeout, shutdownTime time.Duration
 	maxSessions, pool, maxStarts        int
+	diskMB                              int
 	maxMessage                          int64
 	logLevel, logFormat                 string
 	labels                              envList
@@ -89,6 +90,8 @@ func runServe(ctx context.Context, std stdio, args []string) error {
 	fs.Var(cfg.labels, "label", "KEY=VALUE put on every container, volume and network of this server, repeatable; "+
 		"the server lists, adopts and reaps only resources made under exactly its set of labels (label sandboxd.scope), so servers with different labels, or none, share an engine safely")
 	fs.StringVar(&cfg.agentBinary, "agent-binary", "", "static sandboxd binary to run as the agent in sandboxes (default: this binary)")
+	fs.IntVar(&cfg.diskMB, "disk-mb", 0, "cap /workspace and the home folder of every session at this many MiB each, as tmpfs charged to the "+
+		"session's memory (they start empty and do not survive an engine restart); 0: engine volumes bounded only by the host's disk")
 	fs.IntVar(&cfg.pool, "pool", 0, "keep this many started sandboxes of the default image ready (warm pool)")
 	fs.IntVar(&cfg.maxStarts, "max-concurrent-starts", sandbox.DefaultMaxConcurrentStarts,
 		"sandboxes being started at once (client creates go before pool refills); on 2 cores 4 gave the best ready latency")
@@ -107,6 +110,9 @@ func runServe(ctx context.Context, std stdio, args []string) error {
 	}
 	if cfg.pool < 0 {
 		return usageErrorf("--pool %d: want 0 (no warm pool) or more", cfg.pool)
+	}
+	if cfg.diskMB < 0 {
+		return usageErrorf("--disk-mb %d: want 0 (no limit) or a size in MiB", cfg.diskMB)
 	}
 	if cfg.maxMessage < minMaxMessage {
 		return usageErrorf("--max-message-bytes %d: want at least %d (1 MiB): tool results and transfer chunks must fit (the Go client moves files in %d MiB chunks; set its ChunkSize below the limit)", cfg.maxMessage, minMaxMessage, client.ChunkSize>>20)
@@ -137,7 +143,8 @@ func runServe(ctx context.Context, std stdio, args []string) error {
 		return err
 	}
 	defer rt.Close()
-	mopts := sandbox.ManagerOptions{Defaults: sandbox.SessionOptions{Image: cfg.image}, MaxConcurrentStarts: cfg.maxStarts, Logger: log}
+	defaults := sandbox.SessionOptions{Image: cfg.image, Limits: sandbox.Limits{Disk: int64(cfg.diskMB) << 20}}
+	mopts := sandbox.ManagerOptions{Defaults: defaults, MaxConcurrentStarts: cfg.maxStarts, Logger: log}
 	if cfg.pool > 0 {
 		mopts.Pools = []sandbox.PoolOptions{{Size: cfg.pool}}
 	}

@@ -14,6 +14,7 @@ func TestServeRefusesBadNumbers(t *testing.T) {
 		want string
 	}{
 		{[]string{"--pool", "-1"}, "--pool -1"},
+		{[]string{"--disk-mb", "-1"}, "--disk-mb -1: want 0 (no limit) or a size in MiB"},
 		{[]string{"--max-concurrent-starts", "0"}, "--max-concurrent-starts 0"},
 		{[]string{"--max-message-bytes", "100"}, "--max-message-bytes 100: want at least 1048576"},
 		{[]string{"--max-message-bytes", "-1"}, "--max-message-bytes -1"},

@@ -215,3 +215,19 @@ func TestKeepSessionsOverRestart(t *testing.T) {
 		t.Fatalf("a session token lists %+v %v", list, err)
 	}
 }
+
+// serve --disk-mb caps /workspace and the home folder of every session.
+func TestCLIServeDiskLimit(t *testing.T) {
+	state := t.TempDir()
+	serve := startServe(t, state, "--disk-mb", "64")
+	cmd := exec.Command(binary, "run", "--server", serve.url, "--state-dir", state, "--",
+		`df -m /workspace "$HOME" | tail -n +2 | awk '{print $2}'`)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("run: %v: %s", err, out)
+	}
+	if got := strings.Fields(string(out)); len(got) != 2 || got[0] != "64" || got[1] != "64" {
+		t.Fatalf("sizes of /workspace and home: %q, want 64 64", out)
+	}
+	serve.stop(t)
+}

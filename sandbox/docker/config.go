@@ -150,6 +150,7 @@ func (r *Runtime) buildContainer(spec sandbox.Spec, netName string, l layout) (c
 		Init:        &init,
 		OomScoreAdj: oomScoreAdj,
 		IpcMode:     container.IPCModePrivate,
+		ShmSize:     shmSize(o),
 		// No PortBindings, no PublishAllPorts: nothing is published on
 		// the host; the agent is reached over stdio.
 		RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyDisabled},
@@ -191,6 +192,14 @@ func (r *Runtime) buildContainer(spec sandbox.Spec, netName string, l layout) (c
 // and sandbox.MemoryHeadroom counts on them staying this few.
 func (r *Runtime) runDirSize(o sandbox.SessionOptions) int64 {
 	return min(r.opts.RunDirSize, (o.Limits.Memory/16)&^(1<<20-1))
+}
+
+// shmSize is the size of /dev/shm: Docker's 64 MiB, but at most a
+// sixteenth of the session's memory in whole MiB, as for RunDir. It is a
+// tmpfs too, charged to the memory limit, and sandbox.MemoryHeadroom holds
+// both; at Docker's size it could take a small session's whole headroom.
+func shmSize(o sandbox.SessionOptions) int64 {
+	return min(64<<20, (o.Limits.Memory/16)&^(1<<20-1))
 }
 
 // volumeMount mounts the session's volume for target (the workspace or the

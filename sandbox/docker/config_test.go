@@ -85,6 +85,7 @@ func TestBuildContainerHardening(t *testing.T) {
 	assert.Equal(t, map[string]string{"max-size": "1m", "max-file": "2"}, h.LogConfig.Config)
 	assert.Equal(t, "rw,nosuid,nodev,mode=1777,size=8388608", h.Tmpfs["/tmp"])
 	assert.Equal(t, "rw,nosuid,nodev,noexec,mode=0700,uid=1234,gid=5678,size=16777216", h.Tmpfs[sandbox.RunDir])
+	assert.EqualValues(t, 32<<20, h.ShmSize, "/dev/shm: a sixteenth of 512 MiB")
 	assert.NotEqual(t, "host", string(h.UsernsMode))
 	assert.Equal(t, "no", string(h.RestartPolicy.Name))
 	require.Len(t, h.Mounts, 2)
