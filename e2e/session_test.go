@@ -134,6 +134,26 @@ func TestIdleTimeoutClosesSession(t *testing.T) {
 	assert.ErrorIs(t, err, sandbox.ErrClosed)
 }
 
+// An agent stopped from inside (SIGSTOP; same uid, so a command can) fails
+// its session within the health timeout, with the reason, and the call
+// that stopped it returns instead of hanging; Close removes the sandbox.
+func TestStoppedAgentFailsSession(t *testing.T) {
+	t.Parallel()
+	m := newManager(t, newRuntime(t), sandbox.ManagerOptions{HealthTimeout: time.Second})
+	s, err := m.Create(ctxT(t), sandbox.SessionOptions{})
+	require.NoError(t, err)
+	sh(t, s, "true")
+	start := time.Now()
+	// The shell's parent is the agent.
+	_, err = s.Call(ctxT(t), "terminal", []byte(`{"command":"kill -STOP $PPID","timeout":60}`), nil)
+	require.ErrorIs(t, err, sandbox.ErrFailed)
+	assert.Contains(t, err.Error(), "did not answer a ping within 1s")
+	t.Logf("failed after %v: %v", time.Since(start).Round(time.Millisecond), err)
+	require.NoError(t, s.Close(ctxT(t)))
+	_, err = docker.ContainerInspect(ctxT(t), "sandboxd-"+s.ID())
+	assert.Error(t, err, "the stopped sandbox is removed")
+}
+
 func TestKilledContainerFailsSession(t *testing.T) {
 	t.Parallel()
 	m := newManager(t, newRuntime(t), sandbox.ManagerOptions{})

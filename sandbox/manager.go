@@ -18,6 +18,7 @@ const (
 	DefaultRemoveTimeout       = 30 * time.Second
 	DefaultReapInterval        = 5 * time.Second
 	DefaultProbeTimeout        = 10 * time.Second
+	DefaultHealthTimeout       = 20 * time.Second
 	// handOutPing bounds the liveness check of a pooled sandbox at hand-out.
 	handOutPing = 2 * time.Second
 )
@@ -44,6 +45,11 @@ type ManagerOptions struct {
 	ReapInterval time.Duration
 	// ProbeTimeout bounds reaching an existing agent (adoption, reconnect).
 	ProbeTimeout time.Duration
+	// HealthTimeout: every ReapInterval each ready session's agent is
+	// pinged, and one that does not answer within HealthTimeout fails the
+	// session (its calls fail with the reason). A stopped agent (SIGSTOP,
+	// a debugger attached from inside) would otherwise hang every call.
+	HealthTimeout time.Duration
 	// Logger receives structured logs (component=sandbox); nil is
 	// slog.Default().
 	Logger *slog.Logger
@@ -78,6 +84,9 @@ func (o *ManagerOptions) setDefaults() error {
 	if o.ProbeTimeout == 0 {
 		o.ProbeTimeout = DefaultProbeTimeout
 	}
+	if o.HealthTimeout == 0 {
+		o.HealthTimeout = DefaultHealthTimeout
+	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -86,7 +95,7 @@ func (o *ManagerOptions) setDefaults() error {
 	}
 	for name, d := range map[string]time.Duration{
 		"start_timeout": o.StartTimeout, "shutdown_grace": o.ShutdownGrace, "remove_timeout": o.RemoveTimeout,
-		"reap_interval": o.ReapInterval, "probe_timeout": o.ProbeTimeout,
+		"reap_interval": o.ReapInterval, "probe_timeout": o.ProbeTimeout, "health_timeout": o.HealthTimeout,
 	} {
 		if d < 0 {
 			p.add(name, "%v is negative", d)

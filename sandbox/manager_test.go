@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -422,4 +423,57 @@ func TestShutdownClosesEverything(t *testing.T) {
 	_, err = m.Create(context.Background(), SessionOptions{})
 	assert.ErrorIs(t, err, ErrManagerClosed)
 	assert.NoError(t, m.Shutdown(context.Background(), false), "idempotent")
+}
+
+// frozenConn stops delivering the agent's answers while frozen is set, as
+// a stopped (SIGSTOP) agent would; Close still ends it.
+type frozenConn struct {
+	io.ReadWriteCloser
+	frozen *atomic.Bool
+	closed chan struct{}
+	once   sync.Once
+}
+
+func (c *frozenConn) Read(p []byte) (int, error) {
+	n, err := c.ReadWriteCloser.Read(p)
+	for c.frozen.Load() { // what arrived meanwhile is held back
+		select {
+		case <-c.closed:
+			return 0, io.ErrClosedPipe
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	return n, err
+}
+
+func (c *frozenConn) Close() error {
+	c.once.Do(func() { close(c.closed) })
+	return c.ReadWriteCloser.Close()
+}
+
+// An agent that stops answering fails its session within the health
+// timeout: a call waiting on it returns the reason instead of hanging.
+func TestStoppedAgentFailsTheSession(t *testing.T) {
+	rt := newFakeRuntime(t)
+	var frozen atomic.Bool
+	m := newTestManager(t, rt, ManagerOptions{HealthTimeout: 300 * time.Millisecond, Dial: func(conn io.ReadWriteCloser) AgentClient {
+		return DialAgent(&frozenConn{ReadWriteCloser: conn, frozen: &frozen, closed: make(chan struct{})})
+	}})
+	s, err := m.Create(context.Background(), SessionOptions{})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err = s.Call(ctx, "echo", json.RawMessage(`{"text":"x"}`), nil)
+	require.NoError(t, err)
+	time.Sleep(100 * time.Millisecond) // health pings pass meanwhile
+	require.Equal(t, StateReady, s.State())
+
+	frozen.Store(true)
+	_, err = s.Call(ctx, "echo", json.RawMessage(`{"text":"y"}`), nil)
+	require.ErrorIs(t, err, ErrFailed)
+	assert.Contains(t, err.Error(), "did not answer a ping within 300ms")
+	require.NoError(t, ctx.Err(), "the call hung until the test's deadline")
+	assert.Contains(t, s.EndReason(), "did not answer a ping")
+	require.NoError(t, s.Close(context.Background()))
+	assert.Equal(t, 0, rt.count())
 }

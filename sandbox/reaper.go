@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -17,6 +18,7 @@ func (m *Manager) reaper(ctx context.Context) {
 			return
 		case now := <-t.C:
 			m.reapIdle(now)
+			m.checkHealth()
 		}
 	}
 }
@@ -38,5 +40,34 @@ func (m *Manager) reapIdle(now time.Time) {
 			s.mu.Unlock()
 		}
 		m.closeInBackground(s)
+	}
+}
+
+// checkHealth pings the agent of every ready session, one ping per session
+// at a time, and fails a session whose agent does not answer within
+// HealthTimeout. The ping does not count as activity. A lost connection
+// is not its business: the watcher handles that (and may reconnect).
+func (m *Manager) checkHealth() {
+	for _, s := range m.List() {
+		c := s.currentClient()
+		if c == nil || s.State() != StateReady || !s.checking.CompareAndSwap(false, true) {
+			continue
+		}
+		started := m.goBackground(func(ctx context.Context) {
+			defer s.checking.Store(false)
+			pctx, cancel := context.WithTimeout(ctx, m.opts.HealthTimeout)
+			err := c.Ping(pctx)
+			cancel()
+			if err == nil || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) || s.currentClient() != c {
+				return
+			}
+			if s.fail(fmt.Errorf("its agent did not answer a ping within %v: it was stopped (SIGSTOP, a debugger) or hung", m.opts.HealthTimeout)) {
+				m.dropPooled(s)
+				c.Close() // the calls waiting on it fail with the reason
+			}
+		})
+		if !started {
+			s.checking.Store(false)
+		}
 	}
 }

@@ -38,6 +38,7 @@ type Session struct {
 
 	lastActive atomic.Int64 // unix nanoseconds of the end of the last call
 	inflight   atomic.Int64 // calls running now; a busy session is never idle
+	checking   atomic.Bool  // a health ping is in flight
 
 	startCancel context.CancelFunc // cancels a start in progress
 	started     chan struct{}      // closed when the start attempt has ended
