@@ -287,6 +287,10 @@ func TestStatusDescribe(t *testing.T) {
 	assert.Contains(t, Status{ExitCode: 137}.Describe(), "SIGKILL")
 	assert.Contains(t, Status{ExitCode: 137, OOMKilled: true}.Describe(), "out of memory")
 	assert.Contains(t, Status{ExitCode: 1, Error: "boom"}.Describe(), "code 1: boom")
+	// OOMKilled stays set after any process was OOM-killed: a clean exit
+	// later is not "out of memory".
+	assert.Equal(t, "its container exited with code 0", Status{ExitCode: 0, OOMKilled: true}.Describe())
+	assert.Contains(t, Status{ExitCode: 137}.Describe(), "or by a process in the sandbox")
 }
 
 func TestManagerOptionsValidation(t *testing.T) {

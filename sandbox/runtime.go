@@ -115,13 +115,15 @@ func (s Status) Describe() string {
 		return "its container is running but the agent does not answer"
 	}
 	msg := fmt.Sprintf("its container exited with code %d", s.ExitCode)
+	// The engine's OOMKilled stays set once any process of the container
+	// was OOM-killed, so it explains only a SIGKILL exit.
 	switch {
-	case s.OOMKilled:
+	case s.OOMKilled && s.ExitCode == 137:
 		msg += " (killed: out of memory; raise limits.memory)"
 	case s.ExitCode == 137:
-		msg += " (SIGKILL: killed from outside sandboxd, e.g. docker kill)"
+		msg += " (SIGKILL: killed from outside sandboxd, e.g. docker kill, or by a process in the sandbox)"
 	case s.ExitCode == 143:
-		msg += " (SIGTERM: stopped from outside sandboxd)"
+		msg += " (SIGTERM: stopped from outside sandboxd, or by a process in the sandbox)"
 	case s.ExitCode > 128:
 		msg += fmt.Sprintf(" (killed by signal %d)", s.ExitCode-128)
 	}
