@@ -20,7 +20,13 @@ const (
 	encUTF16BE // with BOM
 	encWindows1252
 	encWindows1251
+	encUTF8Escaped // UTF-8 with a few invalid bytes, each kept as an escape rune
 )
+
+// escapeBase maps an invalid byte b (0x80-0xFF) of a mostly-UTF-8 file to
+// the rune escapeBase+b, U+10FF80-U+10FFFF (the end of a private use
+// plane, which text does not use), and back when the file is written.
+const escapeBase = 0x10FF00
 
 func (e encoding) String() string {
 	switch e {
@@ -36,6 +42,8 @@ func (e encoding) String() string {
 		return "windows-1252 (latin-1)"
 	case encWindows1251:
 		return "windows-1251"
+	case encUTF8Escaped:
+		return "utf-8 with invalid bytes (each shown as a character U+10FF80-U+10FFFF and written back as it was)"
 	}
 	return fmt.Sprintf("encoding(%d)", int(e))
 }
@@ -61,7 +69,10 @@ func (e errBinary) Error() string { return e.reason }
 //  2. A NUL byte, or mostly control characters, in the first 8000 bytes means
 //     binary (UTF-16 without a BOM is therefore treated as binary).
 //  3. Valid UTF-8 (ASCII included) is UTF-8.
-//  4. Anything else is a single-byte code page. Windows-1251 (Cyrillic) is
+//  4. UTF-8 with a few invalid bytes (no more than its valid multi-byte
+//     characters) is UTF-8 whose invalid bytes are escaped (see escapeBase):
+//     one stray byte must not turn every "é" of a file into "Ã©".
+//  5. Anything else is a single-byte code page. Windows-1251 (Cyrillic) is
 //     chosen when words made only of bytes >= 0xC0 (Cyrillic letters there)
 //     outnumber words mixing such bytes with ASCII letters (accented Latin
 //     letters inside Latin words: "café", "Größe"); otherwise Windows-1252,
@@ -102,10 +113,33 @@ func detectEncoding(b []byte) (encoding, error) {
 	if utf8.Valid(b) {
 		return encUTF8, nil
 	}
+	if mostlyUTF8(b) {
+		return encUTF8Escaped, nil
+	}
 	if looksCyrillic(b) {
 		return encWindows1251, nil
 	}
 	return encWindows1252, nil
+}
+
+// mostlyUTF8 reports whether b has valid multi-byte UTF-8 characters, at
+// least as many as invalid bytes, and no rune of the escape range (which
+// could not be told from an escaped byte).
+func mostlyUTF8(b []byte) bool {
+	multi, invalid := 0, 0
+	for len(b) > 0 {
+		r, size := utf8.DecodeRune(b)
+		switch {
+		case r == utf8.RuneError && size == 1:
+			invalid++
+		case r >= escapeBase+0x80:
+			return false
+		case size > 1:
+			multi++
+		}
+		b = b[size:]
+	}
+	return multi > 0 && multi >= invalid
 }
 
 // looksCyrillic votes word by word; see detectEncoding.
@@ -143,6 +177,19 @@ func decode(b []byte, enc encoding) (string, error) {
 		return string(b), nil
 	case encUTF8BOM:
 		return string(b[len(bomUTF8):]), nil
+	case encUTF8Escaped:
+		var sb strings.Builder
+		sb.Grow(len(b) + 8)
+		for len(b) > 0 {
+			r, size := utf8.DecodeRune(b)
+			if r == utf8.RuneError && size == 1 {
+				sb.WriteRune(escapeBase + rune(b[0]))
+			} else {
+				sb.Write(b[:size])
+			}
+			b = b[size:]
+		}
+		return sb.String(), nil
 	case encUTF16LE, encUTF16BE:
 		b = b[2:]
 		u := make([]uint16, len(b)/2)
@@ -209,6 +256,16 @@ func encode(s string, enc encoding) ([]byte, error) {
 		return []byte(s), nil
 	case encUTF8BOM:
 		return append(append([]byte{}, bomUTF8...), s...), nil
+	case encUTF8Escaped:
+		out := make([]byte, 0, len(s))
+		for _, r := range s {
+			if r >= escapeBase+0x80 && r <= escapeBase+0xFF {
+				out = append(out, byte(r-escapeBase))
+			} else {
+				out = utf8.AppendRune(out, r)
+			}
+		}
+		return out, nil
 	case encUTF16LE, encUTF16BE:
 		u := utf16.Encode([]rune(s))
 		out := make([]byte, 2, 2+2*len(u))

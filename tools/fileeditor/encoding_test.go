@@ -76,6 +76,9 @@ func TestDetectEncoding(t *testing.T) {
 		{"cp1251", cyr1251("Привет, мир! Ёлка ёжик.\n"), encWindows1251, false},
 		{"cp1251 with english", cyr1251("// Комментарий: function returns значение\n"), encWindows1251, false},
 		{"stray invalid byte", []byte("mostly text \xff here\n"), encWindows1252, false},
+		{"utf-8 with a stray byte", []byte("café, naïve \xff 世界\n"), encUTF8Escaped, false},
+		{"more invalid than utf-8", []byte("caf\xe9 na\xefve r\xe9sum\xe9 — ok\n"), encWindows1252, false},
+		{"escape range in the file", []byte("é \xff \xf4\x8f\xbf\xbf\n"), encWindows1252, false},
 		{"nul", []byte("a\x00b"), 0, true},
 		{"controls", []byte(strings.Repeat("\x01\x02\x03\x04x", 10)), 0, true},
 		{"odd utf-16", []byte{0xFF, 0xFE, 'a'}, 0, true},
@@ -243,6 +246,29 @@ func TestLineEndings(t *testing.T) {
 
 // Upstream refused a mostly-text file with two invalid UTF-8 bytes as
 // binary. Here it is viewable and an edit keeps those bytes as they were.
+// A UTF-8 file with a stray byte reads as UTF-8 (not every "é" as "Ã©"),
+// so text copied from grep or cat matches, and the stray byte is written
+// back as it was.
+func TestUTF8WithStrayByte(t *testing.T) {
+	e := newExec(t)
+	raw := []byte("name = \"café\"\nbad = \xff\xfe\nwörld = 1\n")
+	p := writeTemp(t, "f.py", raw)
+	obs := ok(t, e, Action{Command: "view", Path: p})
+	assert.Contains(t, obs.Text(), "name = \"café\"")
+	assert.Contains(t, obs.Text(), "bad = \U0010FFFF\U0010FFFE")
+	assert.Equal(t, encUTF8Escaped.String(), out(obs).Encoding)
+	ok(t, e, Action{Command: "str_replace", Path: p, OldStr: ptr("wörld = 1"), NewStr: ptr("wörld = 2 # ü")})
+	ok(t, e, Action{Command: "insert", Path: p, InsertLine: ptr(0), NewStr: ptr("# 世界")})
+	got, err := os.ReadFile(p)
+	require.NoError(t, err)
+	assert.Equal(t, []byte("# 世界\nname = \"café\"\nbad = \xff\xfe\nwörld = 2 # ü\n"), got)
+	ok(t, e, Action{Command: "undo_edit", Path: p})
+	ok(t, e, Action{Command: "undo_edit", Path: p})
+	got, err = os.ReadFile(p)
+	require.NoError(t, err)
+	assert.Equal(t, raw, got)
+}
+
 func TestStrayBytesKept(t *testing.T) {
 	e := newExec(t)
 	raw := []byte("config = 1\nname = \xff\xfe\n")
