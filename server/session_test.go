@@ -77,6 +77,19 @@ func TestIdempotentRetry(t *testing.T) {
 	if code := c.code("req-1", wsproto.MethodToolsCall, call(s.SessionID, "echo", map[string]string{"text": "x"}, false)); code != wsproto.CodeConflict {
 		t.Fatalf("reused id: code %d", code)
 	}
+	// A retry is the same request however its params are spelled: other
+	// whitespace, field order, or a session_token added.
+	raw := func(id, params string) wsproto.Message {
+		if err := c.ws.WriteMessage(websocket.TextMessage, []byte(`{"jsonrpc":"2.0","id":"`+id+`","method":"tools.call","params":`+params+`}`)); err != nil {
+			t.Fatal(err)
+		}
+		return c.wait(id)
+	}
+	first := raw("spelled", `{"session_id":"`+s.SessionID+`","name":"count","arguments":{"a":1}}`)
+	again := raw("spelled", ` { "arguments" : { "a" : 1 } , "name":"count",  "session_token":"`+s.SessionToken+`", "session_id":"`+s.SessionID+`" }`)
+	if first.Error != nil || again.Error != nil || string(first.Result) != string(again.Result) || fake.Counts() != 3 {
+		t.Fatalf("respelled retry: %+v / %+v, ran %d times", first.Error, again.Error, fake.Counts())
+	}
 
 	// A retry from another connection while the first run is in flight
 	// joins it: the client lost its connection mid-call.
@@ -86,7 +99,7 @@ func TestIdempotentRetry(t *testing.T) {
 	c2 := dial(t, ts)
 	c2.ok("att", wsproto.MethodSessionAttach, map[string]any{"session_id": s.SessionID, "session_token": s.SessionToken}, nil)
 	c2.ok("slow", wsproto.MethodToolsCall, call(s.SessionID, "count", map[string]int{"ms": 300}, false), &r1)
-	if fake.Counts() != 3 || r1.Text() != "3" {
+	if fake.Counts() != 4 || r1.Text() != "4" {
 		t.Fatalf("in-flight retry: ran %d times, %q", fake.Counts(), r1.Text())
 	}
 
@@ -98,12 +111,12 @@ func TestIdempotentRetry(t *testing.T) {
 	}
 	for range 5 {
 		m := c3.wait("dup")
-		if m.Error != nil || !bytes.Contains(m.Result, []byte(`"4"`)) {
+		if m.Error != nil || !bytes.Contains(m.Result, []byte(`"5"`)) {
 			t.Fatalf("duplicate: %s %v", m.Result, m.Error)
 		}
 	}
-	if fake.Counts() != 4 {
-		t.Fatalf("concurrent duplicates ran %d times", fake.Counts()-3)
+	if fake.Counts() != 5 {
+		t.Fatalf("concurrent duplicates ran %d times", fake.Counts()-4)
 	}
 }
 

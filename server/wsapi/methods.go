@@ -214,7 +214,7 @@ func toolsCall(c *conn, req *wsproto.Request) (any, error) {
 	}
 	// The call runs detached from this connection; a retry with the same
 	// id (after a reconnect) joins it or gets its stored result.
-	return s.Idempotent(c.ctx, req.ID, req.Method, req.Params, func() (json.RawMessage, error) {
+	return s.Idempotent(c.ctx, req.ID, req.Method, retryForm(&p, &p.SessionRef), func() (json.RawMessage, error) {
 		obs, err := s.Call(c.detached(), "ws", req.ID, p.Name, p.Arguments, p.Stream, nil)
 		if err != nil {
 			return nil, err
@@ -251,7 +251,7 @@ func filesUpload(c *conn, req *wsproto.Request) (any, error) {
 		return nil, err
 	}
 	final := p.Final == nil || *p.Final
-	return s.Idempotent(c.ctx, req.ID, req.Method, req.Params, func() (json.RawMessage, error) {
+	return s.Idempotent(c.ctx, req.ID, req.Method, retryForm(&p, &p.SessionRef), func() (json.RawMessage, error) {
 		id, n, err := s.UploadChunk(c.detached(), p.Path, p.UploadID, p.Offset, p.Data, final)
 		if err != nil {
 			return nil, err
@@ -293,4 +293,20 @@ func filesDownload(c *conn, req *wsproto.Request) (any, error) {
 		r.DownloadID = id
 	}
 	return r, nil
+}
+
+// retryForm is what a retried request must repeat to be the same request:
+// its decoded params in one form (so whitespace and the order of the
+// request's fields do not matter) without the session token (a retry may
+// carry it or not; it says who asks, not what). The tool's arguments are
+// compared as sent, less whitespace.
+func retryForm(params any, ref *wsproto.SessionRef) []byte {
+	token := ref.SessionToken
+	ref.SessionToken = ""
+	b, err := json.Marshal(params)
+	ref.SessionToken = token
+	if err != nil {
+		return nil // cannot happen: params were decoded from JSON
+	}
+	return b
 }
