@@ -10,12 +10,17 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/volume"
 	"github.com/gorilla/websocket"
 
 	"github.com/sandboxd/sandboxd/client"
+	"github.com/sandboxd/sandboxd/sandbox"
 	"github.com/sandboxd/sandboxd/server/wsproto"
 )
 
@@ -310,5 +315,59 @@ func TestKilledSandboxIsRemoved(t *testing.T) {
 	}
 	if err := sess.Close(ctx); err != nil {
 		t.Fatalf("close after the failure: %v", err)
+	}
+}
+
+// Containers removed from outside all at once (`docker rm -f` of every
+// sandbox) leave nothing: the server's own removal of the failed sessions
+// waits for the engine's removal in progress instead of failing to remove
+// volumes still in use.
+func TestContainersRemovedFromOutsideLeaveNoVolumes(t *testing.T) {
+	s := startServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := client.Dial(ctx, s.ws, s.token, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var sessions []*client.Session
+	for range 5 {
+		sess, err := c.CreateSession(ctx, client.CreateOptions{IdleTimeout: wsproto.Duration(-1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sessions = append(sessions, sess)
+	}
+	var wg sync.WaitGroup
+	for _, sess := range sessions {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := engine.ContainerRemove(ctx, "sandboxd-"+sess.ID, container.RemoveOptions{Force: true}); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	for _, sess := range sessions {
+		select {
+		case <-sess.Done():
+		case <-ctx.Done():
+			t.Fatal("a session removed from outside did not end")
+		}
+	}
+	vf := filters.NewArgs(filters.Arg("label", labelRun+"="+runID), filters.Arg("label", sandbox.LabelManaged+"=true"))
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		vols, err := engine.VolumeList(ctx, volume.ListOptions{Filters: vf})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(vols.Volumes) == 0 && containers(t) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d volumes and %d containers left", len(vols.Volumes), containers(t))
+		}
 	}
 }

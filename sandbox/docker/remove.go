@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/network"
@@ -29,7 +32,15 @@ func (r *Runtime) Remove(ctx context.Context, sessionID string) error {
 	}
 	for _, c := range ctrs {
 		err := r.cli.ContainerRemove(cctx, c.ID, container.RemoveOptions{Force: true, RemoveVolumes: true})
-		if err != nil && !isNotFound(err) {
+		switch {
+		case err == nil, isNotFound(err):
+		case cerrdefs.IsConflict(err):
+			// "removal already in progress": a `docker rm -f` from outside.
+			// Its volumes are in use until it is done, so wait for that.
+			if werr := r.waitRemoved(cctx, c.ID); werr != nil {
+				errs = append(errs, fmt.Errorf("removing container %s: %w (after: %v)", c.ID[:12], werr, err))
+			}
+		default:
 			errs = append(errs, fmt.Errorf("removing container %s: %w", c.ID[:12], err))
 		}
 	}
@@ -58,4 +69,22 @@ func (r *Runtime) Remove(ctx context.Context, sessionID string) error {
 	}
 	r.log.Debug("sandbox removed", "session", sessionID, "containers", len(ctrs))
 	return nil
+}
+
+// waitRemoved polls until the engine no longer knows container id.
+func (r *Runtime) waitRemoved(ctx context.Context, id string) error {
+	for {
+		_, err := r.cli.ContainerInspect(ctx, id)
+		switch {
+		case isNotFound(err):
+			return nil
+		case err != nil && ctx.Err() == nil:
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for its removal: %w", ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
