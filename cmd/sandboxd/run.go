@@ -7,8 +7,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/sandboxd/sandboxd/client"
@@ -27,7 +30,12 @@ func init() {
 const runHelp = `
 Creates a session on a running sandboxd server, runs CMD in its terminal,
 prints the output as it comes, closes the session and exits with the
-command's exit code (124 if --timeout passed first).
+command's exit code.
+
+Ctrl-C (or --timeout) sends Ctrl-C to CMD; if CMD has not ended 3 s later,
+or at a second Ctrl-C, run gives up: the sandbox is removed with everything
+in it, and run exits 130 (124 after --timeout). A closed stdout ("run ... |
+head") ends it the same way, with 141.
 
 CMD runs in bash: "sandboxd run -- ls -la" and "sandboxd run -- 'ls | wc -l'"
 both work; arguments are quoted as given.
@@ -139,16 +147,35 @@ func runRun(ctx context.Context, std stdio, args []string) error {
 	if err != nil {
 		return err
 	}
+	if code == exitTimedOut && timeout > 0 {
+		fmt.Fprintf(std.err, "sandboxd run: timed out after %v\n", timeout)
+	}
 	if code != 0 {
 		return exitCodeError(code) // the command's code is the process's
 	}
 	return nil
 }
 
+// Exit codes of run besides the command's own, as a shell would have them.
+const (
+	exitTimedOut    = 124             // --timeout passed (as timeout(1))
+	exitInterrupted = 128 + 2         // given up after a second Ctrl-C
+	exitBrokenPipe  = 128 + 13        // stdout closed (run ... | head)
+	giveUpAfter     = 3 * time.Second // after Ctrl-C or the timeout, for the command to end
+)
+
 // runOnce dials, creates a session, runs command and closes the session.
 // The command's standard input is input (a spooled file), or /dev/null.
 func runOnce(ctx context.Context, server, token string, opts client.CreateOptions, command string, input *os.File, timeout time.Duration, out io.Writer) (int, error) {
-	// Signals (ctx) interrupt the command; the session is still closed.
+	// Each SIGINT/SIGTERM counts (the first also cancels ctx): the first
+	// sends Ctrl-C, the second gives up. A closed stdout (SIGPIPE) is a
+	// write error instead of killing the process with the session left
+	// behind.
+	signals := make(chan os.Signal, 4)
+	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(signals)
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
+	// Signals interrupt the command; the session is still closed.
 	work := context.WithoutCancel(ctx)
 	dctx, cancel := context.WithTimeout(work, 30*time.Second)
 	c, err := client.Dial(dctx, server, token, client.Options{})
@@ -178,38 +205,76 @@ func runOnce(ctx context.Context, server, token string, opts client.CreateOption
 		defer t.Stop()
 		deadline = t.C
 	}
-	return runCommand(work, ctx.Done(), deadline, s, command, out)
+	return runCommand(work, ctx.Done(), signals, deadline, s, command, out)
 }
 
 // runCommand runs command in the session's terminal until it ends, writing
-// its output to out. interrupt and deadline send Ctrl-C (a deadline also
-// makes the exit code 124).
-func runCommand(ctx context.Context, interrupt <-chan struct{}, deadline <-chan time.Time, s *client.Session, command string, out io.Writer) (int, error) {
-	timedOut := false
+// its output to out. The first interrupt (ctx, or a signal) and the
+// deadline send Ctrl-C; if the command has not ended giveUpAfter later, or
+// at a second signal, it gives up (the caller closes the session, which
+// ends every process). A write error on out gives up at once.
+func runCommand(ctx context.Context, interrupt <-chan struct{}, signals <-chan os.Signal, deadline <-chan time.Time,
+	s *client.Session, command string, out io.Writer) (int, error) {
+	var (
+		timedOut, interrupted bool
+		signalsSeen           int
+		giveUp                <-chan time.Time
+		writeErr              atomic.Bool
+	)
+	sink := func(b []byte) {
+		if _, err := out.Write(b); err != nil {
+			writeErr.Store(true)
+		}
+	}
+	stop := func() map[string]any {
+		if giveUp == nil {
+			giveUp = time.After(giveUpAfter)
+		}
+		return map[string]any{"command": "C-c", "is_input": true, "timeout": pollSeconds}
+	}
+	exit := func() int {
+		if timedOut {
+			return exitTimedOut
+		}
+		return exitInterrupted
+	}
 	action := map[string]any{"command": command, "timeout": pollSeconds}
 	for {
-		obs, err := s.Call(ctx, "terminal", action, func(b []byte) { out.Write(b) })
+		obs, err := s.Call(ctx, "terminal", action, sink)
 		if err != nil {
 			return 0, err
 		}
 		if obs.IsError {
 			return 0, errors.New(strings.TrimSpace(obs.Text()))
 		}
+		if writeErr.Load() {
+			return exitBrokenPipe, nil
+		}
 		code, running := terminalState(obs)
 		if !running {
 			if timedOut {
-				return 124, nil
+				return exitTimedOut, nil
 			}
 			return code, nil
 		}
 		action = map[string]any{"command": "", "timeout": pollSeconds}
 		select {
-		case <-interrupt:
+		case <-interrupt: // the first signal, or a caller's cancel
 			interrupt = nil
-			action = map[string]any{"command": "C-c", "is_input": true, "timeout": pollSeconds}
+			if !interrupted {
+				interrupted, action = true, stop()
+			}
+		case <-signals:
+			if signalsSeen++; signalsSeen > 1 {
+				return exit(), nil
+			}
+			if !interrupted {
+				interrupted, action = true, stop()
+			}
 		case <-deadline:
-			deadline, timedOut = nil, true
-			action = map[string]any{"command": "C-c", "is_input": true, "timeout": pollSeconds}
+			deadline, timedOut, action = nil, true, stop()
+		case <-giveUp:
+			return exit(), nil
 		default:
 		}
 	}

@@ -88,8 +88,37 @@ func TestCLIRunAgainstServe(t *testing.T) {
 		t.Fatalf("run -i read: %q, exit %d", out, code)
 	}
 
-	if n := containers(t); n != 0 {
-		t.Fatalf("%d containers after run", n)
+	// A command that ignores Ctrl-C: --timeout gives up 3 s after its
+	// Ctrl-C, says so, exits 124 and leaves no sandbox.
+	start := time.Now()
+	cmd := exec.Command(binary, "run", "--server", serve.url, "--state-dir", state, "--timeout", "1s", "--", `trap "" INT; while :; do sleep 1; done`)
+	errOut, err := cmd.CombinedOutput()
+	if code := cmd.ProcessState.ExitCode(); code != 124 || !strings.Contains(string(errOut), "timed out after 1s") {
+		t.Fatalf("run --timeout of a command ignoring Ctrl-C: exit %d, %v: %s", code, err, errOut)
+	}
+	t.Logf("gave up after %v", time.Since(start).Round(time.Millisecond))
+	// A reader that goes away (run ... | head -1): exit 141, no sandbox left.
+	cmd = exec.Command(binary, "run", "--server", serve.url, "--state-dir", state, "--", "seq 1 5000000")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil || line != "1\n" {
+		t.Fatalf("first line %q: %v", line, err)
+	}
+	stdout.Close()
+	cmd.Wait()
+	if code := cmd.ProcessState.ExitCode(); code != 141 {
+		t.Fatalf("run into a closed pipe: exit %d, want 141", code)
+	}
+	for deadline := time.Now().Add(30 * time.Second); containers(t) != 0; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d containers after run", containers(t))
+		}
 	}
 	serve.stop(t)
 }
