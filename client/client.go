@@ -453,10 +453,19 @@ func (c *Client) CreateSession(ctx context.Context, opts CreateOptions) (*Sessio
 }
 
 // Attach attaches to an existing session with its token. Output after
-// lastSeq that the server still holds is replayed to OnOutput.
+// lastSeq that the server still holds is replayed: use AttachOutput to
+// receive it (it arrives before Attach could return a Session to set
+// OnOutput on).
 func (c *Client) Attach(ctx context.Context, id, token string, lastSeq uint64) (*Session, error) {
+	return c.AttachOutput(ctx, id, token, lastSeq, nil)
+}
+
+// AttachOutput is Attach with the session's OnOutput set from the start,
+// so the replayed output after lastSeq reaches onOutput too.
+func (c *Client) AttachOutput(ctx context.Context, id, token string, lastSeq uint64, onOutput func(wsproto.StreamOutput)) (*Session, error) {
 	s := newSession(c, id, token)
 	s.lastSeq = lastSeq
+	s.OnOutput = onOutput
 	c.register(s) // before the call: replayed output follows the response
 	r, err := s.attach(ctx)
 	if err != nil {

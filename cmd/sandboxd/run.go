@@ -48,13 +48,16 @@ comes through a terminal: stdout and stderr arrive merged, as text.
 The server and token come from --server and --token-file, or SANDBOXD_URL
 and SANDBOXD_TOKEN, or else the local server's token file.`
 
+// defaultServerURL is the WebSocket API of a local `sandboxd serve`.
+const defaultServerURL = "ws://127.0.0.1:7070/v1/ws"
+
 // connFlags are how the CLI commands reach a server.
 type connFlags struct {
 	server, tokenFile, stateDir string
 }
 
 func (c *connFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&c.server, "server", envOr("SANDBOXD_URL", "ws://127.0.0.1:7070/v1/ws"), "WebSocket URL of the server (env SANDBOXD_URL)")
+	fs.StringVar(&c.server, "server", envOr("SANDBOXD_URL", defaultServerURL), "WebSocket URL of the server (env SANDBOXD_URL)")
 	fs.StringVar(&c.tokenFile, "token-file", "", "file holding the operator token (default: SANDBOXD_TOKEN, else <state-dir>/token)")
 	fs.StringVar(&c.stateDir, "state-dir", os.Getenv("SANDBOXD_STATE_DIR"), "state directory of the local server, for its token file")
 }
@@ -115,7 +118,7 @@ func runRun(ctx context.Context, std stdio, args []string) error {
 	fs := newFlagSet("run", std, "[flags] -- CMD [ARG...]", runHelp)
 	conn.register(fs)
 	fs.StringVar(&image, "image", "", "image of the sandbox (default: the server's)")
-	fs.StringVar(&network, "network", "", "network of the sandbox: none (default) or bridge")
+	fs.StringVar(&network, "network", "", "network of the sandbox: none (default), bridge, internal, or the name of a Docker network")
 	fs.StringVar(&cwd, "cwd", "", "working directory (default /workspace)")
 	fs.Var(env, "env", "KEY=VALUE for the command's environment, repeatable")
 	fs.DurationVar(&timeout, "timeout", 0, "give up (Ctrl-C the command, exit 124) after this long; 0: never")

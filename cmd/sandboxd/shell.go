@@ -74,16 +74,24 @@ func runShell(ctx context.Context, std stdio, args []string) error {
 	}
 	defer c.Close()
 
+	// Everything the session streams is printed, whoever runs it; the
+	// output an attach replays (what the server still holds) comes first.
+	printOutput := func(o wsproto.StreamOutput) { io.WriteString(std.out, o.Data) }
 	var s *client.Session
 	cctx, cancel := context.WithTimeout(work, 3*time.Minute)
 	if sessionID != "" {
-		s, err = c.Attach(cctx, sessionID, sessionToken, 0)
+		s, err = c.AttachOutput(cctx, sessionID, sessionToken, 0, printOutput)
 	} else {
 		s, err = c.CreateSession(cctx, client.CreateOptions{Image: image})
 		if err == nil {
+			s.OnOutput = printOutput // a new session has no output yet
 			// The token goes in the environment, not on a command line
 			// (which every user of the machine can read in ps).
-			fmt.Fprintf(std.err, "session %s\nattach from elsewhere: SANDBOXD_SESSION_TOKEN=%s sandboxd shell --session %s\n", s.ID, s.Token, s.ID)
+			server := ""
+			if conn.server != defaultServerURL {
+				server = " --server " + conn.server
+			}
+			fmt.Fprintf(std.err, "session %s\nattach from elsewhere: SANDBOXD_SESSION_TOKEN=%s sandboxd shell%s --session %s\n", s.ID, s.Token, server, s.ID)
 			if !keep {
 				defer func() {
 					ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -103,9 +111,6 @@ func runShell(ctx context.Context, std stdio, args []string) error {
 // shellLoop forwards lines and signals to the session's terminal until
 // stdin ends, a SIGTERM, or the session ends.
 func shellLoop(ctx context.Context, s *client.Session, std stdio, tty bool, sigs <-chan os.Signal) error {
-	// Everything the session streams is printed, whoever runs it; replayed
-	// output of an attach arrives here first.
-	s.OnOutput = func(o wsproto.StreamOutput) { io.WriteString(std.out, o.Data) }
 	lines := make(chan string)
 	go func() {
 		defer close(lines)
@@ -158,6 +163,9 @@ func shellLoop(ctx context.Context, s *client.Session, std stdio, tty bool, sigs
 				if !ok {
 					eof, lines = true, nil
 					continue
+				}
+				if line == "" {
+					line = "ENTER" // a blank line ends a block in python; "" would only poll
 				}
 				action = map[string]any{"command": line, "is_input": true}
 			case <-s.Done():

@@ -46,7 +46,8 @@ func TestCLINeverPrintsOperatorToken(t *testing.T) {
 			t.Fatalf("shell: %q %q", out, errOut)
 		}
 		printed = append(printed, out, errOut)
-		hint := regexp.MustCompile(`attach from elsewhere: SANDBOXD_SESSION_TOKEN=(\S+) sandboxd shell --session \S+\n`).FindStringSubmatch(errOut)
+		// The hint names the server when it is not the default one.
+		hint := regexp.MustCompile(`attach from elsewhere: SANDBOXD_SESSION_TOKEN=(\S+) sandboxd shell --server ` + regexp.QuoteMeta(serve.url) + ` --session \S+\n`).FindStringSubmatch(errOut)
 		if hint == nil {
 			t.Fatalf("shell's attach hint: %q", errOut)
 		}

@@ -101,7 +101,7 @@ func TestCLIShellInterruptAttachAndRunImage(t *testing.T) {
 	if strings.Contains(out.String(), "not-interrupted") {
 		t.Fatalf("Ctrl-C did not interrupt the command:\n%s", out.String())
 	}
-	attachHint := regexp.MustCompile(`SANDBOXD_SESSION_TOKEN=(\S+) sandboxd shell --session (\S+)\n`).FindStringSubmatch(errOut.String())
+	attachHint := regexp.MustCompile(`SANDBOXD_SESSION_TOKEN=(\S+) sandboxd shell(?: --server \S+)? --session (\S+)\n`).FindStringSubmatch(errOut.String())
 	if attachHint == nil {
 		t.Fatalf("no attach hint:\n%s", errOut.String())
 	}
@@ -115,6 +115,10 @@ func TestCLIShellInterruptAttachAndRunImage(t *testing.T) {
 	got, err := attach.CombinedOutput()
 	if err != nil || !strings.Contains(string(got), "mark=kept-42") {
 		t.Fatalf("attach: %v\n%s", err, got)
+	}
+	// It first shows the output the server still holds, as its help says.
+	if !strings.Contains(string(got), "after-interrupt") {
+		t.Fatalf("attach did not replay the earlier output:\n%s", got)
 	}
 	// Attaching does not close: the session is still there; close it.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
