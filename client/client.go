@@ -20,8 +20,10 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -131,12 +133,34 @@ func (c *Client) dial(ctx context.Context) (*websocket.Conn, error) {
 	ws, resp, err := c.opts.Dialer.DialContext(ctx, c.url, h)
 	if err != nil {
 		if resp != nil {
-			return nil, fmt.Errorf("connecting to %s: HTTP %d: %w", c.url, resp.StatusCode, err)
+			return nil, fmt.Errorf("connecting to %s: HTTP %d%s: %w", c.url, resp.StatusCode, statusHint(resp.StatusCode), err)
 		}
-		return nil, fmt.Errorf("connecting to %s: %w", c.url, err)
+		var hint string
+		switch {
+		case errors.Is(err, syscall.ECONNREFUSED):
+			hint = " (is `sandboxd serve` running there?)"
+		case errors.Is(err, websocket.ErrBadHandshake), !strings.HasPrefix(c.url, "ws://") && !strings.HasPrefix(c.url, "wss://"):
+			hint = " (the server URL looks like ws://HOST:PORT" + wsproto.Path + ")"
+		}
+		return nil, fmt.Errorf("connecting to %s: %w%s", c.url, err, hint)
 	}
 	ws.SetReadLimit(c.opts.MaxMessageBytes)
 	return ws, nil
+}
+
+// statusHint says what a refused handshake's status means for the caller.
+func statusHint(code int) string {
+	switch code {
+	case http.StatusUnauthorized:
+		return " (the token was refused: check SANDBOXD_TOKEN or --token-file, or SANDBOXD_SESSION_TOKEN for a session)"
+	case http.StatusForbidden:
+		return " (the request's Origin or Host is not allowed: see serve --allow-origin and --allow-host)"
+	case http.StatusNotFound:
+		return " (no WebSocket API at this path: the server URL looks like ws://HOST:PORT" + wsproto.Path + ")"
+	case http.StatusTooManyRequests, http.StatusServiceUnavailable:
+		return " (the server is busy or shutting down: retry later)"
+	}
+	return ""
 }
 
 // Close closes the connection. Sessions stay open on the server (close them
