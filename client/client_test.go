@@ -294,3 +294,21 @@ func TestCloseWhileReconnecting(t *testing.T) {
 		t.Fatalf("err %v", c.Err())
 	}
 }
+
+// A refused connection says what to check.
+func TestDialErrorsSayWhatToCheck(t *testing.T) {
+	ts := servertest.Start(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, c := range []struct{ url, token, want string }{
+		{ts.URL, "wrong-wrong-wrong-wrong-wrong-wrong-wrong", "HTTP 401 (the token was refused: check SANDBOXD_TOKEN"},
+		{strings.TrimSuffix(ts.URL, wsproto.Path) + "/nope", ts.Token, "HTTP 404 (no WebSocket API at this path"},
+		{strings.TrimPrefix(ts.URL, "ws://"), ts.Token, "the server URL looks like ws://HOST:PORT/v1/ws"},
+		{"ws://127.0.0.1:1" + wsproto.Path, ts.Token, "is `sandboxd serve` running there?"},
+	} {
+		_, err := client.Dial(ctx, c.url, c.token, client.Options{})
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want %q", c.url, err, c.want)
+		}
+	}
+}
