@@ -158,7 +158,19 @@ func New(opts Options) (*Core, error) {
 		ended:    endedSet{ttl: opts.IdemTTL, max: 4096},
 	}
 	for _, s := range opts.Manager.List() {
-		c.adopt(s)
+		if c.adopt(s) == nil && opts.Tokens != nil {
+			// No token on record: the previous daemon ended between the
+			// sandbox's start and its answer to the client, so nobody can
+			// ever reach it. Removed instead of holding a slot until idle.
+			c.log.Info("removing a kept session with no token on record", "session", s.ID())
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+				defer cancel()
+				if err := s.Close(ctx); err != nil {
+					c.log.Warn("removing a session with no token", "session", s.ID(), "err", err)
+				}
+			}()
+		}
 	}
 	if opts.Tokens != nil {
 		opts.Tokens.Prune(func(id string) bool { _, ok := opts.Manager.Get(id); return ok })
@@ -372,7 +384,10 @@ func (c *Core) create(ctx context.Context, api string, opts CreateOptions) (Crea
 		_ = ms.Close(closeCtx)
 		return CreateResult{}, err
 	}
-	if c.opts.Tokens != nil {
+	// An MCP session's sandbox lives only as long as its MCP session, which
+	// ends with this daemon: no token on record, so the next daemon removes
+	// it (see New) if this one could not (it was killed).
+	if c.opts.Tokens != nil && api != APIMCP {
 		if err := c.opts.Tokens.Save(s.id, s.token); err != nil {
 			c.log.Warn("session token not persisted; the session will not survive a restart", "session", s.id, "err", err)
 		}
