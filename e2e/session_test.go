@@ -154,6 +154,24 @@ func TestStoppedAgentFailsSession(t *testing.T) {
 	assert.Error(t, err, "the stopped sandbox is removed")
 }
 
+// `docker stop` reads as a stop, not as a clean exit: the agent leaves
+// with 143 after SIGTERM.
+func TestStoppedContainerSaysSIGTERM(t *testing.T) {
+	t.Parallel()
+	m := newManager(t, newRuntime(t), sandbox.ManagerOptions{})
+	s, err := m.Create(ctxT(t), sandbox.SessionOptions{})
+	require.NoError(t, err)
+	timeout := 5
+	require.NoError(t, docker.ContainerStop(ctxT(t), containerOf(t, s.ID()).ID, container.StopOptions{Timeout: &timeout}))
+	select {
+	case <-s.Done():
+	case <-time.After(20 * time.Second):
+		t.Fatal("session not marked failed after docker stop")
+	}
+	require.ErrorIs(t, s.Err(), sandbox.ErrFailed)
+	assert.Contains(t, s.Err().Error(), "exited with code 143 (SIGTERM")
+}
+
 func TestKilledContainerFailsSession(t *testing.T) {
 	t.Parallel()
 	m := newManager(t, newRuntime(t), sandbox.ManagerOptions{})

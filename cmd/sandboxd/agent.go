@@ -137,10 +137,14 @@ func serveAgent(ctx context.Context, std stdio, cfg agentConfig, specs []tools.S
 		serving.Go(func() { acceptLoop(ctx, ln, srv, log) })
 	}
 
+	// After a signal (docker stop sends SIGTERM) the agent exits 143, as
+	// a process killed by SIGTERM would: the host then tells a stop from
+	// outside from the shutdown it asked for (exit 0).
 	var exitErr error
 	select {
 	case <-ctx.Done():
 		log.Info("signal received; shutting down")
+		exitErr = exitCodeError(128 + 15)
 	case <-srv.Done():
 		log.Info("shutdown requested by the host")
 	case err := <-stdioEnded:
@@ -150,6 +154,7 @@ func serveAgent(ctx context.Context, std stdio, cfg agentConfig, specs []tools.S
 			select {
 			case <-ctx.Done():
 				log.Info("signal received; shutting down")
+				exitErr = exitCodeError(128 + 15)
 			case <-srv.Done():
 				log.Info("shutdown requested by the host")
 			}
