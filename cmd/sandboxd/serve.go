@@ -185,10 +185,14 @@ func runServe(ctx context.Context, std stdio, args []string) error {
 		if def, _ := auth.DefaultStateDir(); tokenPath != "" && cfg.stateDir != def {
 			flags += " --state-dir " + shellQuote(cfg.stateDir)
 		}
+		who := "same user"
+		if tokenPath == "" {
+			who = "with the same SANDBOXD_TOKEN: no token file is written"
+		}
 		fmt.Fprintf(std.err, "sandboxd %s serving on %s\n  WebSocket: %s\n  MCP:       %s/mcp\n  token:     %s\n"+
-			"try, in another terminal (same user):\n  sandboxd run%s -- 'uname -a; id'   # a command in a fresh sandbox\n  sandboxd shell%s                    # an interactive terminal\n"+
+			"try, in another terminal (%s):\n  sandboxd run%s -- 'uname -a; id'   # a command in a fresh sandbox\n  sandboxd shell%s                    # an interactive terminal\n"+
 			"  MCP clients: %s/mcp with the header \"Authorization: Bearer <token>\"\n",
-			version(), addr, wsURL(base), base, where, flags, flags, base)
+			version(), addr, wsURL(base), base, where, who, flags, flags, base)
 	})
 }
 
