@@ -198,6 +198,9 @@ func runOnce(ctx context.Context, server, token string, opts client.CreateOption
 		defer cancel()
 		_ = s.Close(ctx)
 	}()
+	if ctx.Err() != nil { // Ctrl-C while the sandbox started: do not run the command
+		return exitInterrupted, nil
+	}
 	command, err = withInput(work, s, command, input)
 	if err != nil {
 		return 0, err
