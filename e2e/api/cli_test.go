@@ -115,11 +115,7 @@ func TestCLIRunAgainstServe(t *testing.T) {
 	if code := cmd.ProcessState.ExitCode(); code != 141 {
 		t.Fatalf("run into a closed pipe: exit %d, want 141", code)
 	}
-	for deadline := time.Now().Add(30 * time.Second); containers(t) != 0; time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d containers after run", containers(t))
-		}
-	}
+	waitNoContainers(t, "after run")
 	serve.stop(t)
 }
 

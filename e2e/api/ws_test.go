@@ -256,11 +256,7 @@ func TestGoClientIdleTimeoutReason(t *testing.T) {
 	s := startServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	c, err := client.Dial(ctx, s.ws, s.token, client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := dialGoClient(t, ctx, s)
 	sess, err := c.CreateSession(ctx, client.CreateOptions{IdleTimeout: wsproto.Duration(time.Second)})
 	if err != nil {
 		t.Fatal(err)
@@ -274,12 +270,7 @@ func TestGoClientIdleTimeoutReason(t *testing.T) {
 	if got := sess.Reason(); !strings.Contains(got, "idle timeout: no call for 1s") {
 		t.Fatalf("reason %q, want the idle timeout", got)
 	}
-	// The notice comes as the session leaves service; removal follows.
-	for deadline := time.Now().Add(30 * time.Second); containers(t) != 0; time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the idled-out session's container is still there")
-		}
-	}
+	waitNoContainers(t, "the idled-out session's")
 }
 
 // A session whose container is killed from outside tells its client why
@@ -288,11 +279,7 @@ func TestKilledSandboxIsRemoved(t *testing.T) {
 	s := startServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	c, err := client.Dial(ctx, s.ws, s.token, client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := dialGoClient(t, ctx, s)
 	sess, err := c.CreateSession(ctx, client.CreateOptions{IdleTimeout: wsproto.Duration(-1)})
 	if err != nil {
 		t.Fatal(err)
@@ -308,11 +295,7 @@ func TestKilledSandboxIsRemoved(t *testing.T) {
 	if got := sess.Reason(); !strings.Contains(got, "137") {
 		t.Fatalf("reason %q, want the container's exit", got)
 	}
-	for deadline := time.Now().Add(30 * time.Second); containers(t) != 0; time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the killed session's container is still there")
-		}
-	}
+	waitNoContainers(t, "the killed session's")
 	if err := sess.Close(ctx); err != nil {
 		t.Fatalf("close after the failure: %v", err)
 	}
@@ -326,11 +309,7 @@ func TestContainersRemovedFromOutsideLeaveNoVolumes(t *testing.T) {
 	s := startServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	c, err := client.Dial(ctx, s.ws, s.token, client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := dialGoClient(t, ctx, s)
 	var sessions []*client.Session
 	for range 5 {
 		sess, err := c.CreateSession(ctx, client.CreateOptions{IdleTimeout: wsproto.Duration(-1)})
@@ -370,4 +349,15 @@ func TestContainersRemovedFromOutsideLeaveNoVolumes(t *testing.T) {
 			t.Fatalf("%d volumes and %d containers left", len(vols.Volumes), containers(t))
 		}
 	}
+}
+
+// dialGoClient connects the Go client to s; it is closed with the test.
+func dialGoClient(t *testing.T, ctx context.Context, s *apiServer) *client.Client {
+	t.Helper()
+	c, err := client.Dial(ctx, s.ws, s.token, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
 }
