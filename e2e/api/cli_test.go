@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"os/exec"
 	"path/filepath"
@@ -88,6 +89,17 @@ func TestCLIRunAgainstServe(t *testing.T) {
 		t.Fatalf("run -i read: %q, exit %d", out, code)
 	}
 
+	// Every byte of a fast, long output arrives, also what the command
+	// printed between run's polls.
+	var want strings.Builder
+	for i := 1; i <= 100000; i++ {
+		fmt.Fprintf(&want, "%d\n", i)
+	}
+	out, code = run("seq 1 100000")
+	if code != 0 || out != want.String() {
+		t.Fatalf("run seq 1 100000: exit %d, %d bytes, want %d", code, len(out), want.Len())
+	}
+
 	// A command that ignores Ctrl-C: --timeout gives up 3 s after its
 	// Ctrl-C, says so, exits 124 and leaves no sandbox.
 	start := time.Now()
@@ -98,7 +110,9 @@ func TestCLIRunAgainstServe(t *testing.T) {
 	}
 	t.Logf("gave up after %v", time.Since(start).Round(time.Millisecond))
 	// A reader that goes away (run ... | head -1): exit 141, no sandbox left.
-	cmd = exec.Command(binary, "run", "--server", serve.url, "--state-dir", state, "--", "seq 1 5000000")
+	// (A paced writer: a flood of tens of MB at full speed can overrun the
+	// server's per-connection queue, which is not what this checks.)
+	cmd = exec.Command(binary, "run", "--server", serve.url, "--state-dir", state, "--", "while :; do echo line; sleep 0.01; done")
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -107,7 +121,7 @@ func TestCLIRunAgainstServe(t *testing.T) {
 		t.Fatal(err)
 	}
 	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil || line != "1\n" {
+	if err != nil || line != "line\n" {
 		t.Fatalf("first line %q: %v", line, err)
 	}
 	stdout.Close()

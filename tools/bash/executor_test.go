@@ -560,6 +560,43 @@ func TestStreaming(t *testing.T) {
 	assert.Equal(t, "one\ntwo\n", strings.Join(chunks, ""), "cleaned text, no markers")
 }
 
+// Output that arrives between two calls (a client polling a running
+// command) is streamed at the start of the next call: a client following
+// the stream (sandboxd run) gets every line once, in order.
+func TestStreamHasNoGapsBetweenPolls(t *testing.T) {
+	t.Parallel()
+	e := newExec(t, testOptions(t, "bash"))
+	var mu sync.Mutex
+	var streamed strings.Builder
+	ctx := tools.WithStream(context.Background(), func(b []byte) {
+		mu.Lock()
+		streamed.Write(b)
+		mu.Unlock()
+	})
+	_, out, _ := do(t, e, withTimeout("for i in $(seq 1 60); do echo $i; sleep 0.01; done", 0.2))
+	require.Equal(t, -1, out.ExitCode, "still running after the first call")
+	_, err := e.Call(ctx, withTimeout("", 0.05)) // attach briefly
+	require.NoError(t, err)
+	time.Sleep(300 * time.Millisecond) // output arrives with no call attached
+	for i := 0; i < 100; i++ {
+		obs, err := e.Call(ctx, withTimeout("", 1))
+		require.NoError(t, err)
+		if obs.Structured.(Output).ExitCode != -1 {
+			break
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	lines := strings.Fields(streamed.String())
+	require.NotEmpty(t, lines)
+	first, err := strconv.Atoi(lines[0])
+	require.NoError(t, err)
+	for i, l := range lines {
+		assert.Equal(t, strconv.Itoa(first+i), l, "line %d of the stream", i)
+	}
+	assert.Equal(t, "60", lines[len(lines)-1])
+}
+
 func TestConcurrentCalls(t *testing.T) {
 	t.Parallel()
 	e := newExec(t, testOptions(t, "bash"))

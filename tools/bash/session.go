@@ -52,7 +52,12 @@ type session struct {
 	last    marker      // the newest marker, for the working directory
 	lastOut time.Time   // when output last arrived
 	sink    tools.StreamFunc
-	exited  bool
+	// unstreamed is output of the running command that arrived while no
+	// call was attached (between two polls); the next call streams it
+	// first, so a client following the stream misses nothing. Bounded by
+	// maxUnstreamed; what is beyond is still in the call's result.
+	unstreamed []byte
+	exited     bool
 	code    int // exit status of the shell once exited
 
 	// streamMu is held while a sink runs, so a call can wait out a sink
@@ -285,8 +290,12 @@ func (s *session) ingest(p []byte) {
 	out := func(b []byte) {
 		t := s.clean.write(b)
 		s.acc.write(t)
-		if s.sink != nil && s.done == nil {
+		switch {
+		case s.done != nil:
+		case s.sink != nil:
 			stream = append(stream, t...)
+		case s.running && len(s.unstreamed) < maxUnstreamed:
+			s.unstreamed = append(s.unstreamed, t[:min(len(t), maxUnstreamed-len(s.unstreamed))]...)
 		}
 	}
 	s.scanner.feed(p, out, func(m marker) {
@@ -321,6 +330,9 @@ func dropEOFNotice(p []byte) []byte {
 	return p
 }
 
+// maxUnstreamed bounds the output kept for the next call's stream.
+const maxUnstreamed = 1 << 20
+
 // streamLocked hands text to the sink; it is called with mu held and
 // returns with it released.
 func (s *session) streamLocked(text []byte) {
@@ -338,6 +350,12 @@ func (s *session) streamLocked(text []byte) {
 func (s *session) setSink(f tools.StreamFunc) {
 	s.mu.Lock()
 	s.sink = f
+	if f != nil && len(s.unstreamed) > 0 {
+		pending := s.unstreamed
+		s.unstreamed = nil
+		s.streamLocked(pending) // releases mu
+		return
+	}
 	s.mu.Unlock()
 	if f == nil {
 		// Wait out a sink call in progress.
@@ -401,7 +419,7 @@ func (s *session) run(command string) error {
 	s.mu.Lock()
 	s.seq++
 	seq := s.seq
-	s.running, s.done = true, nil
+	s.running, s.done, s.unstreamed = true, nil, nil
 	s.mu.Unlock()
 	// eval keeps error messages as at an interactive prompt ("bash: x:
 	// command not found", "sh: 1: eval: x: not found"): they do not name
