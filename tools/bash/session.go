@@ -58,7 +58,7 @@ type session struct {
 	// maxUnstreamed; what is beyond is still in the call's result.
 	unstreamed []byte
 	exited     bool
-	code    int // exit status of the shell once exited
+	code       int // exit status of the shell once exited
 
 	// streamMu is held while a sink runs, so a call can wait out a sink
 	// invocation before it returns (no chunk arrives after the result).
