@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/sandboxd/sandboxd/sandbox/dockerbench"
+	"github.com/sandboxd/sandboxd/internal/dockerbench"
 )
 
 func init() {

@@ -19,12 +19,12 @@ import (
 	dclient "github.com/docker/docker/client"
 
 	"github.com/sandboxd/sandboxd/client"
+	"github.com/sandboxd/sandboxd/internal/auth"
+	"github.com/sandboxd/sandboxd/internal/sandboxmgr"
 	"github.com/sandboxd/sandboxd/internal/testenv"
 	"github.com/sandboxd/sandboxd/sandbox"
 	"github.com/sandboxd/sandboxd/sandbox/docker"
 	"github.com/sandboxd/sandboxd/server"
-	"github.com/sandboxd/sandboxd/server/auth"
-	"github.com/sandboxd/sandboxd/server/sandboxmgr"
 )
 
 // The harness suite's own flags (registered before main parses the flags).

@@ -14,7 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/sandboxd/sandboxd/client"
-	"github.com/sandboxd/sandboxd/server/servertest"
+	"github.com/sandboxd/sandboxd/internal/servertest"
 	"github.com/sandboxd/sandboxd/server/wsproto"
 )
 

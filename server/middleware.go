@@ -6,8 +6,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sandboxd/sandboxd/server/apierr"
-	"github.com/sandboxd/sandboxd/server/auth"
+	"github.com/sandboxd/sandboxd/internal/apierr"
+	"github.com/sandboxd/sandboxd/internal/auth"
 )
 
 // guard refuses, before anything else runs, requests whose Host is not an

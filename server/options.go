@@ -8,8 +8,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sandboxd/sandboxd/server/auth"
-	"github.com/sandboxd/sandboxd/server/core"
+	"github.com/sandboxd/sandboxd/internal/auth"
+	"github.com/sandboxd/sandboxd/internal/core"
 )
 
 // Defaults of Options.

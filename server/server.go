@@ -19,10 +19,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sandboxd/sandboxd/server/core"
-	"github.com/sandboxd/sandboxd/server/mcpapi"
-	"github.com/sandboxd/sandboxd/server/metrics"
-	"github.com/sandboxd/sandboxd/server/wsapi"
+	"github.com/sandboxd/sandboxd/internal/core"
+	"github.com/sandboxd/sandboxd/internal/mcpapi"
+	"github.com/sandboxd/sandboxd/internal/metrics"
+	"github.com/sandboxd/sandboxd/internal/wsapi"
 	"github.com/sandboxd/sandboxd/server/wsproto"
 )
 

@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/client"
-	"github.com/sandboxd/sandboxd/server/auth"
+	"github.com/sandboxd/sandboxd/internal/auth"
 )
 
 // `sandboxd run -- CMD` against a `sandboxd serve` process: the output and

@@ -26,11 +26,11 @@ import (
 	"github.com/docker/docker/client"
 	"go.uber.org/goleak"
 
+	"github.com/sandboxd/sandboxd/internal/auth"
+	"github.com/sandboxd/sandboxd/internal/sandboxmgr"
 	"github.com/sandboxd/sandboxd/sandbox"
 	"github.com/sandboxd/sandboxd/sandbox/docker"
 	"github.com/sandboxd/sandboxd/server"
-	"github.com/sandboxd/sandboxd/server/auth"
-	"github.com/sandboxd/sandboxd/server/sandboxmgr"
 )
 
 // labelRun scopes everything a run makes; the runtimes of this suite only

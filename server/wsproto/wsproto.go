@@ -1,6 +1,6 @@
 // Package wsproto is the wire format of sandboxd's WebSocket API: JSON-RPC 2.0
 // envelopes, method names, and the params and results of every method. The
-// server (server/wsapi) and the Go client (client) share it, so the two cannot
+// server (internal/wsapi) and the Go client (client) share it, so the two cannot
 // drift. docs/websocket-protocol.md describes the same protocol for people.
 package wsproto
 

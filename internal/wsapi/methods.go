@@ -8,8 +8,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/sandboxd/sandboxd/server/apierr"
-	"github.com/sandboxd/sandboxd/server/core"
+	"github.com/sandboxd/sandboxd/internal/apierr"
+	"github.com/sandboxd/sandboxd/internal/core"
 	"github.com/sandboxd/sandboxd/server/wsproto"
 	"github.com/sandboxd/sandboxd/tools"
 )

@@ -13,7 +13,7 @@ import (
 // TestRun runs the measurements with few samples and logs the report. It
 // needs a Docker engine and a static sandboxd binary:
 //
-//	SANDBOXD_BENCH_BINARY=bin/sandboxd go test -v -run TestRun ./sandbox/dockerbench
+//	SANDBOXD_BENCH_BINARY=bin/sandboxd go test -v -run TestRun ./internal/dockerbench
 //
 // SANDBOXD_BENCH_FULL=1 uses the full sample counts.
 func TestRun(t *testing.T) {

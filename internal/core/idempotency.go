@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sandboxd/sandboxd/server/apierr"
+	"github.com/sandboxd/sandboxd/internal/apierr"
 )
 
 // idempotency remembers the results of recent requests by key (a request id

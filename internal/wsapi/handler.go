@@ -1,6 +1,6 @@
 // Package wsapi serves sandboxd's WebSocket API: JSON-RPC 2.0 over one
 // WebSocket per client at /v1/ws (docs/websocket-protocol.md). It is a thin
-// layer over server/core: this package handles connections, framing,
+// layer over internal/core: this package handles connections, framing,
 // bounded outbound queues and the method table; core does the work.
 package wsapi
 
@@ -14,9 +14,9 @@ import (
 
 	"github.com/gorilla/websocket"
 
-	"github.com/sandboxd/sandboxd/server/apierr"
-	"github.com/sandboxd/sandboxd/server/auth"
-	"github.com/sandboxd/sandboxd/server/core"
+	"github.com/sandboxd/sandboxd/internal/apierr"
+	"github.com/sandboxd/sandboxd/internal/auth"
+	"github.com/sandboxd/sandboxd/internal/core"
 	"github.com/sandboxd/sandboxd/server/wsproto"
 )
 

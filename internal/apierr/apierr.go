@@ -5,7 +5,7 @@
 // JSON-RPC codes, or an isError result for tool failures: ToolFailure).
 //
 // The sentinels of the session manager and the agent are added to the
-// table by their adapter, server/sandboxmgr (Register), so that the API
+// table by their adapter, internal/sandboxmgr (Register), so that the API
 // packages build and test without the sandbox packages.
 package apierr
 
@@ -90,7 +90,7 @@ var sentinels = []struct {
 }
 
 // Register adds a sentinel of a lower layer to the table. Call it from an
-// init function (server/sandboxmgr does); the table is not locked.
+// init function (internal/sandboxmgr does); the table is not locked.
 func Register(err error, kind Kind) {
 	sentinels = append(sentinels, struct {
 		err  error

@@ -1,5 +1,5 @@
 // Package core is the dispatch core under sandboxd's APIs: the WebSocket
-// (server/wsapi) and MCP (server/mcpapi) layers are thin translations onto
+// (internal/wsapi) and MCP (internal/mcpapi) layers are thin translations onto
 // it. It owns what the session manager does not: who may touch which session
 // (operator token, per-session capability tokens), the numbered and replayable
 // output stream of each session, idempotent retries, chunked file transfers,
@@ -17,9 +17,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sandboxd/sandboxd/server/apierr"
-	"github.com/sandboxd/sandboxd/server/auth"
-	"github.com/sandboxd/sandboxd/server/metrics"
+	"github.com/sandboxd/sandboxd/internal/apierr"
+	"github.com/sandboxd/sandboxd/internal/auth"
+	"github.com/sandboxd/sandboxd/internal/metrics"
 	"github.com/sandboxd/sandboxd/server/wsproto"
 )
 

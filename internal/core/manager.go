@@ -6,13 +6,13 @@ import (
 	"io"
 	"time"
 
-	"github.com/sandboxd/sandboxd/server/metrics"
+	"github.com/sandboxd/sandboxd/internal/metrics"
 	"github.com/sandboxd/sandboxd/tools"
 )
 
 // Manager is what the API needs of the session manager. The real one is
-// *sandbox.Manager behind server/sandboxmgr; unit tests use a fake. Errors
-// are classified by server/apierr (the sandbox package's sentinels are
+// *sandbox.Manager behind internal/sandboxmgr; unit tests use a fake. Errors
+// are classified by internal/apierr (the sandbox package's sentinels are
 // registered there).
 type Manager interface {
 	Create(ctx context.Context, opts CreateOptions) (Session, error)

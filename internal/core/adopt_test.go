@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandboxd/sandboxd/server/auth"
-	"github.com/sandboxd/sandboxd/server/core"
-	"github.com/sandboxd/sandboxd/server/servertest"
+	"github.com/sandboxd/sandboxd/internal/auth"
+	"github.com/sandboxd/sandboxd/internal/core"
+	"github.com/sandboxd/sandboxd/internal/servertest"
 )
 
 // A kept session whose token the store holds is adopted; one with no token

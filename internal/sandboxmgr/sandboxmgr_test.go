@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/agent"
+	"github.com/sandboxd/sandboxd/internal/apierr"
+	"github.com/sandboxd/sandboxd/internal/core"
 	"github.com/sandboxd/sandboxd/sandbox"
-	"github.com/sandboxd/sandboxd/server/apierr"
-	"github.com/sandboxd/sandboxd/server/core"
 )
 
 func TestErrorsAreClassified(t *testing.T) {

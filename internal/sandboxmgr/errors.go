@@ -2,8 +2,8 @@ package sandboxmgr
 
 import (
 	"github.com/sandboxd/sandboxd/agent"
+	"github.com/sandboxd/sandboxd/internal/apierr"
 	"github.com/sandboxd/sandboxd/sandbox"
-	"github.com/sandboxd/sandboxd/server/apierr"
 )
 
 // The errors of the session manager and of the in-sandbox agent (which reach

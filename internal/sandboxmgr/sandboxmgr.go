@@ -7,9 +7,9 @@ import (
 	"errors"
 	"strings"
 
+	"github.com/sandboxd/sandboxd/internal/core"
+	"github.com/sandboxd/sandboxd/internal/metrics"
 	"github.com/sandboxd/sandboxd/sandbox"
-	"github.com/sandboxd/sandboxd/server/core"
-	"github.com/sandboxd/sandboxd/server/metrics"
 )
 
 // Manager is a core.Manager over a sandbox.Manager.

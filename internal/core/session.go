@@ -9,8 +9,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sandboxd/sandboxd/server/apierr"
-	"github.com/sandboxd/sandboxd/server/auth"
+	"github.com/sandboxd/sandboxd/internal/apierr"
+	"github.com/sandboxd/sandboxd/internal/auth"
 	"github.com/sandboxd/sandboxd/tools"
 )
 

@@ -9,10 +9,10 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/sandboxd/sandboxd/server/auth"
-	"github.com/sandboxd/sandboxd/server/core"
-	"github.com/sandboxd/sandboxd/server/mcpapi"
-	"github.com/sandboxd/sandboxd/server/servertest"
+	"github.com/sandboxd/sandboxd/internal/auth"
+	"github.com/sandboxd/sandboxd/internal/core"
+	"github.com/sandboxd/sandboxd/internal/mcpapi"
+	"github.com/sandboxd/sandboxd/internal/servertest"
 )
 
 func TestMain(m *testing.M) {

@@ -8,7 +8,7 @@ import (
 	"regexp"
 	"strings"
 
-	"github.com/sandboxd/sandboxd/server/auth"
+	"github.com/sandboxd/sandboxd/internal/auth"
 )
 
 // TokenStore keeps the SHA-256 digests of session tokens on disk (one 0600
