@@ -1,6 +1,6 @@
 package e2e
 
-// The tool contract (/work/shared/TOOLS.md) walked bullet by bullet through a
+// The tool contract (README.md, "Tools") walked bullet by bullet through a
 // real session in a real container: read-only root, uid 1000, no
 // capabilities, the agent's state dir on a noexec tmpfs, /workspace a volume.
 // The executors are unit-tested on the host; this is what users meet. One

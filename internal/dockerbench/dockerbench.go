@@ -8,8 +8,9 @@
 //     `docker exec` of `true` (create + attach/start + wait, Go client).
 //
 // The bench command (bench/docker.go) prints the Report; the figures back
-// the design's claims (see DESIGN.md): cold within 1.5x of docker run, warm
-// hand-out p50 < 20 ms, a call p50 < 1 ms and >= 50x cheaper than exec.
+// the project's targets, checked in the same run: cold within 1.5x of
+// docker run, warm hand-out p50 < 20 ms, a call p50 < 1 ms and >= 50x
+// cheaper than exec (docs/decisions/0001-executors-in-the-sandbox.md).
 package dockerbench
 
 import (

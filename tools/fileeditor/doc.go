@@ -1,7 +1,7 @@
 // Package fileeditor is the file_editor tool: view, create, str_replace,
 // insert and undo_edit on files in the sandbox, with OpenHands' parameter
-// names and message texts (see the project's TOOLS.md contract and the
-// OpenHands file_editor) and without its known bugs.
+// names and message texts (see the tool contract in README.md, "Tools", and
+// the OpenHands file_editor) and without its known bugs.
 //
 // Files (one job each): fileeditor.go (schema, definition, factory),
 // executor.go (options, dispatch, path checks, reading), view.go, edit.go
