@@ -82,6 +82,23 @@ func TestCreateCallClose(t *testing.T) {
 	}
 }
 
+// The runtime is given the agent's command line, built from the resolved
+// options, and the session's labels.
+func TestStartSpecCarriesAgentCommand(t *testing.T) {
+	rt := newFakeRuntime(t)
+	m := newTestManager(t, rt, ManagerOptions{})
+	s, err := m.Create(context.Background(), SessionOptions{Cwd: "/tmp"})
+	require.NoError(t, err)
+	b, err := rt.box(s.ID())
+	require.NoError(t, err)
+	want, err := AgentCommand(s.Options())
+	require.NoError(t, err)
+	assert.Equal(t, want, b.spec.Command)
+	assert.Contains(t, b.spec.Command, "--tools", "a cwd other than the workspace goes to the terminal's spec")
+	assert.Equal(t, s.ID(), b.spec.Labels[LabelSession])
+	assert.False(t, b.spec.Pooled)
+}
+
 func TestCreateRejectsInvalidOptions(t *testing.T) {
 	rt := newFakeRuntime(t)
 	m := newTestManager(t, rt, ManagerOptions{})
