@@ -10,7 +10,6 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/api/types/network"
-	"github.com/docker/go-units"
 
 	"github.com/sandboxd/sandboxd/sandbox"
 )
@@ -172,6 +171,3 @@ func volumeOptions(o sandbox.SessionOptions) map[string]string {
 			o.Limits.Disk, uid, gid),
 	}
 }
-
-// humanBytes is for log lines.
-func humanBytes(n int64) string { return units.BytesSize(float64(n)) }
