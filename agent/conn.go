@@ -38,10 +38,15 @@ type conn struct {
 type transfer interface{ abort(error) }
 
 func newConn(s *Server, rwc io.ReadWriteCloser) *conn {
+	// ctx is made here, not in serve: Shutdown may close a connection it
+	// finds registered before serve has begun.
+	ctx, cancel := context.WithCancel(s.baseCtx)
 	return &conn{
 		s:         s,
 		rwc:       rwc,
 		log:       s.log.With("conn", s.connSeq.Add(1)),
+		ctx:       ctx,
+		cancel:    cancel,
 		calls:     map[uint64]context.CancelFunc{},
 		transfers: map[string]transfer{},
 	}
@@ -49,15 +54,12 @@ func newConn(s *Server, rwc io.ReadWriteCloser) *conn {
 
 func (c *conn) close() {
 	c.closeOnce.Do(func() {
-		if c.cancel != nil {
-			c.cancel()
-		}
+		c.cancel()
 		c.rwc.Close()
 	})
 }
 
 func (c *conn) serve(ctx context.Context) (err error) {
-	c.ctx, c.cancel = context.WithCancel(c.s.baseCtx)
 	stopAfter := context.AfterFunc(ctx, c.close)
 	c.log.Info("connection opened")
 	defer func() {

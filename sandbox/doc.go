@@ -11,6 +11,9 @@
 // A Runtime is the container engine behind the Manager. The Docker runtime
 // lives in sandbox/docker; tests use fakes. The Runtime knows containers,
 // volumes and networks; the Manager knows sessions and the agent protocol.
+// What runs in a sandbox is decided here, not by a runtime: the Manager
+// builds the agent's command line and tool specs (AgentCommand) and hands
+// them to Runtime.Start in the Spec, and Runtime.Connect runs ProxyCommand.
 //
 // Lifecycle of a session:
 //

@@ -23,14 +23,15 @@ const (
 // sessions by id; which containers, volumes and networks make one is its
 // business. Every method is safe for concurrent use and honours ctx.
 type Runtime interface {
-	// Start creates the sandbox of spec, connects to the agent's stdio and
-	// starts the agent as the sandbox's main process. The stream is the
-	// agent's framed protocol; closing it leaves the sandbox running. On
-	// error nothing of the session is left behind.
+	// Start creates the sandbox of spec, connects to the stdio of
+	// spec.Command and starts it as the sandbox's main process. The stream
+	// is the agent's framed protocol; closing it leaves the sandbox
+	// running. On error nothing of the session is left behind.
 	Start(ctx context.Context, spec Spec) (io.ReadWriteCloser, error)
-	// Connect opens a new stream to the agent of a running sandbox through
-	// the agent's unix socket; used to adopt sessions after a restart and
-	// to reconnect when the first stream breaks.
+	// Connect opens a new stream to the agent of a running sandbox by
+	// running ProxyCommand in it, which bridges to the agent's unix
+	// socket; used to adopt sessions after a restart and to reconnect
+	// when the first stream breaks.
 	Connect(ctx context.Context, sessionID string) (io.ReadWriteCloser, error)
 	// Claim records that a sandbox started for a warm pool was handed out,
 	// so that a restarted daemon adopts it rather than recycling it.
@@ -50,6 +51,10 @@ type Spec struct {
 	SessionID string
 	Options   SessionOptions    // resolved and validated
 	Labels    map[string]string // for every resource of the session (see Labels)
+	// Command is the sandbox's main process, AgentCommand(Options): the
+	// runtime runs it as given, in place of any entrypoint of the image,
+	// so that what the agent serves is decided here for every runtime.
+	Command []string
 	// Pooled marks a sandbox started for a warm pool; it counts as not
 	// handed out until Claim.
 	Pooled bool

@@ -63,10 +63,15 @@ func (m *Manager) startSandbox(ctx context.Context, s *Session, poolKey string) 
 	}
 	defer m.slots.release()
 
+	cmd, err := AgentCommand(s.opts)
+	if err != nil {
+		return fmt.Errorf("session %s: %w: %w", s.id, ErrStart, err)
+	}
 	spec := Spec{
 		SessionID: s.id,
 		Options:   s.opts,
 		Labels:    SessionLabels(s.id, s.opts, poolKey, s.created),
+		Command:   cmd,
 		Pooled:    poolKey != "",
 	}
 	conn, err := m.rt.Start(ctx, spec)

@@ -51,7 +51,3 @@ func canMove(from, to State) bool {
 	}
 	return false
 }
-
-// live reports whether the session still holds engine resources that a
-// Close would remove.
-func (s State) live() bool { return s != StateClosed }

@@ -1,7 +1,7 @@
 package docker
 
 import (
-	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -10,11 +10,8 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/api/types/network"
-	"github.com/docker/go-units"
 
 	"github.com/sandboxd/sandboxd/sandbox"
-	"github.com/sandboxd/sandboxd/tools/bash"
-	"github.com/sandboxd/sandboxd/tools/builtin"
 )
 
 // Hardening constants (see ARCHITECTURE.md, "Container settings").
@@ -26,61 +23,6 @@ const (
 	nofileSoft, nofileHard = 4096, 8192
 	hostname               = "sandbox"
 )
-
-// AgentCommand is the container's command: the agent serving its stdio
-// (the attach stream) and its unix socket (for agent-proxy after a daemon
-// restart) at once, with the session's tools.
-func AgentCommand(o sandbox.SessionOptions) ([]string, error) {
-	cmd := []string{
-		sandbox.AgentPath, "agent",
-		"--stdio",
-		"--socket", sandbox.AgentSocket,
-		"--workspace", sandbox.WorkspaceDir,
-		"--state-dir", sandbox.AgentStateDir,
-	}
-	specs, err := toolSpecs(o)
-	if err != nil || specs == "" {
-		return cmd, err
-	}
-	return append(cmd, "--tools", specs), nil
-}
-
-// toolSpecs is the agent's --tools value: the session's tools, with the
-// terminal started in Cwd; empty when the agent's defaults are what the
-// session asks for.
-func toolSpecs(o sandbox.SessionOptions) (string, error) {
-	if len(o.Tools) == 0 && (o.Cwd == "" || o.Cwd == sandbox.WorkspaceDir) {
-		return "", nil
-	}
-	specs := slices.Clone(o.Tools)
-	if len(specs) == 0 {
-		specs = builtin.DefaultSpecs()
-	}
-	if o.Cwd != "" && o.Cwd != sandbox.WorkspaceDir {
-		for i, s := range specs {
-			if s.Name != bash.Name {
-				continue
-			}
-			params := map[string]json.RawMessage{}
-			if len(s.Params) > 0 {
-				if err := json.Unmarshal(s.Params, &params); err != nil {
-					return "", fmt.Errorf("tools: params of %s: %w", s.Name, err)
-				}
-			}
-			if _, set := params["dir"]; !set {
-				params["dir"], _ = json.Marshal(o.Cwd)
-			}
-			specs[i].Params, _ = json.Marshal(params)
-		}
-	}
-	b, err := json.Marshal(specs)
-	return string(b), err
-}
-
-// ProxyCommand bridges an exec stream to the agent's unix socket.
-func ProxyCommand() []string {
-	return []string{sandbox.AgentPath, "agent-proxy", "--socket", sandbox.AgentSocket}
-}
 
 // containerSpec is everything ContainerCreate takes.
 type containerSpec struct {
@@ -109,9 +51,9 @@ func (r *Runtime) buildContainer(spec sandbox.Spec, netName string, l layout) (c
 	sort.Strings(env)
 	labels := r.labels(spec.Labels)
 	labels[LabelSeccomp] = seccompProfileID()
-	cmd, err := AgentCommand(o)
-	if err != nil {
-		return containerSpec{}, err
+	cmd := spec.Command
+	if len(cmd) == 0 {
+		return containerSpec{}, errors.New("the sandbox spec has no command")
 	}
 
 	cfg := &container.Config{
@@ -229,6 +171,3 @@ func volumeOptions(o sandbox.SessionOptions) map[string]string {
 			o.Limits.Disk, uid, gid),
 	}
 }
-
-// humanBytes is for log lines.
-func humanBytes(n int64) string { return units.BytesSize(float64(n)) }

@@ -2,7 +2,6 @@ package docker
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io/fs"
 	"log/slog"
@@ -16,7 +15,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sandboxd/sandboxd/sandbox"
-	"github.com/sandboxd/sandboxd/tools"
 )
 
 func testRuntime(copyAgent bool) *Runtime {
@@ -33,11 +31,18 @@ func resolved(t *testing.T, o sandbox.SessionOptions) sandbox.SessionOptions {
 	return r
 }
 
+// agentCmd is the Command the Manager puts in the Spec for o.
+func agentCmd(t *testing.T, o sandbox.SessionOptions) []string {
+	cmd, err := sandbox.AgentCommand(o)
+	require.NoError(t, err)
+	return cmd
+}
+
 // A uid alone runs with the same number as gid, as ParseUser says: the
 // engine would take the group from the image's /etc/passwd, or root's 0.
 func TestBuildContainerUIDOnlyGetsSameGID(t *testing.T) {
 	o := resolved(t, sandbox.SessionOptions{User: "1234"})
-	spec := sandbox.Spec{SessionID: "sid", Options: o, Labels: sandbox.SessionLabels("sid", o, "", testTime)}
+	spec := sandbox.Spec{SessionID: "sid", Options: o, Labels: sandbox.SessionLabels("sid", o, "", testTime), Command: agentCmd(t, o)}
 	cs, err := testRuntime(false).buildContainer(spec, "none", layout{})
 	require.NoError(t, err)
 	assert.Equal(t, "1234:1234", cs.config.User)
@@ -46,7 +51,7 @@ func TestBuildContainerUIDOnlyGetsSameGID(t *testing.T) {
 func TestBuildContainerHardening(t *testing.T) {
 	o := resolved(t, sandbox.SessionOptions{User: "1234:5678", Env: map[string]string{"B": "2", "A": "1"},
 		Limits: sandbox.Limits{Memory: 512 << 20, CPUs: 1.5, Pids: 100, Tmpfs: 8 << 20}})
-	spec := sandbox.Spec{SessionID: "sid", Options: o, Labels: sandbox.SessionLabels("sid", o, "", testTime)}
+	spec := sandbox.Spec{SessionID: "sid", Options: o, Labels: sandbox.SessionLabels("sid", o, "", testTime), Command: agentCmd(t, o)}
 	cs, err := testRuntime(false).buildContainer(spec, "none", layout{})
 	require.NoError(t, err)
 	c, h := cs.config, cs.host
@@ -55,8 +60,11 @@ func TestBuildContainerHardening(t *testing.T) {
 	assert.Equal(t, "1234:5678", c.User)
 	assert.Equal(t, []string{"A=1", "B=2"}, c.Env)
 	assert.Equal(t, sandbox.WorkspaceDir, c.WorkingDir)
-	want, err := AgentCommand(o)
+	// The container runs the agent command the spec carries, as given,
+	// with its binary as the entrypoint (replacing the image's).
+	want, err := sandbox.AgentCommand(o)
 	require.NoError(t, err)
+	assert.Equal(t, []string{sandbox.AgentPath}, []string(c.Entrypoint))
 	assert.Equal(t, append([]string(c.Entrypoint), c.Cmd...), want)
 	assert.NotContains(t, want, "--tools", "defaults need no tool specs")
 	assert.True(t, c.OpenStdin && c.AttachStdin && c.AttachStdout && c.AttachStderr)
@@ -95,9 +103,17 @@ func TestBuildContainerHardening(t *testing.T) {
 	assert.Equal(t, sandbox.WorkspaceDir, h.Mounts[1].Target)
 }
 
+// A spec without a command is a caller's bug, not a container that runs
+// the image's entrypoint.
+func TestBuildContainerNeedsCommand(t *testing.T) {
+	o := resolved(t, sandbox.SessionOptions{})
+	_, err := testRuntime(false).buildContainer(sandbox.Spec{SessionID: "s", Options: o}, "none", layout{})
+	assert.ErrorContains(t, err, "no command")
+}
+
 func TestBuildContainerPooledAndCopyMode(t *testing.T) {
 	o := resolved(t, sandbox.SessionOptions{})
-	cs, err := testRuntime(true).buildContainer(sandbox.Spec{SessionID: "p", Options: o, Pooled: true}, "sandboxd-p", layout{})
+	cs, err := testRuntime(true).buildContainer(sandbox.Spec{SessionID: "p", Options: o, Command: agentCmd(t, o), Pooled: true}, "sandboxd-p", layout{})
 	require.NoError(t, err)
 	assert.Equal(t, "sandboxd-pool-p", cs.name)
 	assert.Equal(t, "sandboxd-p", string(cs.host.NetworkMode))
@@ -123,7 +139,7 @@ func TestRunDirSize(t *testing.T) {
 	} {
 		o := resolved(t, sandbox.SessionOptions{Limits: sandbox.Limits{Memory: mem}})
 		assert.EqualValues(t, want, r.runDirSize(o), mem)
-		cs, err := r.buildContainer(sandbox.Spec{SessionID: "s", Options: o}, "none", layout{})
+		cs, err := r.buildContainer(sandbox.Spec{SessionID: "s", Options: o, Command: agentCmd(t, o)}, "none", layout{})
 		require.NoError(t, err)
 		assert.True(t, strings.HasSuffix(cs.host.Tmpfs[sandbox.RunDir], fmt.Sprintf(",size=%d", want)), cs.host.Tmpfs[sandbox.RunDir])
 	}
@@ -160,26 +176,6 @@ func TestCheckAgentBinary(t *testing.T) {
 	}
 }
 
-func TestToolSpecs(t *testing.T) {
-	got, err := toolSpecs(resolved(t, sandbox.SessionOptions{}))
-	require.NoError(t, err)
-	assert.Empty(t, got)
-
-	got, err = toolSpecs(resolved(t, sandbox.SessionOptions{Cwd: "/tmp"}))
-	require.NoError(t, err)
-	assert.JSONEq(t, `[{"name":"terminal","params":{"dir":"/tmp"}},{"name":"file_editor"},{"name":"grep"},{"name":"glob"}]`, got)
-
-	got, err = toolSpecs(resolved(t, sandbox.SessionOptions{Cwd: "/tmp", Tools: []tools.Spec{
-		{Name: "terminal", Params: json.RawMessage(`{"soft_timeout_seconds":5}`)}, {Name: "grep"}}}))
-	require.NoError(t, err)
-	assert.JSONEq(t, `[{"name":"terminal","params":{"dir":"/tmp","soft_timeout_seconds":5}},{"name":"grep"}]`, got)
-
-	got, err = toolSpecs(resolved(t, sandbox.SessionOptions{Cwd: "/tmp", Tools: []tools.Spec{
-		{Name: "terminal", Params: json.RawMessage(`{"dir":"/workspace/x"}`)}}}))
-	require.NoError(t, err)
-	assert.JSONEq(t, `[{"name":"terminal","params":{"dir":"/workspace/x"}}]`, got, "an explicit dir wins")
-}
-
 func TestLineLogger(t *testing.T) {
 	var buf strings.Builder
 	l := &lineLogger{log: slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))}
@@ -193,7 +189,7 @@ func TestLineLogger(t *testing.T) {
 
 func TestBuildContainerHomeAndWritableRootfs(t *testing.T) {
 	o := resolved(t, sandbox.SessionOptions{Env: map[string]string{"A": "1"}, WritableRootfs: true})
-	spec := sandbox.Spec{SessionID: "sid", Options: o}
+	spec := sandbox.Spec{SessionID: "sid", Options: o, Command: agentCmd(t, o)}
 	l := layout{home: sandbox.FallbackHome, setHome: true, fix: []string{sandbox.WorkspaceDir, sandbox.FallbackHome}}
 	cs, err := testRuntime(false).buildContainer(spec, "none", l)
 	require.NoError(t, err)

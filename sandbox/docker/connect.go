@@ -6,11 +6,13 @@ import (
 	"io"
 
 	"github.com/docker/docker/api/types/container"
+
+	"github.com/sandboxd/sandboxd/sandbox"
 )
 
 // Connect reaches the agent of a running sandbox through its unix socket:
-// `docker exec -i <ctr> /.sandboxd/sandboxd agent-proxy --socket ...`, as
-// the container's user. Used after a daemon restart (the first daemon's
+// `docker exec -i <ctr>` of sandbox.ProxyCommand (`/.sandboxd/sandboxd
+// agent-proxy --socket ...`), as the container's user. Used after a daemon restart (the first daemon's
 // attach stream died with it) and when a stream breaks.
 func (r *Runtime) Connect(ctx context.Context, sessionID string) (io.ReadWriteCloser, error) {
 	c, err := r.findContainer(ctx, sessionID)
@@ -23,7 +25,7 @@ func (r *Runtime) Connect(ctx context.Context, sessionID string) (io.ReadWriteCl
 	cctx, cancel := r.call(ctx)
 	defer cancel()
 	ex, err := r.cli.ContainerExecCreate(cctx, c.ID, container.ExecOptions{
-		Cmd:          ProxyCommand(),
+		Cmd:          sandbox.ProxyCommand(),
 		AttachStdin:  true,
 		AttachStdout: true,
 		AttachStderr: true,

@@ -117,7 +117,7 @@ func TestSeccompLabel(t *testing.T) {
 	id := seccompProfileID()
 	require.Len(t, id, 16)
 	o := resolved(t, sandbox.SessionOptions{})
-	cs, err := testRuntime(false).buildContainer(sandbox.Spec{SessionID: "s", Options: o, Labels: sandbox.SessionLabels("s", o, "", testTime)}, "none", layout{})
+	cs, err := testRuntime(false).buildContainer(sandbox.Spec{SessionID: "s", Options: o, Labels: sandbox.SessionLabels("s", o, "", testTime), Command: agentCmd(t, o)}, "none", layout{})
 	require.NoError(t, err)
 	assert.Equal(t, id, cs.config.Labels[LabelSeccomp])
 	assert.Empty(t, outdated(cs.config.Labels))

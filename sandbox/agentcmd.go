@@ -1,0 +1,75 @@
+package sandbox
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+
+	"github.com/sandboxd/sandboxd/tools"
+	"github.com/sandboxd/sandboxd/tools/bash"
+	"github.com/sandboxd/sandboxd/tools/builtin"
+)
+
+// AgentCommand is the argv of a session's main process: the agent serving
+// its stdio (the stream Runtime.Start returns) and its unix socket (for
+// ProxyCommand after a daemon restart) at once, with the session's tools.
+// It is built here, not in a runtime, so that every runtime starts the
+// same agent and only has to run this argv.
+func AgentCommand(o SessionOptions) ([]string, error) {
+	cmd := []string{
+		AgentPath, "agent",
+		"--stdio",
+		"--socket", AgentSocket,
+		"--workspace", WorkspaceDir,
+		"--state-dir", AgentStateDir,
+	}
+	specs, err := AgentToolSpecs(o)
+	if err != nil || specs == nil {
+		return cmd, err
+	}
+	b, err := json.Marshal(specs)
+	if err != nil {
+		return nil, err
+	}
+	return append(cmd, "--tools", string(b)), nil
+}
+
+// AgentToolSpecs are the tools the agent of a session serves: the
+// session's tools, with the terminal started in Cwd. It is nil when the
+// agent's defaults (every built-in tool, the terminal in WorkspaceDir) are
+// what the session asks for, so that the command line carries no --tools.
+func AgentToolSpecs(o SessionOptions) ([]tools.Spec, error) {
+	otherCwd := o.Cwd != "" && o.Cwd != WorkspaceDir
+	if len(o.Tools) == 0 && !otherCwd {
+		return nil, nil
+	}
+	specs := slices.Clone(o.Tools)
+	if len(specs) == 0 {
+		specs = builtin.DefaultSpecs()
+	}
+	if !otherCwd {
+		return specs, nil
+	}
+	for i, s := range specs {
+		if s.Name != bash.Name {
+			continue
+		}
+		params := map[string]json.RawMessage{}
+		if len(s.Params) > 0 {
+			if err := json.Unmarshal(s.Params, &params); err != nil {
+				return nil, fmt.Errorf("tools: params of %s: %w", s.Name, err)
+			}
+		}
+		if _, set := params["dir"]; !set {
+			params["dir"], _ = json.Marshal(o.Cwd)
+		}
+		specs[i].Params, _ = json.Marshal(params)
+	}
+	return specs, nil
+}
+
+// ProxyCommand is the argv that bridges a stream (a runtime's exec) to the
+// agent's unix socket; Runtime.Connect runs it in the session's sandbox.
+func ProxyCommand() []string {
+	return []string{AgentPath, "agent-proxy", "--socket", AgentSocket}
+}

@@ -1,0 +1,75 @@
+package sandbox
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sandboxd/sandboxd/tools"
+)
+
+func resolvedForAgent(t *testing.T, o SessionOptions) SessionOptions {
+	t.Helper()
+	r, err := o.Resolve(SessionOptions{Image: "img"})
+	require.NoError(t, err)
+	return r
+}
+
+// The argv is part of the contract with the agent binary (its flags) and
+// with the images (the paths): pinned byte for byte.
+func TestAgentCommand(t *testing.T) {
+	base := []string{
+		"/.sandboxd/sandboxd", "agent",
+		"--stdio",
+		"--socket", "/run/sandboxd/agent.sock",
+		"--workspace", "/workspace",
+		"--state-dir", "/run/sandboxd/state",
+	}
+	got, err := AgentCommand(resolvedForAgent(t, SessionOptions{}))
+	require.NoError(t, err)
+	assert.Equal(t, base, got)
+	assert.NotContains(t, got, "--tools", "defaults need no tool specs")
+
+	got, err = AgentCommand(resolvedForAgent(t, SessionOptions{Tools: []tools.Spec{{Name: "grep"}}}))
+	require.NoError(t, err)
+	require.Len(t, got, len(base)+2)
+	assert.Equal(t, base, got[:len(base)])
+	assert.Equal(t, "--tools", got[len(base)])
+	assert.JSONEq(t, `[{"name":"grep"}]`, got[len(base)+1])
+
+	assert.Equal(t, []string{"/.sandboxd/sandboxd", "agent-proxy", "--socket", "/run/sandboxd/agent.sock"}, ProxyCommand())
+}
+
+func TestAgentToolSpecs(t *testing.T) {
+	specsJSON := func(o SessionOptions) string {
+		t.Helper()
+		specs, err := AgentToolSpecs(resolvedForAgent(t, o))
+		require.NoError(t, err)
+		require.NotNil(t, specs)
+		b, err := json.Marshal(specs)
+		require.NoError(t, err)
+		return string(b)
+	}
+	got, err := AgentToolSpecs(resolvedForAgent(t, SessionOptions{}))
+	require.NoError(t, err)
+	assert.Empty(t, got)
+
+	assert.JSONEq(t, `[{"name":"terminal","params":{"dir":"/tmp"}},{"name":"file_editor"},{"name":"grep"},{"name":"glob"}]`,
+		specsJSON(SessionOptions{Cwd: "/tmp"}))
+
+	assert.JSONEq(t, `[{"name":"terminal","params":{"dir":"/tmp","soft_timeout_seconds":5}},{"name":"grep"}]`,
+		specsJSON(SessionOptions{Cwd: "/tmp", Tools: []tools.Spec{
+			{Name: "terminal", Params: json.RawMessage(`{"soft_timeout_seconds":5}`)}, {Name: "grep"}}}))
+
+	assert.JSONEq(t, `[{"name":"terminal","params":{"dir":"/workspace/x"}}]`,
+		specsJSON(SessionOptions{Cwd: "/tmp", Tools: []tools.Spec{
+			{Name: "terminal", Params: json.RawMessage(`{"dir":"/workspace/x"}`)}}}), "an explicit dir wins")
+
+	// The session's own specs are not changed in place.
+	o := resolvedForAgent(t, SessionOptions{Cwd: "/tmp", Tools: []tools.Spec{{Name: "terminal"}}})
+	_, err = AgentToolSpecs(o)
+	require.NoError(t, err)
+	assert.Empty(t, o.Tools[0].Params)
+}
