@@ -4,12 +4,14 @@ package sandboxmgr
 
 import (
 	"context"
-	"errors"
-	"strings"
+	"encoding/json"
+	"io"
 
+	"github.com/sandboxd/sandboxd/internal/apierr"
 	"github.com/sandboxd/sandboxd/internal/core"
 	"github.com/sandboxd/sandboxd/internal/metrics"
 	"github.com/sandboxd/sandboxd/sandbox"
+	"github.com/sandboxd/sandboxd/tools"
 )
 
 // Manager is a core.Manager over a sandbox.Manager.
@@ -24,25 +26,9 @@ func New(m *sandbox.Manager) *Manager { return &Manager{m: m} }
 func (a *Manager) Create(ctx context.Context, o core.CreateOptions) (core.Session, error) {
 	s, err := a.m.Create(ctx, Options(o))
 	if err != nil {
-		return nil, apiNames(err)
+		return nil, apierr.FromSandbox(err)
 	}
 	return session{s}, nil
-}
-
-// apiFields renames the manager's option fields to the API's where they
-// differ, so an invalid-options error names what the client sent.
-var apiFields = strings.NewReplacer("limits.memory", "limits.memory_mb", "limits.tmpfs", "limits.tmp_mb")
-
-func apiNames(err error) error {
-	var oe *sandbox.OptionsError
-	if !errors.As(err, &oe) {
-		return err
-	}
-	renamed := &sandbox.OptionsError{Problems: make([]string, len(oe.Problems))}
-	for i, p := range oe.Problems {
-		renamed.Problems[i] = apiFields.Replace(p)
-	}
-	return renamed
 }
 
 // Options converts the API's create options to the manager's.
@@ -91,13 +77,37 @@ func (a *Manager) Stats() metrics.Stats {
 
 // Shutdown shuts the manager down.
 func (a *Manager) Shutdown(ctx context.Context, keepSessions bool) error {
-	return a.m.Shutdown(ctx, keepSessions)
+	return apierr.FromSandbox(a.m.Shutdown(ctx, keepSessions))
 }
 
 // Manager returns the wrapped manager.
 func (a *Manager) Manager() *sandbox.Manager { return a.m }
 
+// session is a manager's session whose errors are mapped to the API's
+// (apierr.FromSandbox) as they leave it.
 type session struct{ *sandbox.Session }
+
+func (s session) Tools(ctx context.Context) ([]tools.Definition, error) {
+	defs, err := s.Session.Tools(ctx)
+	return defs, apierr.FromSandbox(err)
+}
+
+func (s session) Call(ctx context.Context, name string, args json.RawMessage, stream tools.StreamFunc) (*tools.Observation, error) {
+	obs, err := s.Session.Call(ctx, name, args, stream)
+	return obs, apierr.FromSandbox(err)
+}
+
+func (s session) Upload(ctx context.Context, destDir string, tar io.Reader) error {
+	return apierr.FromSandbox(s.Session.Upload(ctx, destDir, tar))
+}
+
+func (s session) Download(ctx context.Context, path string, w io.Writer) error {
+	return apierr.FromSandbox(s.Session.Download(ctx, path, w))
+}
+
+func (s session) Close(ctx context.Context) error {
+	return apierr.FromSandbox(s.Session.Close(ctx))
+}
 
 func (s session) Info() core.Info {
 	o := s.Options()
