@@ -23,6 +23,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/mcpapi"
 	"github.com/sandboxd/sandboxd/internal/metrics"
 	"github.com/sandboxd/sandboxd/internal/wsapi"
+	"github.com/sandboxd/sandboxd/sandbox"
 	"github.com/sandboxd/sandboxd/server/wsproto"
 )
 
@@ -78,7 +79,7 @@ func New(opts Options) (*Server, error) {
 	})
 	s.mcp = mcpapi.New(c, mcpapi.Options{
 		Requests:       opts.requestPolicy(),
-		Session:        core.CreateOptions{Image: opts.MCPImage},
+		Session:        sandbox.SessionOptions{Image: opts.MCPImage},
 		SessionTimeout: opts.MCPSessionTimeout,
 		MaxBodyBytes:   opts.MaxMessageBytes,
 		Version:        opts.Version,

@@ -8,6 +8,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/auth"
 	"github.com/sandboxd/sandboxd/internal/core"
 	"github.com/sandboxd/sandboxd/internal/servertest"
+	"github.com/sandboxd/sandboxd/sandbox"
 )
 
 // A kept session whose token the store holds is adopted; one with no token
@@ -15,11 +16,11 @@ import (
 // its client) can never be reached, and is removed at start.
 func TestStartAdoptsKnownAndRemovesUnreachableSessions(t *testing.T) {
 	m := servertest.NewManager()
-	known, err := m.Create(context.Background(), core.CreateOptions{})
+	known, err := m.Create(context.Background(), sandbox.SessionOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	orphan, err := m.Create(context.Background(), core.CreateOptions{})
+	orphan, err := m.Create(context.Background(), sandbox.SessionOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/apierr"
 	"github.com/sandboxd/sandboxd/internal/auth"
 	"github.com/sandboxd/sandboxd/internal/metrics"
+	"github.com/sandboxd/sandboxd/sandbox"
 	"github.com/sandboxd/sandboxd/server/wsproto"
 )
 
@@ -289,7 +290,7 @@ type CreateResult struct {
 // retry of the same create (same principal, key and options) returns the
 // first create's session; the create then runs to completion even if the
 // caller goes away, since a retry may come to collect it.
-func (c *Core) Create(wait context.Context, p Principal, api string, opts CreateOptions, idemKey string) (CreateResult, error) {
+func (c *Core) Create(wait context.Context, p Principal, api string, opts sandbox.SessionOptions, idemKey string) (CreateResult, error) {
 	if !p.Operator {
 		return CreateResult{}, apierr.New(apierr.PermissionDenied, "a session token cannot create sessions; use the operator token")
 	}
@@ -351,7 +352,7 @@ func (c *Core) checkImage(image string) error {
 	return apierr.New(apierr.PermissionDenied, "image %q is not allowed on this server (allowed: %v)", image, c.opts.AllowedImages)
 }
 
-func (c *Core) create(ctx context.Context, api string, opts CreateOptions) (CreateResult, error) {
+func (c *Core) create(ctx context.Context, api string, opts sandbox.SessionOptions) (CreateResult, error) {
 	c.mu.Lock()
 	switch {
 	case c.draining || c.closed:

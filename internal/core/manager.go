@@ -4,18 +4,19 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"time"
 
 	"github.com/sandboxd/sandboxd/internal/metrics"
+	"github.com/sandboxd/sandboxd/sandbox"
 	"github.com/sandboxd/sandboxd/tools"
 )
 
 // Manager is what the API needs of the session manager. The real one is
-// *sandbox.Manager behind internal/sandboxmgr; unit tests use a fake. Errors
-// are classified by internal/apierr (the sandbox package's sentinels are
-// registered there).
+// *sandbox.Manager behind internal/sandboxmgr, which maps its errors to the
+// API's (apierr.FromSandbox); unit tests use a fake.
 type Manager interface {
-	Create(ctx context.Context, opts CreateOptions) (Session, error)
+	// Create starts a session; zero fields of opts take the manager's
+	// defaults.
+	Create(ctx context.Context, opts sandbox.SessionOptions) (Session, error)
 	Get(id string) (Session, bool)
 	List() []Session
 	Stats() metrics.Stats
@@ -45,21 +46,4 @@ type Info struct {
 	State  string // starting, ready, failed, closing, closed
 	Image  string
 	Labels map[string]string
-}
-
-// CreateOptions are what a client may ask of a new session. Zero fields take
-// the manager's defaults.
-type CreateOptions struct {
-	Image       string
-	Env         map[string]string
-	Cwd         string
-	User        string
-	MemoryBytes int64
-	CPUs        float64
-	Pids        int64
-	TmpBytes    int64
-	Network     string
-	// IdleTimeout: 0 is the manager's default, negative never.
-	IdleTimeout time.Duration
-	Labels      map[string]string
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/core"
 	"github.com/sandboxd/sandboxd/internal/mcpapi"
 	"github.com/sandboxd/sandboxd/internal/servertest"
+	"github.com/sandboxd/sandboxd/sandbox"
 )
 
 func TestMain(m *testing.M) {
@@ -48,7 +49,7 @@ func TestHandlerChecksHostAndOrigin(t *testing.T) {
 		{"plain", auth.RequestPolicy{}, "", "", http.StatusOK},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			h := mcpapi.New(c, mcpapi.Options{Requests: tc.policy, Session: core.CreateOptions{Image: "fake:latest"}})
+			h := mcpapi.New(c, mcpapi.Options{Requests: tc.policy, Session: sandbox.SessionOptions{Image: "fake:latest"}})
 			hs := httptest.NewServer(h)
 			defer hs.Close()
 			defer h.Shutdown(context.Background())

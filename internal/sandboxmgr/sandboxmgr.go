@@ -23,25 +23,12 @@ var _ core.Manager = (*Manager)(nil)
 func New(m *sandbox.Manager) *Manager { return &Manager{m: m} }
 
 // Create starts a session.
-func (a *Manager) Create(ctx context.Context, o core.CreateOptions) (core.Session, error) {
-	s, err := a.m.Create(ctx, Options(o))
+func (a *Manager) Create(ctx context.Context, o sandbox.SessionOptions) (core.Session, error) {
+	s, err := a.m.Create(ctx, o)
 	if err != nil {
 		return nil, apierr.FromSandbox(err)
 	}
 	return session{s}, nil
-}
-
-// Options converts the API's create options to the manager's.
-func Options(o core.CreateOptions) sandbox.SessionOptions {
-	idle := o.IdleTimeout
-	if idle < 0 {
-		idle = sandbox.NoIdleTimeout
-	}
-	return sandbox.SessionOptions{
-		Image: o.Image, Env: o.Env, Cwd: o.Cwd, User: o.User, Network: o.Network,
-		IdleTimeout: idle, Labels: o.Labels,
-		Limits: sandbox.Limits{Memory: o.MemoryBytes, CPUs: o.CPUs, Pids: o.Pids, Tmpfs: o.TmpBytes},
-	}
 }
 
 // Get returns a live session.

@@ -20,6 +20,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/auth"
 	"github.com/sandboxd/sandboxd/internal/core"
 	"github.com/sandboxd/sandboxd/internal/metrics"
+	"github.com/sandboxd/sandboxd/sandbox"
 	"github.com/sandboxd/sandboxd/tools"
 )
 
@@ -56,7 +57,7 @@ func NewManager() *Manager { return &Manager{sessions: map[string]*Session{}} }
 var _ core.Manager = (*Manager)(nil)
 
 // Create makes a fake session.
-func (m *Manager) Create(ctx context.Context, o core.CreateOptions) (core.Session, error) {
+func (m *Manager) Create(ctx context.Context, o sandbox.SessionOptions) (core.Session, error) {
 	if m.CreateDelay > 0 {
 		select {
 		case <-time.After(m.CreateDelay):
@@ -141,7 +142,7 @@ func (m *Manager) Shutdown(ctx context.Context, keep bool) error {
 // Session is a fake session.
 type Session struct {
 	id     string
-	opts   core.CreateOptions
+	opts   sandbox.SessionOptions
 	done   chan struct{}
 	closed atomic.Bool
 	counts atomic.Int64
@@ -163,7 +164,7 @@ func (s *Session) Info() core.Info {
 }
 
 // Options are the options the session was created with.
-func (s *Session) Options() core.CreateOptions { return s.opts }
+func (s *Session) Options() sandbox.SessionOptions { return s.opts }
 
 // Counts is how many times the count tool ran.
 func (s *Session) Counts() int { return int(s.counts.Load()) }

@@ -14,6 +14,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/auth"
 	"github.com/sandboxd/sandboxd/internal/core"
 	"github.com/sandboxd/sandboxd/internal/metrics"
+	"github.com/sandboxd/sandboxd/sandbox"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -21,7 +22,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // noSessions is a core.Manager without sessions.
 type noSessions struct{}
 
-func (noSessions) Create(context.Context, core.CreateOptions) (core.Session, error) {
+func (noSessions) Create(context.Context, sandbox.SessionOptions) (core.Session, error) {
 	return nil, context.Canceled
 }
 func (noSessions) Get(string) (core.Session, bool)      { return nil, false }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/internal/apierr"
 	"github.com/sandboxd/sandboxd/internal/core"
+	"github.com/sandboxd/sandboxd/sandbox"
 	"github.com/sandboxd/sandboxd/server/wsproto"
 	"github.com/sandboxd/sandboxd/tools"
 )
@@ -87,23 +88,27 @@ func sessionCreate(c *conn, req *wsproto.Request) (any, error) {
 	return nil, errResponded
 }
 
-// createOptions checks and converts the wire options.
-func createOptions(p wsproto.CreateParams) (core.CreateOptions, error) {
-	o := core.CreateOptions{
+// createOptions checks the wire options and translates them into the
+// manager's (sizes in MiB become bytes, a negative idle timeout "never").
+// Zero fields stay zero: the manager's defaults fill them.
+func createOptions(p wsproto.CreateParams) (sandbox.SessionOptions, error) {
+	o := sandbox.SessionOptions{
 		Image: p.Image, Env: p.Env, Cwd: p.Cwd, User: p.User, Network: p.Network,
 		IdleTimeout: time.Duration(p.IdleTimeout), Labels: p.Labels,
 	}
 	if p.IdleTimeout < 0 {
-		o.IdleTimeout = -1
+		o.IdleTimeout = sandbox.NoIdleTimeout
 	}
 	if l := p.Limits; l != nil {
 		if l.MemoryMB < 0 || l.CPUs < 0 || l.Pids < 0 || l.TmpMB < 0 {
 			return o, apierr.New(apierr.InvalidParams, "limits must not be negative")
 		}
-		o.MemoryBytes = int64(l.MemoryMB) << 20
-		o.CPUs = l.CPUs
-		o.Pids = int64(l.Pids)
-		o.TmpBytes = int64(l.TmpMB) << 20
+		o.Limits = sandbox.Limits{
+			Memory: int64(l.MemoryMB) << 20,
+			CPUs:   l.CPUs,
+			Pids:   int64(l.Pids),
+			Tmpfs:  int64(l.TmpMB) << 20,
+		}
 	}
 	return o, nil
 }
