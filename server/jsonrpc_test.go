@@ -137,8 +137,8 @@ func TestIDAndIdempotencyKeyBounded(t *testing.T) {
 	if code := c.code("k1", wsproto.MethodSessionCreate, map[string]any{"idempotency_key": key}); code != wsproto.CodeInvalidParams {
 		t.Fatalf("a long idempotency key: code %d", code)
 	}
-	if ts.Manager.Created() != 1 {
-		t.Fatalf("%d sessions created", ts.Manager.Created())
+	if ts.Backend.Created() != 1 {
+		t.Fatalf("%d sessions created", ts.Backend.Created())
 	}
 }
 

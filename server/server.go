@@ -54,7 +54,7 @@ func New(opts Options) (*Server, error) {
 	}
 	m := metrics.New(opts.Manager.Stats)
 	c, err := core.New(core.Options{
-		Manager:       opts.Manager,
+		Backend:       opts.Manager,
 		OperatorToken: opts.OperatorToken,
 		Metrics:       m,
 		Logger:        opts.Logger,

@@ -59,7 +59,7 @@ func TestIdempotentRetry(t *testing.T) {
 	ts := servertest.Start(t, nil)
 	c := dial(t, ts)
 	s := c.create()
-	fake := ts.Manager.Session(s.SessionID)
+	fake := ts.Backend.Sandbox(s.SessionID)
 
 	var r1, r2 wsproto.CallResult
 	c.ok("req-1", wsproto.MethodToolsCall, call(s.SessionID, "count", nil, false), &r1)
@@ -131,8 +131,8 @@ func TestCreateIdempotencyKey(t *testing.T) {
 	if a.SessionID != b.SessionID || a.SessionToken != b.SessionToken || d.SessionID == a.SessionID {
 		t.Fatalf("ids %s %s %s", a.SessionID, b.SessionID, d.SessionID)
 	}
-	if ts.Manager.Created() != 2 {
-		t.Fatalf("%d sandboxes created, want 2", ts.Manager.Created())
+	if ts.Backend.Created() != 2 {
+		t.Fatalf("%d sandboxes created, want 2", ts.Backend.Created())
 	}
 	if code := c.code(4, wsproto.MethodSessionCreate, map[string]any{"idempotency_key": k1, "image": "other:1"}); code != wsproto.CodeConflict {
 		t.Fatalf("same key, other options: code %d", code)
@@ -358,7 +358,7 @@ func TestCancelAndClose(t *testing.T) {
 		}
 		c.notes = append(c.notes, m)
 	}
-	if ts.Manager.Live() != 0 {
+	if ts.Backend.Live() != 0 {
 		t.Fatal("session still live")
 	}
 	if code := c.code("after", wsproto.MethodToolsList, map[string]any{"session_id": s.SessionID}); code != wsproto.CodeNotFound {
@@ -426,7 +426,7 @@ func TestGracefulShutdown(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if ts.Manager.Live() != 0 {
+	if ts.Backend.Live() != 0 {
 		t.Fatal("sessions left after shutdown")
 	}
 }
@@ -526,13 +526,13 @@ func TestCreateIdempotencyKeyIsASecret(t *testing.T) {
 			t.Fatalf("key %q from another client: code %d", key, code)
 		}
 	}
-	if ts.Manager.Created() != 0 {
-		t.Fatalf("%d sessions created with guessable keys", ts.Manager.Created())
+	if ts.Backend.Created() != 0 {
+		t.Fatalf("%d sessions created with guessable keys", ts.Backend.Created())
 	}
 	var first, retry wsproto.CreateResult
 	a.ok("long", wsproto.MethodSessionCreate, map[string]any{"idempotency_key": "8f14e45fceea167a5a36dedd4bea2543"}, &first)
 	a.ok("long-retry", wsproto.MethodSessionCreate, map[string]any{"idempotency_key": "8f14e45fceea167a5a36dedd4bea2543"}, &retry)
-	if first.SessionToken != retry.SessionToken || ts.Manager.Created() != 1 {
+	if first.SessionToken != retry.SessionToken || ts.Backend.Created() != 1 {
 		t.Fatalf("retry with a long key: %+v vs %+v", first, retry)
 	}
 	// The same key with other options is a conflict that names the
@@ -568,8 +568,8 @@ func TestMaxSessionsByDefault(t *testing.T) {
 	if res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "x"}}); err == nil && !res.IsError {
 		t.Fatal("an MCP session beyond the cap got a sandbox")
 	}
-	if ts.Manager.Created() != server.DefaultMaxSessions {
-		t.Fatalf("%d sandboxes created", ts.Manager.Created())
+	if ts.Backend.Created() != server.DefaultMaxSessions {
+		t.Fatalf("%d sandboxes created", ts.Backend.Created())
 	}
 	c.ok("close", wsproto.MethodSessionClose, map[string]any{"session_id": last.SessionID}, nil)
 	// The refused MCP session is not lost: its next call creates its

@@ -72,7 +72,7 @@ func TestUnixListenKeepsOtherFiles(t *testing.T) {
 	if err := os.WriteFile(file, []byte("data"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	srv, err := server.New(server.Options{Manager: servertest.NewManager(), OperatorToken: auth.NewToken(), Listen: "unix:" + file})
+	srv, err := server.New(server.Options{Manager: servertest.NewFakeBackend(), OperatorToken: auth.NewToken(), Listen: "unix:" + file})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +91,7 @@ func TestUnixListenKeepsOtherFiles(t *testing.T) {
 	}
 	stale.(*net.UnixListener).SetUnlinkOnClose(false)
 	stale.Close()
-	srv, err = server.New(server.Options{Manager: servertest.NewManager(), OperatorToken: auth.NewToken(), Listen: "unix:" + sock})
+	srv, err = server.New(server.Options{Manager: servertest.NewFakeBackend(), OperatorToken: auth.NewToken(), Listen: "unix:" + sock})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,7 @@ import (
 // on record (the previous daemon ended between its start and the answer to
 // its client) can never be reached, and is removed at start.
 func TestStartAdoptsKnownAndRemovesUnreachableSessions(t *testing.T) {
-	m := servertest.NewManager()
+	m := servertest.NewFakeBackend()
 	known, err := m.Create(context.Background(), sandbox.SessionOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -32,7 +32,7 @@ func TestStartAdoptsKnownAndRemovesUnreachableSessions(t *testing.T) {
 	if err := tokens.Save(known.ID(), auth.DigestOf(token)); err != nil {
 		t.Fatal(err)
 	}
-	c, err := core.New(core.Options{Manager: m, OperatorToken: auth.NewToken(), Tokens: tokens})
+	c, err := core.New(core.Options{Backend: m, OperatorToken: auth.NewToken(), Tokens: tokens})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,11 +14,11 @@ import (
 	"github.com/sandboxd/sandboxd/tools"
 )
 
-// Sess is a session as the API layers use it: the manager's session plus its
-// capability, output stream, idempotency cache, calls and transfers.
-type Sess struct {
+// Session is a session as the API layers use it: the backend's Sandbox plus
+// its capability, output stream, idempotency cache, calls and transfers.
+type Session struct {
 	c      *Core
-	s      Session
+	sb     Sandbox
 	id     string
 	token  auth.Digest
 	api    string
@@ -40,37 +40,37 @@ type runningCall struct {
 // (the agent confirms within its own grace of two seconds).
 const cancelWait = 3 * time.Second
 
-func newSess(c *Core, ms Session, token auth.Digest, api string) *Sess {
+func newSession(c *Core, sb Sandbox, token auth.Digest, api string) *Session {
 	o := c.opts
-	return &Sess{
-		c: c, s: ms, id: ms.ID(), token: token, api: api,
-		stream: newStream(ms.ID(), o.RingBytes, o.RingChunks),
+	return &Session{
+		c: c, sb: sb, id: sb.ID(), token: token, api: api,
+		stream: newStream(sb.ID(), o.RingBytes, o.RingChunks),
 		idem:   newIdempotency(o.IdemEntries, o.IdemBytes, o.IdemTTL),
 		calls:  map[string]*runningCall{},
 	}
 }
 
 // ID is the session's id.
-func (s *Sess) ID() string { return s.id }
+func (s *Session) ID() string { return s.id }
 
 // API is the API that created the session (APIWebSocket, APIMCP).
-func (s *Sess) API() string { return s.api }
+func (s *Session) API() string { return s.api }
 
 // Info describes the session now.
-func (s *Sess) Info() Info { return s.s.Info() }
+func (s *Session) Info() Info { return s.sb.Info() }
 
 // Done is closed when the session leaves service.
-func (s *Sess) Done() <-chan struct{} { return s.s.Done() }
+func (s *Session) Done() <-chan struct{} { return s.sb.Done() }
 
 // Tools lists the session's tools.
-func (s *Sess) Tools(ctx context.Context) ([]tools.Definition, error) {
-	return s.s.Tools(ctx)
+func (s *Session) Tools(ctx context.Context) ([]tools.Definition, error) {
+	return s.sb.Tools(ctx)
 }
 
 // Idempotent runs fn once per request id: see idempotency. method and
 // params fingerprint the request, so a reused id with other content is a
 // Conflict instead of a wrong answer.
-func (s *Sess) Idempotent(wait context.Context, id json.RawMessage, method string, params []byte, fn func() (json.RawMessage, error)) (json.RawMessage, error) {
+func (s *Session) Idempotent(wait context.Context, id json.RawMessage, method string, params []byte, fn func() (json.RawMessage, error)) (json.RawMessage, error) {
 	key := string(bytes.TrimSpace(id))
 	res, err := s.idem.do(wait, key, fingerprint(method, params), fn)
 	if errors.Is(err, errReused) {
@@ -83,7 +83,7 @@ func (s *Sess) Idempotent(wait context.Context, id json.RawMessage, method strin
 // and cancellation (MCP's notifications/cancelled), the core adds shutdown.
 // With stream, output goes to the session's numbered stream (and from there
 // to every attached client); extra (may be nil) also receives it.
-func (s *Sess) Call(parent context.Context, transport string, callID json.RawMessage, name string, args json.RawMessage, stream bool, extra tools.StreamFunc) (*tools.Observation, error) {
+func (s *Session) Call(parent context.Context, transport string, callID json.RawMessage, name string, args json.RawMessage, stream bool, extra tools.StreamFunc) (*tools.Observation, error) {
 	if err := s.c.beginCall(); err != nil {
 		return nil, err
 	}
@@ -123,7 +123,7 @@ func (s *Sess) Call(parent context.Context, transport string, callID json.RawMes
 		sink = func(b []byte) { deliver(carry.take(b)) }
 	}
 	start := time.Now()
-	obs, err := s.s.Call(ctx, name, args, sink)
+	obs, err := s.sb.Call(ctx, name, args, sink)
 	deliver(carry.flush())
 	// Tool names come from clients: only calls a tool answered get a
 	// series (an unknown or empty name must not make one); failures are
@@ -140,7 +140,7 @@ func (s *Sess) Call(parent context.Context, transport string, callID json.RawMes
 // Cancel cancels a running call by its call id; false if none runs. It
 // returns once the call has ended (the tool stopped it), or after
 // cancelWait, so a client's next call does not find the tool still busy.
-func (s *Sess) Cancel(callID json.RawMessage) bool {
+func (s *Session) Cancel(callID json.RawMessage) bool {
 	s.mu.Lock()
 	rc, ok := s.calls[string(bytes.TrimSpace(callID))]
 	s.mu.Unlock()
@@ -159,21 +159,21 @@ func (s *Sess) Cancel(callID json.RawMessage) bool {
 
 // Attach subscribes sub to the session's output from after lastSeq; see
 // stream.subscribe for the ordering guarantee.
-func (s *Sess) Attach(sub Subscriber, lastSeq uint64, before func(ReplayInfo)) {
+func (s *Session) Attach(sub Subscriber, lastSeq uint64, before func(ReplayInfo)) {
 	s.stream.subscribe(sub, lastSeq, before)
 }
 
 // Detach unsubscribes sub.
-func (s *Sess) Detach(sub Subscriber) { s.stream.unsubscribe(sub) }
+func (s *Session) Detach(sub Subscriber) { s.stream.unsubscribe(sub) }
 
 // Close closes the session; idempotent.
-func (s *Sess) Close(ctx context.Context) error {
-	return s.s.Close(ctx)
+func (s *Session) Close(ctx context.Context) error {
+	return s.sb.Close(ctx)
 }
 
 // UploadChunk moves one message of an upload. With uploadID empty it starts
 // one (into dir); final ends it and waits for the sandbox to unpack.
-func (s *Sess) UploadChunk(wait context.Context, dir, uploadID string, offset int64, data []byte, final bool) (id string, total int64, err error) {
+func (s *Session) UploadChunk(wait context.Context, dir, uploadID string, offset int64, data []byte, final bool) (id string, total int64, err error) {
 	var t *transfer
 	if uploadID == "" {
 		if err := s.c.beginCall(); err != nil {
@@ -181,7 +181,7 @@ func (s *Sess) UploadChunk(wait context.Context, dir, uploadID string, offset in
 		}
 		t, err = s.xfers.start(s.c.base, true, s.c.opts.TransferIdle, s.c.opts.MaxTransfers, func(ctx context.Context, t *transfer) error {
 			defer s.c.endCall()
-			err := s.s.Upload(ctx, dir, t.pr)
+			err := s.sb.Upload(ctx, dir, t.pr)
 			if err != nil {
 				t.pr.CloseWithError(err) // the client's next write fails with it
 				return err
@@ -232,7 +232,7 @@ func errOr(err, otherwise error) error {
 // DownloadChunk returns the next chunk of a download. With downloadID empty
 // it starts one (of path). A request at the offset of the previous chunk
 // gets that chunk again (a retry); at its end, the next one.
-func (s *Sess) DownloadChunk(wait context.Context, path, downloadID string, offset int64, size int) (id string, at int64, data []byte, eof bool, err error) {
+func (s *Session) DownloadChunk(wait context.Context, path, downloadID string, offset int64, size int) (id string, at int64, data []byte, eof bool, err error) {
 	if size <= 0 {
 		size = DefaultDownloadChunk
 	}
@@ -244,7 +244,7 @@ func (s *Sess) DownloadChunk(wait context.Context, path, downloadID string, offs
 		}
 		t, err = s.xfers.start(s.c.base, false, s.c.opts.TransferIdle, s.c.opts.MaxTransfers, func(ctx context.Context, t *transfer) error {
 			defer s.c.endCall()
-			err := s.s.Download(ctx, path, t.pw)
+			err := s.sb.Download(ctx, path, t.pw)
 			t.pw.CloseWithError(err) // nil: the reader sees EOF
 			return err
 		})

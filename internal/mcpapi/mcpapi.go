@@ -79,7 +79,7 @@ type mcpSandbox struct {
 	cancel context.CancelFunc // cancels the first create
 
 	mu    sync.Mutex // held by a create retry, so there is one at a time
-	sess  *core.Sess
+	sess  *core.Session
 	err   error // of the last create, while there is no sess
 	ended bool  // the MCP session ended: its sandbox is closed, none is made
 }
@@ -238,7 +238,7 @@ func (h *Handler) create(ctx context.Context, ss *mcp.ServerSession, sb *mcpSand
 
 // sandboxOf waits for the sandbox of ss; if its create failed, it tries
 // again.
-func (h *Handler) sandboxOf(ctx context.Context, ss *mcp.ServerSession) (*core.Sess, error) {
+func (h *Handler) sandboxOf(ctx context.Context, ss *mcp.ServerSession) (*core.Session, error) {
 	h.mu.Lock()
 	sb, ok := h.sessions[ss]
 	h.mu.Unlock()

@@ -29,8 +29,8 @@ const initialize = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"pro
 // DNS-rebinding check on): mounted without the server's middleware it still
 // refuses a rebound Host or another origin, and starts no sandbox for them.
 func TestHandlerChecksHostAndOrigin(t *testing.T) {
-	m := servertest.NewManager()
-	c, err := core.New(core.Options{Manager: m, OperatorToken: auth.NewToken()})
+	m := servertest.NewFakeBackend()
+	c, err := core.New(core.Options{Backend: m, OperatorToken: auth.NewToken()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,7 +29,7 @@ var (
 	errManagerClosed = apierr.New(apierr.Unavailable, "session manager is shut down")
 )
 
-// Manager is a fake core.Manager whose sessions run fake tools in memory.
+// FakeBackend is a fake core.Backend whose sessions run fake tools in memory.
 //
 // Tools of every fake session:
 //   - echo {text}: returns text; with streaming, streams it first.
@@ -42,22 +42,22 @@ var (
 //   - image {}: a caption and a 1x1 PNG.
 //   - terminal {command}: "echo X" prints X; "exit N" exits N (as
 //     structured exit_code); anything else echoes the command.
-type Manager struct {
+type FakeBackend struct {
 	mu       sync.Mutex
-	sessions map[string]*Session
+	sessions map[string]*FakeSandbox
 	created  atomic.Int64
 	shut     bool
 	// CreateDelay is how long Create takes.
 	CreateDelay time.Duration
 }
 
-// NewManager returns an empty fake manager.
-func NewManager() *Manager { return &Manager{sessions: map[string]*Session{}} }
+// NewFakeBackend returns an empty fake backend.
+func NewFakeBackend() *FakeBackend { return &FakeBackend{sessions: map[string]*FakeSandbox{}} }
 
-var _ core.Manager = (*Manager)(nil)
+var _ core.Backend = (*FakeBackend)(nil)
 
 // Create makes a fake session.
-func (m *Manager) Create(ctx context.Context, o sandbox.SessionOptions) (core.Session, error) {
+func (m *FakeBackend) Create(ctx context.Context, o sandbox.SessionOptions) (core.Sandbox, error) {
 	if m.CreateDelay > 0 {
 		select {
 		case <-time.After(m.CreateDelay):
@@ -76,17 +76,17 @@ func (m *Manager) Create(ctx context.Context, o sandbox.SessionOptions) (core.Se
 	if m.shut {
 		return nil, errManagerClosed
 	}
-	s := &Session{id: "fake-" + auth.NewToken()[:12], opts: o, done: make(chan struct{}), files: map[string][]byte{}}
+	s := &FakeSandbox{id: "fake-" + auth.NewToken()[:12], opts: o, done: make(chan struct{}), files: map[string][]byte{}}
 	m.sessions[s.id] = s
 	m.created.Add(1)
 	return s, nil
 }
 
 // Created counts sessions created so far.
-func (m *Manager) Created() int { return int(m.created.Load()) }
+func (m *FakeBackend) Created() int { return int(m.created.Load()) }
 
 // Get returns a live session.
-func (m *Manager) Get(id string) (core.Session, bool) {
+func (m *FakeBackend) Get(id string) (core.Sandbox, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	s, ok := m.sessions[id]
@@ -96,18 +96,18 @@ func (m *Manager) Get(id string) (core.Session, bool) {
 	return s, true
 }
 
-// Session returns a live session as its fake type.
-func (m *Manager) Session(id string) *Session {
+// Sandbox returns a session (live or not) as its fake type.
+func (m *FakeBackend) Sandbox(id string) *FakeSandbox {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.sessions[id]
 }
 
 // List returns the live sessions.
-func (m *Manager) List() []core.Session {
+func (m *FakeBackend) List() []core.Sandbox {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	var out []core.Session
+	var out []core.Sandbox
 	for _, s := range m.sessions {
 		if !s.closed.Load() {
 			out = append(out, s)
@@ -117,18 +117,18 @@ func (m *Manager) List() []core.Session {
 }
 
 // Live counts live sessions.
-func (m *Manager) Live() int { return len(m.List()) }
+func (m *FakeBackend) Live() int { return len(m.List()) }
 
 // Stats counts live sessions.
-func (m *Manager) Stats() metrics.Stats {
+func (m *FakeBackend) Stats() metrics.Stats {
 	return metrics.Stats{SessionsByState: map[string]int{"ready": m.Live()}, PoolSize: 0}
 }
 
 // Shutdown closes every session.
-func (m *Manager) Shutdown(ctx context.Context, keep bool) error {
+func (m *FakeBackend) Shutdown(ctx context.Context, keep bool) error {
 	m.mu.Lock()
 	m.shut = true
-	all := make([]*Session, 0, len(m.sessions))
+	all := make([]*FakeSandbox, 0, len(m.sessions))
 	for _, s := range m.sessions {
 		all = append(all, s)
 	}
@@ -139,8 +139,8 @@ func (m *Manager) Shutdown(ctx context.Context, keep bool) error {
 	return nil
 }
 
-// Session is a fake session.
-type Session struct {
+// FakeSandbox is a sandbox of the fake backend.
+type FakeSandbox struct {
 	id     string
 	opts   sandbox.SessionOptions
 	done   chan struct{}
@@ -151,11 +151,11 @@ type Session struct {
 	err    error
 }
 
-// ID implements core.Session.
-func (s *Session) ID() string { return s.id }
+// ID implements core.Sandbox.
+func (s *FakeSandbox) ID() string { return s.id }
 
-// Info implements core.Session.
-func (s *Session) Info() core.Info {
+// Info implements core.Sandbox.
+func (s *FakeSandbox) Info() core.Info {
 	state := "ready"
 	if s.closed.Load() {
 		state = "closed"
@@ -164,13 +164,13 @@ func (s *Session) Info() core.Info {
 }
 
 // Options are the options the session was created with.
-func (s *Session) Options() sandbox.SessionOptions { return s.opts }
+func (s *FakeSandbox) Options() sandbox.SessionOptions { return s.opts }
 
 // Counts is how many times the count tool ran.
-func (s *Session) Counts() int { return int(s.counts.Load()) }
+func (s *FakeSandbox) Counts() int { return int(s.counts.Load()) }
 
 // Fail ends the session as if its sandbox died.
-func (s *Session) Fail(err error) {
+func (s *FakeSandbox) Fail(err error) {
 	s.mu.Lock()
 	s.err = err
 	s.mu.Unlock()
@@ -225,8 +225,8 @@ var fakeDefs = func() []tools.Definition {
 	}
 }()
 
-// Tools implements core.Session.
-func (s *Session) Tools(ctx context.Context) ([]tools.Definition, error) {
+// Tools implements core.Sandbox.
+func (s *FakeSandbox) Tools(ctx context.Context) ([]tools.Definition, error) {
 	if s.closed.Load() {
 		return nil, errClosed
 	}
@@ -236,8 +236,8 @@ func (s *Session) Tools(ctx context.Context) ([]tools.Definition, error) {
 // onePixelPNG is a valid 1x1 PNG.
 var onePixelPNG = []byte("\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01\x00\x00\x00\x01\x08\x06\x00\x00\x00\x1f\x15\xc4\x89\x00\x00\x00\rIDATx\x9cc\xf8\x0f\x00\x00\x01\x01\x00\x05\x18\xd8N\x00\x00\x00\x00IEND\xaeB`\x82")
 
-// Call implements core.Session.
-func (s *Session) Call(ctx context.Context, name string, args json.RawMessage, stream tools.StreamFunc) (*tools.Observation, error) {
+// Call implements core.Sandbox.
+func (s *FakeSandbox) Call(ctx context.Context, name string, args json.RawMessage, stream tools.StreamFunc) (*tools.Observation, error) {
 	if s.closed.Load() {
 		return nil, fmt.Errorf("session %s: %w", s.id, errClosed)
 	}
@@ -313,8 +313,8 @@ func (s *Session) Call(ctx context.Context, name string, args json.RawMessage, s
 	return nil, fmt.Errorf("%w %q", tools.ErrUnknownTool, name)
 }
 
-// Upload implements core.Session: it keeps the tar bytes under destDir.
-func (s *Session) Upload(ctx context.Context, destDir string, r io.Reader) error {
+// Upload implements core.Sandbox: it keeps the tar bytes under destDir.
+func (s *FakeSandbox) Upload(ctx context.Context, destDir string, r io.Reader) error {
 	b, err := io.ReadAll(r)
 	if err != nil {
 		return err
@@ -325,8 +325,8 @@ func (s *Session) Upload(ctx context.Context, destDir string, r io.Reader) error
 	return nil
 }
 
-// Download implements core.Session: it writes what was uploaded to path.
-func (s *Session) Download(ctx context.Context, path string, w io.Writer) error {
+// Download implements core.Sandbox: it writes what was uploaded to path.
+func (s *FakeSandbox) Download(ctx context.Context, path string, w io.Writer) error {
 	s.mu.Lock()
 	b, ok := s.files[path]
 	s.mu.Unlock()
@@ -337,19 +337,19 @@ func (s *Session) Download(ctx context.Context, path string, w io.Writer) error 
 	return err
 }
 
-// Close implements core.Session.
-func (s *Session) Close(ctx context.Context) error {
+// Close implements core.Sandbox.
+func (s *FakeSandbox) Close(ctx context.Context) error {
 	if s.closed.CompareAndSwap(false, true) {
 		close(s.done)
 	}
 	return nil
 }
 
-// Done implements core.Session.
-func (s *Session) Done() <-chan struct{} { return s.done }
+// Done implements core.Sandbox.
+func (s *FakeSandbox) Done() <-chan struct{} { return s.done }
 
-// EndReason implements core.Session.
-func (s *Session) EndReason() string {
+// EndReason implements core.Sandbox.
+func (s *FakeSandbox) EndReason() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.err == nil {

@@ -19,14 +19,14 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// noSessions is a core.Manager without sessions.
+// noSessions is a core.Backend without sessions.
 type noSessions struct{}
 
-func (noSessions) Create(context.Context, sandbox.SessionOptions) (core.Session, error) {
+func (noSessions) Create(context.Context, sandbox.SessionOptions) (core.Sandbox, error) {
 	return nil, context.Canceled
 }
-func (noSessions) Get(string) (core.Session, bool)      { return nil, false }
-func (noSessions) List() []core.Session                 { return nil }
+func (noSessions) Get(string) (core.Sandbox, bool)      { return nil, false }
+func (noSessions) List() []core.Sandbox                 { return nil }
 func (noSessions) Stats() metrics.Stats                 { return metrics.Stats{} }
 func (noSessions) Shutdown(context.Context, bool) error { return nil }
 
@@ -34,7 +34,7 @@ func (noSessions) Shutdown(context.Context, bool) error { return nil }
 // 1001 too; Shutdown does not wait for it until its deadline.
 func TestShutdownDuringUpgrade(t *testing.T) {
 	token := auth.NewToken()
-	c, err := core.New(core.Options{Manager: noSessions{}, OperatorToken: token})
+	c, err := core.New(core.Options{Backend: noSessions{}, OperatorToken: token})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +89,7 @@ func TestShutdownDuringUpgrade(t *testing.T) {
 // middleware it still refuses DNS rebinding and other origins.
 func TestHandlerChecksHostAndOrigin(t *testing.T) {
 	token := auth.NewToken()
-	c, err := core.New(core.Options{Manager: noSessions{}, OperatorToken: token})
+	c, err := core.New(core.Options{Backend: noSessions{}, OperatorToken: token})
 	if err != nil {
 		t.Fatal(err)
 	}

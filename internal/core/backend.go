@@ -10,23 +10,25 @@ import (
 	"github.com/sandboxd/sandboxd/tools"
 )
 
-// Manager is what the API needs of the session manager. The real one is
+// Backend is what the API needs of the session manager. The real one is
 // *sandbox.Manager behind internal/sandboxmgr, which maps its errors to the
 // API's (apierr.FromSandbox); unit tests use a fake.
-type Manager interface {
+type Backend interface {
 	// Create starts a session; zero fields of opts take the manager's
 	// defaults.
-	Create(ctx context.Context, opts sandbox.SessionOptions) (Session, error)
-	Get(id string) (Session, bool)
-	List() []Session
+	Create(ctx context.Context, opts sandbox.SessionOptions) (Sandbox, error)
+	Get(id string) (Sandbox, bool)
+	List() []Sandbox
 	Stats() metrics.Stats
 	// Shutdown closes every session, or with keepSessions leaves them
 	// running for the next daemon to adopt.
 	Shutdown(ctx context.Context, keepSessions bool) error
 }
 
-// Session is one sandbox as the API sees it.
-type Session interface {
+// Sandbox is one session of the backend: a sandbox as the API sees it (a
+// *sandbox.Session behind internal/sandboxmgr). The API's own session, with
+// its token, stream and calls, is Session.
+type Sandbox interface {
 	ID() string
 	Info() Info
 	Tools(ctx context.Context) ([]tools.Definition, error)
