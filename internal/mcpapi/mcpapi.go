@@ -31,6 +31,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/apierr"
 	"github.com/sandboxd/sandboxd/internal/auth"
 	"github.com/sandboxd/sandboxd/internal/core"
+	"github.com/sandboxd/sandboxd/internal/metrics"
 	"github.com/sandboxd/sandboxd/sandbox"
 	"github.com/sandboxd/sandboxd/tools"
 )
@@ -294,7 +295,7 @@ func (h *Handler) callTool(ctx context.Context, ss *mcp.ServerSession, req *mcp.
 		defer p.stop()
 		sink = p.send
 	}
-	obs, err := s.Call(ctx, "mcp", nil, req.Params.Name, req.Params.Arguments, false, sink)
+	obs, err := s.Call(ctx, core.CallRequest{Transport: metrics.TransportMCP, Name: req.Params.Name, Args: req.Params.Arguments, Extra: sink})
 	if err != nil {
 		if !apierr.ToolFailure(err) {
 			return nil, err
