@@ -89,6 +89,9 @@ type Options struct {
 	WSPingInterval  time.Duration
 	WSWriteTimeout  time.Duration
 	RingBytes       int
+	// DrainTransferIdle is the idle time of transfers once the server
+	// drains (default core.DrainTransferIdle).
+	DrainTransferIdle time.Duration
 }
 
 func (o *Options) validate() error {

@@ -54,14 +54,15 @@ func New(opts Options) (*Server, error) {
 	}
 	m := metrics.New(opts.Manager.Stats)
 	c, err := core.New(core.Options{
-		Backend:       opts.Manager,
-		OperatorToken: opts.OperatorToken,
-		Metrics:       m,
-		Logger:        opts.Logger,
-		Tokens:        tokens,
-		AllowedImages: opts.AllowedImages,
-		MaxSessions:   opts.MaxSessions,
-		RingBytes:     opts.RingBytes,
+		Backend:           opts.Manager,
+		OperatorToken:     opts.OperatorToken,
+		Metrics:           m,
+		Logger:            opts.Logger,
+		Tokens:            tokens,
+		AllowedImages:     opts.AllowedImages,
+		MaxSessions:       opts.MaxSessions,
+		RingBytes:         opts.RingBytes,
+		DrainTransferIdle: opts.DrainTransferIdle,
 		// A download chunk, base64-encoded in a message, must fit in one.
 		MaxDownloadChunk: int(opts.MaxMessageBytes/4*3) - 4096,
 	})

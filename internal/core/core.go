@@ -62,15 +62,18 @@ type Options struct {
 	// MaxSessions caps live sessions across all clients; 0 is no cap.
 	MaxSessions int
 
-	RingBytes        int
-	RingChunks       int
-	IdemEntries      int
-	IdemBytes        int64
-	IdemTTL          time.Duration
-	TransferIdle     time.Duration
-	MaxTransfers     int // per session
-	MaxDownloadChunk int
-	CreateTimeout    time.Duration
+	RingBytes    int
+	RingChunks   int
+	IdemEntries  int
+	IdemBytes    int64
+	IdemTTL      time.Duration
+	TransferIdle time.Duration
+	// DrainTransferIdle replaces TransferIdle once the server drains
+	// (default DrainTransferIdle).
+	DrainTransferIdle time.Duration
+	MaxTransfers      int // per session
+	MaxDownloadChunk  int
+	CreateTimeout     time.Duration
 }
 
 func (o *Options) setDefaults() error {
@@ -103,6 +106,9 @@ func (o *Options) setDefaults() error {
 	}
 	if o.TransferIdle <= 0 {
 		o.TransferIdle = DefaultTransferIdle
+	}
+	if o.DrainTransferIdle <= 0 {
+		o.DrainTransferIdle = DrainTransferIdle
 	}
 	if o.CreateTimeout <= 0 {
 		o.CreateTimeout = DefaultCreateTimeout
@@ -511,7 +517,7 @@ func (c *Core) Drain(ctx context.Context) error {
 	c.mu.Lock()
 	c.draining = true
 	for _, s := range c.sessions {
-		s.xfers.shorten(DrainTransferIdle)
+		s.xfers.shorten(c.opts.DrainTransferIdle)
 	}
 	if c.running == 0 {
 		c.mu.Unlock()
