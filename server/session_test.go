@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -209,6 +211,7 @@ func TestResumeReportsMissedOutput(t *testing.T) {
 // client of the same session that reads gets everything, and the server's
 // memory stays bounded by the queue limits.
 func TestSlowClientDisconnected(t *testing.T) {
+	t.Parallel()
 	ts := servertest.Start(t, func(o *server.Options) {
 		o.WSQueueMessages = 256
 		o.WSQueueBytes = 1 << 20
@@ -433,11 +436,13 @@ func TestGracefulShutdown(t *testing.T) {
 
 // Calls that outlast the drain are cancelled.
 func TestShutdownCancelsLongCalls(t *testing.T) {
+	t.Parallel()
 	ts := servertest.Start(t, func(o *server.Options) { o.DrainTimeout = 100 * time.Millisecond })
 	c := dial(t, ts)
 	s := c.create()
 	c.send("forever", wsproto.MethodToolsCall, call(s.SessionID, "sleep", map[string]int{"ms": 60000}, false))
-	time.Sleep(50 * time.Millisecond)
+	waitFor(t, func() bool { return ts.Backend.Sandbox(s.SessionID).Sleeping() == 1 }, "the call to run")
+	c.answerClose()
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -586,6 +591,7 @@ func TestMaxSessionsByDefault(t *testing.T) {
 // and a new WebSocket is refused with 503; once the drain ends, the
 // listener closes.
 func TestHealthzDrainingDuringShutdown(t *testing.T) {
+	t.Parallel()
 	ts := servertest.Start(t, nil)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -609,8 +615,10 @@ func TestHealthzDrainingDuringShutdown(t *testing.T) {
 	}
 	c := dialRaw(t, wsURL, ts.Token)
 	s := c.create()
-	c.send("running", wsproto.MethodToolsCall, call(s.SessionID, "sleep", map[string]int{"ms": 1500}, false))
-	time.Sleep(100 * time.Millisecond)
+	// The call runs until the test wakes it.
+	c.send("running", wsproto.MethodToolsCall, call(s.SessionID, "sleep", map[string]int{"ms": 60000}, false))
+	fake := ts.Backend.Sandbox(s.SessionID)
+	waitFor(t, func() bool { return fake.Sleeping() == 1 }, "the call to run")
 	done := make(chan error, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -630,9 +638,16 @@ func TestHealthzDrainingDuringShutdown(t *testing.T) {
 	if err == nil || resp == nil || resp.StatusCode != http.StatusServiceUnavailable {
 		t.Fatalf("new WebSocket while draining: %v %+v", err, resp)
 	}
+	select {
+	case err := <-served:
+		t.Fatalf("the listener closed while a call drained: %v", err)
+	default:
+	}
+	fake.Wake()
 	if m := c.wait("running"); m.Error != nil {
 		t.Fatalf("the call in flight: %+v", m.Error)
 	}
+	c.answerClose()
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
@@ -646,9 +661,15 @@ func TestHealthzDrainingDuringShutdown(t *testing.T) {
 
 // A download its client abandoned halfway does not hold the shutdown for
 // the whole drain timeout: once draining, transfers idle out after
-// core.DrainTransferIdle.
+// DrainTransferIdle.
 func TestAbandonedDownloadDoesNotHoldShutdown(t *testing.T) {
-	ts := servertest.Start(t, func(o *server.Options) { o.DrainTimeout = 30 * time.Second })
+	t.Parallel()
+	var logs syncBuffer
+	ts := servertest.Start(t, func(o *server.Options) {
+		o.DrainTimeout = 30 * time.Second
+		o.DrainTransferIdle = 50 * time.Millisecond
+		o.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	})
 	c := dial(t, ts)
 	s := c.create()
 	payload := bytes.Repeat([]byte("0123456789abcdef"), 10000)
@@ -660,15 +681,38 @@ func TestAbandonedDownloadDoesNotHoldShutdown(t *testing.T) {
 		t.Fatal("the download ended in one chunk")
 	}
 	// The client never asks for the rest.
+	c.answerClose()
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
 	defer cancel()
-	start := time.Now()
 	if err := ts.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if took := time.Since(start); took > 10*time.Second {
-		t.Fatalf("shutdown waited %v for an abandoned download", took)
+	// Had the download held the drain, the drain would have timed out
+	// (after DrainTimeout) and said so.
+	if strings.Contains(logs.String(), "calls still running after the drain") {
+		t.Fatalf("the abandoned download held the drain:\n%s", logs.String())
 	}
+	if !strings.Contains(logs.String(), "shut down") {
+		t.Fatalf("no shutdown in the log:\n%s", logs.String())
+	}
+}
+
+// syncBuffer is a bytes.Buffer for a logger's concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }
 
 // Tool names come from clients: only calls a tool answered make a latency

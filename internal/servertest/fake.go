@@ -35,7 +35,8 @@ var (
 //   - echo {text}: returns text; with streaming, streams it first.
 //   - count {ms}: counts a run, waits ms, returns how many times count
 //     ran in this session.
-//   - sleep {ms}: waits ms milliseconds (or until cancelled).
+//   - sleep {ms}: waits ms milliseconds (or until cancelled, or woken by
+//     FakeSandbox.Wake: tests hold a call in flight as long as they need).
 //   - stream {chunks, size, pause_us}: streams chunks pieces of size bytes
 //     ("x"), pausing between them, and returns "done".
 //   - fail {}: an IsError observation.
@@ -76,7 +77,7 @@ func (m *FakeBackend) Create(ctx context.Context, o sandbox.SessionOptions) (cor
 	if m.shut {
 		return nil, errManagerClosed
 	}
-	s := &FakeSandbox{id: "fake-" + auth.NewToken()[:12], opts: o, done: make(chan struct{}), files: map[string][]byte{}}
+	s := &FakeSandbox{id: "fake-" + auth.NewToken()[:12], opts: o, done: make(chan struct{}), wake: make(chan struct{}), files: map[string][]byte{}}
 	m.sessions[s.id] = s
 	m.created.Add(1)
 	return s, nil
@@ -146,9 +147,23 @@ type FakeSandbox struct {
 	done   chan struct{}
 	closed atomic.Bool
 	counts atomic.Int64
-	mu     sync.Mutex
-	files  map[string][]byte // upload dir -> tar bytes
-	err    error
+	// sleeping counts sleep calls in progress.
+	sleeping atomic.Int64
+	mu       sync.Mutex
+	files    map[string][]byte // upload dir -> tar bytes
+	err      error
+	wake     chan struct{} // closed by Wake, then replaced
+}
+
+// Sleeping counts the sleep calls in progress.
+func (s *FakeSandbox) Sleeping() int { return int(s.sleeping.Load()) }
+
+// Wake ends the sleep calls in progress as if their time had passed.
+func (s *FakeSandbox) Wake() {
+	s.mu.Lock()
+	close(s.wake)
+	s.wake = make(chan struct{})
+	s.mu.Unlock()
 }
 
 // ID implements core.Sandbox.
@@ -275,8 +290,15 @@ func (s *FakeSandbox) Call(ctx context.Context, name string, args json.RawMessag
 		}
 		return tools.TextResult(fmt.Sprint(n), map[string]int64{"count": n}), nil
 	case "sleep":
+		s.mu.Lock()
+		wake := s.wake
+		s.mu.Unlock()
+		s.sleeping.Add(1)
+		defer s.sleeping.Add(-1)
 		select {
 		case <-time.After(time.Duration(a.MS) * time.Millisecond):
+			return tools.TextResult("slept", nil), nil
+		case <-wake:
 			return tools.TextResult("slept", nil), nil
 		case <-ctx.Done():
 			return nil, ctx.Err()
