@@ -87,7 +87,7 @@ func TestCreateCallCloseSession(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("session not done after Close")
 	}
-	if ts.Manager.Live() != 0 {
+	if ts.Backend.Live() != 0 {
 		t.Fatal("sandbox still live")
 	}
 }

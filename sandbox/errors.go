@@ -34,6 +34,10 @@ var (
 // OptionsError lists every problem found in a set of options.
 type OptionsError struct {
 	Problems []string // "field: problem", sorted
+	// Details are the problems Validate found, in the order of Problems,
+	// with the names of options kept apart from the text (see Named).
+	// Errors made from text alone (a runtime's) have none.
+	Details []Problem
 }
 
 func (e *OptionsError) Error() string {
@@ -43,17 +47,63 @@ func (e *OptionsError) Error() string {
 // Is makes errors.Is(err, ErrInvalidOptions) hold.
 func (e *OptionsError) Is(target error) bool { return target == ErrInvalidOptions }
 
-type problems []string
+// Named returns the error with every option named by name, for an API
+// whose clients spell some options differently (limits.memory_mb for
+// limits.memory); the order of the problems is kept. Without Details it
+// returns e.
+func (e *OptionsError) Named(name func(Field) string) *OptionsError {
+	if len(e.Details) == 0 {
+		return e
+	}
+	named := &OptionsError{Problems: make([]string, len(e.Details)), Details: e.Details}
+	for i, p := range e.Details {
+		named.Problems[i] = p.Text(name)
+	}
+	return named
+}
 
+// Field is the name of an option as this package spells it: the JSON
+// name, with a dot into Limits ("limits.memory").
+type Field string
+
+// A Problem is one thing wrong with a set of options: the option at
+// fault, and a text whose Field arguments name options too.
+type Problem struct {
+	Field  Field
+	format string
+	args   []any
+}
+
+// Text is "field: problem" with every option named by name.
+func (p Problem) Text(name func(Field) string) string {
+	args := make([]any, len(p.args))
+	for i, a := range p.args {
+		if f, ok := a.(Field); ok {
+			a = name(f)
+		}
+		args[i] = a
+	}
+	return name(p.Field) + ": " + fmt.Sprintf(p.format, args...)
+}
+
+// String is the problem with this package's names.
+func (p Problem) String() string { return p.Text(func(f Field) string { return string(f) }) }
+
+type problems []Problem
+
+// add records a problem of field; Field arguments in args name options.
 func (p *problems) add(field, format string, args ...any) {
-	*p = append(*p, field+": "+fmt.Sprintf(format, args...))
+	*p = append(*p, Problem{Field: Field(field), format: format, args: args})
 }
 
 func (p problems) err() error {
 	if len(p) == 0 {
 		return nil
 	}
-	sorted := append([]string(nil), p...)
-	sort.Strings(sorted)
-	return &OptionsError{Problems: sorted}
+	e := &OptionsError{Problems: make([]string, len(p)), Details: append([]Problem(nil), p...)}
+	sort.SliceStable(e.Details, func(i, j int) bool { return e.Details[i].String() < e.Details[j].String() })
+	for i, pr := range e.Details {
+		e.Problems[i] = pr.String()
+	}
+	return e
 }

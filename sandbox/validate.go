@@ -27,6 +27,13 @@ const (
 	maxToolsBytes     = 64 << 10
 )
 
+// Options that other problems' texts name (see Field).
+const (
+	fieldMemory Field = "limits.memory"
+	fieldTmpfs  Field = "limits.tmpfs"
+	fieldDisk   Field = "limits.disk"
+)
+
 // ReservedLabelPrefix is the label namespace sandboxd uses for its own
 // bookkeeping; sessions may not set labels in it.
 const ReservedLabelPrefix = "sandboxd."
@@ -129,7 +136,7 @@ func (o SessionOptions) validateCwd(p *problems) {
 
 func (l Limits) validate(p *problems) {
 	if l.Memory < MinMemory {
-		p.add("limits.memory", "%s is below the minimum of %d MiB", mib(l.Memory), MinMemory>>20)
+		p.add(string(fieldMemory), "%s is below the minimum of %d MiB", mib(l.Memory), MinMemory>>20)
 	}
 	if l.CPUs < MinCPUs {
 		p.add("limits.cpus", "%g is below the minimum of %g", l.CPUs, MinCPUs)
@@ -138,7 +145,7 @@ func (l Limits) validate(p *problems) {
 		p.add("limits.pids", "%d is below the minimum of %d", l.Pids, MinPids)
 	}
 	if l.Tmpfs < MinTmpfs {
-		p.add("limits.tmpfs", "%s is below the minimum of %d MiB", mib(l.Tmpfs), MinTmpfs>>20)
+		p.add(string(fieldTmpfs), "%s is below the minimum of %d MiB", mib(l.Tmpfs), MinTmpfs>>20)
 	}
 	if l.Disk != 0 && l.Disk < MinDisk {
 		p.add("limits.disk", "%s is below the minimum of %d MiB (0 means no limit)", mib(l.Disk), MinDisk>>20)
@@ -197,17 +204,23 @@ func (o SessionOptions) validateTmpfsMemory(p *problems) {
 	if o.TmpfsBytes() <= budget {
 		return
 	}
-	what := fmt.Sprintf("/tmp (limits.tmpfs %s)", mib(l.Tmpfs))
+	// The options are Field arguments: an API names them its way.
+	format := "/tmp (%s %s)"
+	args := []any{fieldTmpfs, mib(l.Tmpfs)}
 	switch o.diskVolumes() {
 	case 1:
-		what += fmt.Sprintf(" + /workspace (limits.disk %s)", mib(l.Disk))
+		format += " + /workspace (%s %s)"
+		args = append(args, fieldDisk, mib(l.Disk))
 	case 2:
-		what += fmt.Sprintf(" + /workspace and the home volume (2 x limits.disk %s)", mib(l.Disk))
+		format += " + /workspace and the home volume (2 x %s %s)"
+		args = append(args, fieldDisk, mib(l.Disk))
 	}
-	p.add("limits", "%s = %s of tmpfs, more than the %s that limits.memory %s leaves beside its headroom of %s (max(%s, a quarter)): "+
-		"tmpfs pages are charged to memory and cannot be swapped out, so filling them would get the session OOM-killed; "+
-		"raise limits.memory to at least %s, or lower limits.tmpfs or limits.disk",
-		what, mib(o.TmpfsBytes()), mib(budget), mib(l.Memory), mib(MemoryHeadroom(l.Memory)), mib(MinMemoryHeadroom), mib(memoryFor(o.TmpfsBytes())))
+	format += " = %s of tmpfs, more than the %s that %s %s leaves beside its headroom of %s (max(%s, a quarter)): " +
+		"tmpfs pages are charged to memory and cannot be swapped out, so filling them would get the session OOM-killed; " +
+		"raise %s to at least %s, or lower %s or %s"
+	args = append(args, mib(o.TmpfsBytes()), mib(budget), fieldMemory, mib(l.Memory), mib(MemoryHeadroom(l.Memory)), mib(MinMemoryHeadroom),
+		fieldMemory, mib(memoryFor(o.TmpfsBytes())), fieldTmpfs, fieldDisk)
+	p.add("limits", format, args...)
 }
 
 // memoryFor is the least memory limit, in whole MiB, that leaves

@@ -172,8 +172,8 @@ func TestSessionCapabilityIsolation(t *testing.T) {
 	ca.ok("same-id", wsproto.MethodToolsCall, args, &ra)
 	args["session_id"] = b.SessionID
 	op.ok("same-id", wsproto.MethodToolsCall, args, &rb)
-	if ts.Manager.Session(a.SessionID).Counts() != 1 || ts.Manager.Session(b.SessionID).Counts() != 1 {
-		t.Fatalf("same request id in two sessions: ran %d and %d times", ts.Manager.Session(a.SessionID).Counts(), ts.Manager.Session(b.SessionID).Counts())
+	if ts.Backend.Sandbox(a.SessionID).Counts() != 1 || ts.Backend.Sandbox(b.SessionID).Counts() != 1 {
+		t.Fatalf("same request id in two sessions: ran %d and %d times", ts.Backend.Sandbox(a.SessionID).Counts(), ts.Backend.Sandbox(b.SessionID).Counts())
 	}
 	// Not found and forbidden read the same, so ids cannot be probed.
 	other := ca.call(30, wsproto.MethodToolsList, map[string]any{"session_id": b.SessionID})
@@ -208,7 +208,7 @@ func TestSessionCapabilityIsolation(t *testing.T) {
 }
 
 func TestRefusesRemoteListenWithoutTLS(t *testing.T) {
-	m := servertest.NewManager()
+	m := servertest.NewFakeBackend()
 	for _, listen := range []string{"0.0.0.0:7070", "192.0.2.1:7070", "[::]:7070", ":7070"} {
 		_, err := server.New(server.Options{Manager: m, OperatorToken: strings.Repeat("t", 43), Listen: listen})
 		if err == nil || !strings.Contains(err.Error(), "refusing to listen") {

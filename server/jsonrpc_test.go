@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/gorilla/websocket"
 
@@ -137,8 +136,8 @@ func TestIDAndIdempotencyKeyBounded(t *testing.T) {
 	if code := c.code("k1", wsproto.MethodSessionCreate, map[string]any{"idempotency_key": key}); code != wsproto.CodeInvalidParams {
 		t.Fatalf("a long idempotency key: code %d", code)
 	}
-	if ts.Manager.Created() != 1 {
-		t.Fatalf("%d sessions created", ts.Manager.Created())
+	if ts.Backend.Created() != 1 {
+		t.Fatalf("%d sessions created", ts.Backend.Created())
 	}
 }
 
@@ -146,23 +145,27 @@ func TestIDAndIdempotencyKeyBounded(t *testing.T) {
 // bounded per connection (4 messages' worth) and in all (16), so a few
 // connections with slow calls of big messages cannot pin gigabytes.
 func TestInFlightBytesBounded(t *testing.T) {
+	t.Parallel()
 	const max = 64 << 10
 	ts := servertest.Start(t, func(o *server.Options) { o.MaxMessageBytes = max })
 	op := dial(t, ts)
 	s := op.create()
 	msg := func(id string) []byte { // exactly 63 KiB
-		head := `{"jsonrpc":"2.0","id":"` + id + `","method":"tools.call","params":{"session_id":"` + s.SessionID + `","name":"sleep","arguments":{"ms":800,"text":"`
+		head := `{"jsonrpc":"2.0","id":"` + id + `","method":"tools.call","params":{"session_id":"` + s.SessionID + `","name":"sleep","arguments":{"ms":60000,"text":"`
 		tail := `"}}}`
 		return []byte(head + strings.Repeat("x", 63<<10-len(head)-len(tail)) + tail)
 	}
-	send := func(c *rawClient, ids ...string) map[string]wsproto.Message {
+	// The calls sleep until the test wakes them: running is when the
+	// server holds their bytes.
+	fake := ts.Backend.Sandbox(s.SessionID)
+	sleeping := func(n int) func() bool { return func() bool { return fake.Sleeping() == n } }
+	send := func(c *rawClient, ids ...string) {
 		t.Helper()
 		for _, id := range ids {
 			if err := c.ws.WriteMessage(websocket.TextMessage, msg(id)); err != nil {
 				t.Fatal(err)
 			}
 		}
-		return c.waitAll(ids...)
 	}
 	busy := func(got map[string]wsproto.Message) (n int) {
 		for _, m := range got {
@@ -175,7 +178,10 @@ func TestInFlightBytesBounded(t *testing.T) {
 		return n
 	}
 	// One connection: 4 run, the 5th is refused.
-	if n := busy(send(op, "a1", "a2", "a3", "a4", "a5")); n != 1 {
+	send(op, "a1", "a2", "a3", "a4", "a5")
+	waitFor(t, sleeping(4), "4 calls to run")
+	fake.Wake()
+	if n := busy(op.waitAll("a1", "a2", "a3", "a4", "a5")); n != 1 {
 		t.Fatalf("one connection, 5 big requests: %d refused, want 1", n)
 	}
 	// Four connections with 4 each fill the total of 16; a 17th request,
@@ -184,22 +190,27 @@ func TestInFlightBytesBounded(t *testing.T) {
 	for range 5 {
 		clients = append(clients, dialRaw(t, ts.URL, s.SessionToken))
 	}
-	results := make(chan map[string]wsproto.Message, 5)
-	for i, c := range clients {
-		go func() {
-			ids := []string{fmt.Sprint("b", i, "1"), fmt.Sprint("b", i, "2"), fmt.Sprint("b", i, "3"), fmt.Sprint("b", i, "4")}
-			if i == 4 {
-				time.Sleep(300 * time.Millisecond) // after the others are running
-				ids = ids[:1]
-			}
-			results <- send(c, ids...)
-		}()
+	ids := func(i, n int) []string {
+		var out []string
+		for j := range n {
+			out = append(out, fmt.Sprint("b", i, j))
+		}
+		return out
 	}
-	refused := 0
-	for range clients {
-		refused += busy(<-results)
+	for i, c := range clients[:4] {
+		send(c, ids(i, 4)...)
+	}
+	waitFor(t, sleeping(16), "16 calls to run")
+	send(clients[4], ids(4, 1)...)
+	refused := busy(clients[4].waitAll(ids(4, 1)...))
+	fake.Wake()
+	for i, c := range clients[:4] {
+		refused += busy(c.waitAll(ids(i, 4)...))
 	}
 	if refused != 1 {
 		t.Fatalf("17 big requests on five connections: %d refused, want 1", refused)
+	}
+	for _, c := range append(clients, op) {
+		c.answerClose()
 	}
 }

@@ -82,7 +82,7 @@ func TestMCPBadInput(t *testing.T) {
 	if err != nil || res.IsError || res.Content[0].(*mcp.TextContent).Text != "still here" {
 		t.Fatalf("after bad input: %+v %v", res, err)
 	}
-	if n := ts.Manager.Created(); n != 1 {
+	if n := ts.Backend.Created(); n != 1 {
 		t.Fatalf("%d sandboxes created, want the one of the session", n)
 	}
 }

@@ -59,13 +59,13 @@ func TestMCPSessionIsOneSandbox(t *testing.T) {
 	if names["echo"] == nil || names["echo"].InputSchema == nil || names["echo"].Annotations == nil || !names["echo"].Annotations.ReadOnlyHint {
 		t.Fatalf("tools/list: %+v", list.Tools)
 	}
-	if ts.Manager.Live() != 1 {
-		t.Fatalf("%d sandboxes for one MCP session", ts.Manager.Live())
+	if ts.Backend.Live() != 1 {
+		t.Fatalf("%d sandboxes for one MCP session", ts.Backend.Live())
 	}
 	// The MCP session's end closes the sandbox, never the sandbox's own
 	// idle reaper (which would not see the session's pings).
-	for _, s := range ts.Manager.List() {
-		if idle := s.(*servertest.Session).Options().IdleTimeout; idle >= 0 {
+	for _, s := range ts.Backend.List() {
+		if idle := s.(*servertest.FakeSandbox).Options().IdleTimeout; idle >= 0 {
 			t.Fatalf("an MCP sandbox with idle timeout %v", idle)
 		}
 	}
@@ -111,16 +111,16 @@ func TestMCPSessionIsOneSandbox(t *testing.T) {
 	if _, err := cs2.ListTools(ctx, nil); err != nil {
 		t.Fatal(err)
 	}
-	if ts.Manager.Live() != 2 {
-		t.Fatalf("%d sandboxes for two MCP sessions", ts.Manager.Live())
+	if ts.Backend.Live() != 2 {
+		t.Fatalf("%d sandboxes for two MCP sessions", ts.Backend.Live())
 	}
 	// Ending an MCP session (DELETE) closes its sandbox.
 	if err := cs.Close(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool { return ts.Manager.Live() == 1 }, "the sandbox of the closed MCP session to close")
+	waitFor(t, func() bool { return ts.Backend.Live() == 1 }, "the sandbox of the closed MCP session to close")
 	cs2.Close()
-	waitFor(t, func() bool { return ts.Manager.Live() == 0 }, "all sandboxes to close")
+	waitFor(t, func() bool { return ts.Backend.Live() == 0 }, "all sandboxes to close")
 }
 
 func TestMCPIdleTimeoutClosesSandbox(t *testing.T) {
@@ -130,8 +130,8 @@ func TestMCPIdleTimeoutClosesSandbox(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cs.Close()
-	waitFor(t, func() bool { return ts.Manager.Created() == 1 }, "the sandbox to start")
-	waitFor(t, func() bool { return ts.Manager.Live() == 0 }, "the idle MCP session's sandbox to close")
+	waitFor(t, func() bool { return ts.Backend.Created() == 1 }, "the sandbox to start")
+	waitFor(t, func() bool { return ts.Backend.Live() == 0 }, "the idle MCP session's sandbox to close")
 }
 
 func TestMCPAuth(t *testing.T) {
@@ -139,7 +139,7 @@ func TestMCPAuth(t *testing.T) {
 	if _, err := mcpConnect(t, ts, "wrong-wrong-wrong-wrong-wrong-wrong-wrong"); err == nil {
 		t.Fatal("connected with a wrong token")
 	}
-	if ts.Manager.Created() != 0 {
+	if ts.Backend.Created() != 0 {
 		t.Fatal("a sandbox was created for an unauthenticated client")
 	}
 }
@@ -159,7 +159,7 @@ func TestMCPShutdownClosesSandboxes(t *testing.T) {
 	if err := ts.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if ts.Manager.Live() != 0 {
+	if ts.Backend.Live() != 0 {
 		t.Fatal("MCP sandbox left after shutdown")
 	}
 	if _, err := cs.ListTools(ctx, nil); err == nil {

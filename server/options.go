@@ -48,7 +48,9 @@ type Options struct {
 	// AllowHosts adds Host names beyond the loopback ones; "*" any.
 	AllowHosts []string
 
-	Manager       core.Manager
+	// Manager is the session manager (sandboxmgr.New over a sandbox.Manager,
+	// or a fake in tests).
+	Manager       core.Backend
 	OperatorToken string
 	// StateDir, if set, keeps session token digests (StateDir/sessions) so
 	// sessions kept over a restart stay reachable.
@@ -87,6 +89,9 @@ type Options struct {
 	WSPingInterval  time.Duration
 	WSWriteTimeout  time.Duration
 	RingBytes       int
+	// DrainTransferIdle is the idle time of transfers once the server
+	// drains (default core.DrainTransferIdle).
+	DrainTransferIdle time.Duration
 }
 
 func (o *Options) validate() error {

@@ -23,6 +23,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/mcpapi"
 	"github.com/sandboxd/sandboxd/internal/metrics"
 	"github.com/sandboxd/sandboxd/internal/wsapi"
+	"github.com/sandboxd/sandboxd/sandbox"
 	"github.com/sandboxd/sandboxd/server/wsproto"
 )
 
@@ -53,14 +54,15 @@ func New(opts Options) (*Server, error) {
 	}
 	m := metrics.New(opts.Manager.Stats)
 	c, err := core.New(core.Options{
-		Manager:       opts.Manager,
-		OperatorToken: opts.OperatorToken,
-		Metrics:       m,
-		Logger:        opts.Logger,
-		Tokens:        tokens,
-		AllowedImages: opts.AllowedImages,
-		MaxSessions:   opts.MaxSessions,
-		RingBytes:     opts.RingBytes,
+		Backend:           opts.Manager,
+		OperatorToken:     opts.OperatorToken,
+		Metrics:           m,
+		Logger:            opts.Logger,
+		Tokens:            tokens,
+		AllowedImages:     opts.AllowedImages,
+		MaxSessions:       opts.MaxSessions,
+		RingBytes:         opts.RingBytes,
+		DrainTransferIdle: opts.DrainTransferIdle,
 		// A download chunk, base64-encoded in a message, must fit in one.
 		MaxDownloadChunk: int(opts.MaxMessageBytes/4*3) - 4096,
 	})
@@ -78,7 +80,7 @@ func New(opts Options) (*Server, error) {
 	})
 	s.mcp = mcpapi.New(c, mcpapi.Options{
 		Requests:       opts.requestPolicy(),
-		Session:        core.CreateOptions{Image: opts.MCPImage},
+		Session:        sandbox.SessionOptions{Image: opts.MCPImage},
 		SessionTimeout: opts.MCPSessionTimeout,
 		MaxBodyBytes:   opts.MaxMessageBytes,
 		Version:        opts.Version,

@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -59,7 +61,7 @@ func TestIdempotentRetry(t *testing.T) {
 	ts := servertest.Start(t, nil)
 	c := dial(t, ts)
 	s := c.create()
-	fake := ts.Manager.Session(s.SessionID)
+	fake := ts.Backend.Sandbox(s.SessionID)
 
 	var r1, r2 wsproto.CallResult
 	c.ok("req-1", wsproto.MethodToolsCall, call(s.SessionID, "count", nil, false), &r1)
@@ -131,8 +133,8 @@ func TestCreateIdempotencyKey(t *testing.T) {
 	if a.SessionID != b.SessionID || a.SessionToken != b.SessionToken || d.SessionID == a.SessionID {
 		t.Fatalf("ids %s %s %s", a.SessionID, b.SessionID, d.SessionID)
 	}
-	if ts.Manager.Created() != 2 {
-		t.Fatalf("%d sandboxes created, want 2", ts.Manager.Created())
+	if ts.Backend.Created() != 2 {
+		t.Fatalf("%d sandboxes created, want 2", ts.Backend.Created())
 	}
 	if code := c.code(4, wsproto.MethodSessionCreate, map[string]any{"idempotency_key": k1, "image": "other:1"}); code != wsproto.CodeConflict {
 		t.Fatalf("same key, other options: code %d", code)
@@ -209,6 +211,7 @@ func TestResumeReportsMissedOutput(t *testing.T) {
 // client of the same session that reads gets everything, and the server's
 // memory stays bounded by the queue limits.
 func TestSlowClientDisconnected(t *testing.T) {
+	t.Parallel()
 	ts := servertest.Start(t, func(o *server.Options) {
 		o.WSQueueMessages = 256
 		o.WSQueueBytes = 1 << 20
@@ -358,7 +361,7 @@ func TestCancelAndClose(t *testing.T) {
 		}
 		c.notes = append(c.notes, m)
 	}
-	if ts.Manager.Live() != 0 {
+	if ts.Backend.Live() != 0 {
 		t.Fatal("session still live")
 	}
 	if code := c.code("after", wsproto.MethodToolsList, map[string]any{"session_id": s.SessionID}); code != wsproto.CodeNotFound {
@@ -426,18 +429,20 @@ func TestGracefulShutdown(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if ts.Manager.Live() != 0 {
+	if ts.Backend.Live() != 0 {
 		t.Fatal("sessions left after shutdown")
 	}
 }
 
 // Calls that outlast the drain are cancelled.
 func TestShutdownCancelsLongCalls(t *testing.T) {
+	t.Parallel()
 	ts := servertest.Start(t, func(o *server.Options) { o.DrainTimeout = 100 * time.Millisecond })
 	c := dial(t, ts)
 	s := c.create()
 	c.send("forever", wsproto.MethodToolsCall, call(s.SessionID, "sleep", map[string]int{"ms": 60000}, false))
-	time.Sleep(50 * time.Millisecond)
+	waitFor(t, func() bool { return ts.Backend.Sandbox(s.SessionID).Sleeping() == 1 }, "the call to run")
+	c.answerClose()
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -526,13 +531,13 @@ func TestCreateIdempotencyKeyIsASecret(t *testing.T) {
 			t.Fatalf("key %q from another client: code %d", key, code)
 		}
 	}
-	if ts.Manager.Created() != 0 {
-		t.Fatalf("%d sessions created with guessable keys", ts.Manager.Created())
+	if ts.Backend.Created() != 0 {
+		t.Fatalf("%d sessions created with guessable keys", ts.Backend.Created())
 	}
 	var first, retry wsproto.CreateResult
 	a.ok("long", wsproto.MethodSessionCreate, map[string]any{"idempotency_key": "8f14e45fceea167a5a36dedd4bea2543"}, &first)
 	a.ok("long-retry", wsproto.MethodSessionCreate, map[string]any{"idempotency_key": "8f14e45fceea167a5a36dedd4bea2543"}, &retry)
-	if first.SessionToken != retry.SessionToken || ts.Manager.Created() != 1 {
+	if first.SessionToken != retry.SessionToken || ts.Backend.Created() != 1 {
 		t.Fatalf("retry with a long key: %+v vs %+v", first, retry)
 	}
 	// The same key with other options is a conflict that names the
@@ -568,8 +573,8 @@ func TestMaxSessionsByDefault(t *testing.T) {
 	if res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "x"}}); err == nil && !res.IsError {
 		t.Fatal("an MCP session beyond the cap got a sandbox")
 	}
-	if ts.Manager.Created() != server.DefaultMaxSessions {
-		t.Fatalf("%d sandboxes created", ts.Manager.Created())
+	if ts.Backend.Created() != server.DefaultMaxSessions {
+		t.Fatalf("%d sandboxes created", ts.Backend.Created())
 	}
 	c.ok("close", wsproto.MethodSessionClose, map[string]any{"session_id": last.SessionID}, nil)
 	// The refused MCP session is not lost: its next call creates its
@@ -586,6 +591,7 @@ func TestMaxSessionsByDefault(t *testing.T) {
 // and a new WebSocket is refused with 503; once the drain ends, the
 // listener closes.
 func TestHealthzDrainingDuringShutdown(t *testing.T) {
+	t.Parallel()
 	ts := servertest.Start(t, nil)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -609,8 +615,10 @@ func TestHealthzDrainingDuringShutdown(t *testing.T) {
 	}
 	c := dialRaw(t, wsURL, ts.Token)
 	s := c.create()
-	c.send("running", wsproto.MethodToolsCall, call(s.SessionID, "sleep", map[string]int{"ms": 1500}, false))
-	time.Sleep(100 * time.Millisecond)
+	// The call runs until the test wakes it.
+	c.send("running", wsproto.MethodToolsCall, call(s.SessionID, "sleep", map[string]int{"ms": 60000}, false))
+	fake := ts.Backend.Sandbox(s.SessionID)
+	waitFor(t, func() bool { return fake.Sleeping() == 1 }, "the call to run")
 	done := make(chan error, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -630,9 +638,16 @@ func TestHealthzDrainingDuringShutdown(t *testing.T) {
 	if err == nil || resp == nil || resp.StatusCode != http.StatusServiceUnavailable {
 		t.Fatalf("new WebSocket while draining: %v %+v", err, resp)
 	}
+	select {
+	case err := <-served:
+		t.Fatalf("the listener closed while a call drained: %v", err)
+	default:
+	}
+	fake.Wake()
 	if m := c.wait("running"); m.Error != nil {
 		t.Fatalf("the call in flight: %+v", m.Error)
 	}
+	c.answerClose()
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
@@ -646,9 +661,15 @@ func TestHealthzDrainingDuringShutdown(t *testing.T) {
 
 // A download its client abandoned halfway does not hold the shutdown for
 // the whole drain timeout: once draining, transfers idle out after
-// core.DrainTransferIdle.
+// DrainTransferIdle.
 func TestAbandonedDownloadDoesNotHoldShutdown(t *testing.T) {
-	ts := servertest.Start(t, func(o *server.Options) { o.DrainTimeout = 30 * time.Second })
+	t.Parallel()
+	var logs syncBuffer
+	ts := servertest.Start(t, func(o *server.Options) {
+		o.DrainTimeout = 30 * time.Second
+		o.DrainTransferIdle = 50 * time.Millisecond
+		o.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	})
 	c := dial(t, ts)
 	s := c.create()
 	payload := bytes.Repeat([]byte("0123456789abcdef"), 10000)
@@ -660,15 +681,38 @@ func TestAbandonedDownloadDoesNotHoldShutdown(t *testing.T) {
 		t.Fatal("the download ended in one chunk")
 	}
 	// The client never asks for the rest.
+	c.answerClose()
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
 	defer cancel()
-	start := time.Now()
 	if err := ts.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if took := time.Since(start); took > 10*time.Second {
-		t.Fatalf("shutdown waited %v for an abandoned download", took)
+	// Had the download held the drain, the drain would have timed out
+	// (after DrainTimeout) and said so.
+	if strings.Contains(logs.String(), "calls still running after the drain") {
+		t.Fatalf("the abandoned download held the drain:\n%s", logs.String())
 	}
+	if !strings.Contains(logs.String(), "shut down") {
+		t.Fatalf("no shutdown in the log:\n%s", logs.String())
+	}
+}
+
+// syncBuffer is a bytes.Buffer for a logger's concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }
 
 // Tool names come from clients: only calls a tool answered make a latency

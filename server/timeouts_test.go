@@ -22,6 +22,7 @@ import (
 // hold a connection for ever: on any route, authenticated or not, the
 // server gives up after BodyReadTimeout and closes the connection.
 func TestSlowBodyIsCut(t *testing.T) {
+	t.Parallel()
 	ts := servertest.Start(t, func(o *server.Options) { o.BodyReadTimeout = 300 * time.Millisecond })
 	addr := strings.TrimPrefix(ts.Base, "http://")
 	for _, tc := range []struct{ path, auth string }{
@@ -32,6 +33,7 @@ func TestSlowBodyIsCut(t *testing.T) {
 		{"/metrics", "Authorization: Bearer " + ts.Token + "\r\n"},
 	} {
 		t.Run(tc.path, func(t *testing.T) {
+			t.Parallel()
 			c, err := net.Dial("tcp", addr)
 			if err != nil {
 				t.Fatal(err)
@@ -51,6 +53,7 @@ func TestSlowBodyIsCut(t *testing.T) {
 // The body deadline ends with the body: a call that runs longer than it, on
 // a response that streams longer than it, is not cut.
 func TestBodyDeadlineLiftedAfterBody(t *testing.T) {
+	t.Parallel()
 	ts := servertest.Start(t, func(o *server.Options) { o.BodyReadTimeout = 200 * time.Millisecond })
 	cs, err := mcpConnect(t, ts, ts.Token)
 	if err != nil {
@@ -72,7 +75,7 @@ func TestUnixListenKeepsOtherFiles(t *testing.T) {
 	if err := os.WriteFile(file, []byte("data"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	srv, err := server.New(server.Options{Manager: servertest.NewManager(), OperatorToken: auth.NewToken(), Listen: "unix:" + file})
+	srv, err := server.New(server.Options{Manager: servertest.NewFakeBackend(), OperatorToken: auth.NewToken(), Listen: "unix:" + file})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +94,7 @@ func TestUnixListenKeepsOtherFiles(t *testing.T) {
 	}
 	stale.(*net.UnixListener).SetUnlinkOnClose(false)
 	stale.Close()
-	srv, err = server.New(server.Options{Manager: servertest.NewManager(), OperatorToken: auth.NewToken(), Listen: "unix:" + sock})
+	srv, err = server.New(server.Options{Manager: servertest.NewFakeBackend(), OperatorToken: auth.NewToken(), Listen: "unix:" + sock})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -182,3 +182,18 @@ func (c *rawClient) closeCode() int {
 		return -1
 	}
 }
+
+// answerClose reads, and drops, whatever comes until the connection ends,
+// so the client answers the server's close frame as a real client does
+// (gorilla echoes it) and the server's shutdown need not wait out its
+// close grace. Call it once the test reads nothing more.
+func (c *rawClient) answerClose() {
+	go func() {
+		_ = c.ws.SetReadDeadline(time.Time{})
+		for {
+			if _, _, err := c.ws.ReadMessage(); err != nil {
+				return
+			}
+		}
+	}()
+}

@@ -4,9 +4,8 @@
 // it, and JSONRPC and HTTPStatus give what each transport sends (MCP uses the
 // JSON-RPC codes, or an isError result for tool failures: ToolFailure).
 //
-// The sentinels of the session manager and the agent are added to the
-// table by their adapter, internal/sandboxmgr (Register), so that the API
-// packages build and test without the sandbox packages.
+// Errors of the session manager and the agent are mapped where they cross
+// into the server, by FromSandbox (internal/sandboxmgr calls it).
 package apierr
 
 import (
@@ -74,8 +73,9 @@ var codes = map[Kind]struct {
 	ParseError:       {wsproto.CodeParseError, http.StatusBadRequest},
 }
 
-// sentinels classifies the errors of the layers below. The first row that
-// matches (errors.Is) wins, so more specific rows come first.
+// sentinels classifies the errors any layer may return (see FromSandbox
+// for the session manager's). The first row that matches (errors.Is) wins,
+// so more specific rows come first.
 var sentinels = []struct {
 	err  error
 	kind Kind
@@ -87,15 +87,6 @@ var sentinels = []struct {
 	{fs.ErrNotExist, NotFound},
 	{fs.ErrPermission, PermissionDenied},
 	{fs.ErrExist, Conflict},
-}
-
-// Register adds a sentinel of a lower layer to the table. Call it from an
-// init function (internal/sandboxmgr does); the table is not locked.
-func Register(err error, kind Kind) {
-	sentinels = append(sentinels, struct {
-		err  error
-		kind Kind
-	}{err, kind})
 }
 
 // Error is a classified error with a message written for the client.
@@ -134,6 +125,10 @@ func KindOf(err error) Kind {
 		if errors.Is(err, row.err) {
 			return row.kind
 		}
+	}
+	var se *sandboxError
+	if errors.As(err, &se) {
+		return se.kind
 	}
 	return Internal
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/apierr"
 	"github.com/sandboxd/sandboxd/internal/auth"
 	"github.com/sandboxd/sandboxd/internal/metrics"
+	"github.com/sandboxd/sandboxd/sandbox"
 	"github.com/sandboxd/sandboxd/server/wsproto"
 )
 
@@ -46,9 +47,9 @@ const (
 	APIMCP       = "mcp"
 )
 
-// Options configure a Core. Manager and OperatorToken are required.
+// Options configure a Core. Backend and OperatorToken are required.
 type Options struct {
-	Manager       Manager
+	Backend       Backend
 	OperatorToken string
 	Metrics       *metrics.Metrics // nil: a private set
 	Logger        *slog.Logger     // nil: discard
@@ -61,20 +62,23 @@ type Options struct {
 	// MaxSessions caps live sessions across all clients; 0 is no cap.
 	MaxSessions int
 
-	RingBytes        int
-	RingChunks       int
-	IdemEntries      int
-	IdemBytes        int64
-	IdemTTL          time.Duration
-	TransferIdle     time.Duration
-	MaxTransfers     int // per session
-	MaxDownloadChunk int
-	CreateTimeout    time.Duration
+	RingBytes    int
+	RingChunks   int
+	IdemEntries  int
+	IdemBytes    int64
+	IdemTTL      time.Duration
+	TransferIdle time.Duration
+	// DrainTransferIdle replaces TransferIdle once the server drains
+	// (default DrainTransferIdle).
+	DrainTransferIdle time.Duration
+	MaxTransfers      int // per session
+	MaxDownloadChunk  int
+	CreateTimeout     time.Duration
 }
 
 func (o *Options) setDefaults() error {
-	if o.Manager == nil {
-		return errors.New("core: Options.Manager is required")
+	if o.Backend == nil {
+		return errors.New("core: Options.Backend is required")
 	}
 	if len(o.OperatorToken) < auth.MinTokenLength {
 		return fmt.Errorf("core: operator token must be at least %d characters", auth.MinTokenLength)
@@ -103,6 +107,9 @@ func (o *Options) setDefaults() error {
 	if o.TransferIdle <= 0 {
 		o.TransferIdle = DefaultTransferIdle
 	}
+	if o.DrainTransferIdle <= 0 {
+		o.DrainTransferIdle = DrainTransferIdle
+	}
 	if o.CreateTimeout <= 0 {
 		o.CreateTimeout = DefaultCreateTimeout
 	}
@@ -125,8 +132,8 @@ type Core struct {
 	cancel context.CancelFunc
 
 	mu       sync.Mutex
-	sessions map[string]*Sess
-	byToken  map[auth.Digest]*Sess
+	sessions map[string]*Session
+	byToken  map[auth.Digest]*Session
 	creating int
 	running  int           // calls in flight
 	drained  chan struct{} // closed when running drops to 0 while draining
@@ -152,12 +159,12 @@ func New(opts Options) (*Core, error) {
 		operator: auth.DigestOf(opts.OperatorToken),
 		base:     base,
 		cancel:   cancel,
-		sessions: map[string]*Sess{},
-		byToken:  map[auth.Digest]*Sess{},
+		sessions: map[string]*Session{},
+		byToken:  map[auth.Digest]*Session{},
 		creates:  newIdempotency(1024, 1<<20, opts.IdemTTL),
 		ended:    endedSet{ttl: opts.IdemTTL, max: 4096},
 	}
-	for _, s := range opts.Manager.List() {
+	for _, s := range opts.Backend.List() {
 		if c.adopt(s) == nil && opts.Tokens != nil {
 			// No token on record: the previous daemon ended between the
 			// sandbox's start and its answer to the client, so nobody can
@@ -173,7 +180,7 @@ func New(opts Options) (*Core, error) {
 		}
 	}
 	if opts.Tokens != nil {
-		opts.Tokens.Prune(func(id string) bool { _, ok := opts.Manager.Get(id); return ok })
+		opts.Tokens.Prune(func(id string) bool { _, ok := opts.Backend.Get(id); return ok })
 	}
 	return c, nil
 }
@@ -221,7 +228,7 @@ func notFound(id string) error {
 // Authorize returns session id if p may use it: p authenticated with its
 // token, or token (from the request) is its token. granted is the caller's
 // earlier grant (it created or attached the session on this connection).
-func (c *Core) Authorize(p Principal, id, token string, granted bool) (*Sess, error) {
+func (c *Core) Authorize(p Principal, id, token string, granted bool) (*Session, error) {
 	s := c.lookup(id)
 	if s == nil {
 		return nil, notFound(id)
@@ -248,40 +255,40 @@ func (c *Core) Ended(p Principal, id, token string, granted bool) bool {
 
 // lookup finds a session, adopting one the manager knows and the core does
 // not yet (kept over a restart).
-func (c *Core) lookup(id string) *Sess {
+func (c *Core) lookup(id string) *Session {
 	c.mu.Lock()
 	s := c.sessions[id]
 	c.mu.Unlock()
 	if s != nil {
 		return s
 	}
-	if ms, ok := c.opts.Manager.Get(id); ok {
-		return c.adopt(ms)
+	if sb, ok := c.opts.Backend.Get(id); ok {
+		return c.adopt(sb)
 	}
 	return nil
 }
 
-// adopt registers a manager session the core did not create in this run, if
+// adopt registers a sandbox of the backend the core did not create in this run, if
 // its token digest is on record. Without one nobody could ever reach it.
-func (c *Core) adopt(ms Session) *Sess {
+func (c *Core) adopt(sb Sandbox) *Session {
 	if c.opts.Tokens == nil {
 		return nil
 	}
-	d, ok := c.opts.Tokens.Load(ms.ID())
+	d, ok := c.opts.Tokens.Load(sb.ID())
 	if !ok {
 		return nil
 	}
-	s, err := c.register(ms, d, APIWebSocket)
+	s, err := c.register(sb, d, APIWebSocket)
 	if err != nil {
 		return nil
 	}
-	c.log.Info("adopted session", "session", ms.ID())
+	c.log.Info("adopted session", "session", sb.ID())
 	return s
 }
 
 // CreateResult is a new session and its capability token (returned once).
 type CreateResult struct {
-	Session *Sess
+	Session *Session
 	Token   string
 }
 
@@ -289,7 +296,7 @@ type CreateResult struct {
 // retry of the same create (same principal, key and options) returns the
 // first create's session; the create then runs to completion even if the
 // caller goes away, since a retry may come to collect it.
-func (c *Core) Create(wait context.Context, p Principal, api string, opts CreateOptions, idemKey string) (CreateResult, error) {
+func (c *Core) Create(wait context.Context, p Principal, api string, opts sandbox.SessionOptions, idemKey string) (CreateResult, error) {
 	if !p.Operator {
 		return CreateResult{}, apierr.New(apierr.PermissionDenied, "a session token cannot create sessions; use the operator token")
 	}
@@ -351,7 +358,7 @@ func (c *Core) checkImage(image string) error {
 	return apierr.New(apierr.PermissionDenied, "image %q is not allowed on this server (allowed: %v)", image, c.opts.AllowedImages)
 }
 
-func (c *Core) create(ctx context.Context, api string, opts CreateOptions) (CreateResult, error) {
+func (c *Core) create(ctx context.Context, api string, opts sandbox.SessionOptions) (CreateResult, error) {
 	c.mu.Lock()
 	switch {
 	case c.draining || c.closed:
@@ -372,16 +379,16 @@ func (c *Core) create(ctx context.Context, api string, opts CreateOptions) (Crea
 	ctx, cancel := context.WithTimeout(ctx, c.opts.CreateTimeout)
 	defer cancel()
 	start := time.Now()
-	ms, err := c.opts.Manager.Create(ctx, opts)
+	sb, err := c.opts.Backend.Create(ctx, opts)
 	if err != nil {
 		return CreateResult{}, err
 	}
 	token := auth.NewToken()
-	s, err := c.register(ms, auth.DigestOf(token), api)
+	s, err := c.register(sb, auth.DigestOf(token), api)
 	if err != nil {
 		closeCtx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		_ = ms.Close(closeCtx)
+		_ = sb.Close(closeCtx)
 		return CreateResult{}, err
 	}
 	// An MCP session's sandbox lives only as long as its MCP session, which
@@ -392,35 +399,35 @@ func (c *Core) create(ctx context.Context, api string, opts CreateOptions) (Crea
 			c.log.Warn("session token not persisted; the session will not survive a restart", "session", s.id, "err", err)
 		}
 	}
-	c.log.Info("session created", "session", s.id, "api", api, "image", ms.Info().Image, "took", time.Since(start).Round(time.Millisecond))
+	c.log.Info("session created", "session", s.id, "api", api, "image", sb.Info().Image, "took", time.Since(start).Round(time.Millisecond))
 	return CreateResult{Session: s, Token: token}, nil
 }
 
-// register adds a manager session and watches for its end.
-func (c *Core) register(ms Session, token auth.Digest, api string) (*Sess, error) {
+// register adds a sandbox of the backend and watches for its end.
+func (c *Core) register(sb Sandbox, token auth.Digest, api string) (*Session, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
 		return nil, apierr.New(apierr.Unavailable, "the server is shutting down")
 	}
-	if s, ok := c.sessions[ms.ID()]; ok {
+	if s, ok := c.sessions[sb.ID()]; ok {
 		return s, nil
 	}
-	s := newSess(c, ms, token, api)
+	s := newSession(c, sb, token, api)
 	c.sessions[s.id] = s
 	c.byToken[token] = s
 	c.watchers.Add(1)
 	go func() {
 		defer c.watchers.Done()
-		<-ms.Done()
+		<-sb.Done()
 		c.forget(s)
 	}()
 	return s, nil
 }
 
 // forget drops a session that left service.
-func (c *Core) forget(s *Sess) {
-	reason := s.s.EndReason()
+func (c *Core) forget(s *Session) {
+	reason := s.sb.EndReason()
 	if reason == "" {
 		reason = "closed"
 	}
@@ -447,7 +454,7 @@ func (c *Core) forget(s *Sess) {
 		// gets "closed" for a later session.close, so nobody else would.
 		// For a close in progress this waits for it; Close is idempotent.
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		if err := s.s.Close(ctx); err != nil {
+		if err := s.sb.Close(ctx); err != nil {
 			c.log.Warn("removing an ended session", "session", s.id, "err", err)
 		}
 		cancel()
@@ -456,19 +463,19 @@ func (c *Core) forget(s *Sess) {
 
 // List returns the sessions p may see: all for the operator, its own for a
 // session token.
-func (c *Core) List(p Principal) []*Sess {
+func (c *Core) List(p Principal) []*Session {
 	if !p.Operator {
 		if s := c.lookup(p.SessionID); s != nil {
-			return []*Sess{s}
+			return []*Session{s}
 		}
 		return nil
 	}
-	for _, ms := range c.opts.Manager.List() {
-		c.lookup(ms.ID())
+	for _, sb := range c.opts.Backend.List() {
+		c.lookup(sb.ID())
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := make([]*Sess, 0, len(c.sessions))
+	out := make([]*Session, 0, len(c.sessions))
 	for _, s := range c.sessions {
 		out = append(out, s)
 	}
@@ -510,7 +517,7 @@ func (c *Core) Drain(ctx context.Context) error {
 	c.mu.Lock()
 	c.draining = true
 	for _, s := range c.sessions {
-		s.xfers.shorten(DrainTransferIdle)
+		s.xfers.shorten(c.opts.DrainTransferIdle)
 	}
 	if c.running == 0 {
 		c.mu.Unlock()
@@ -548,7 +555,7 @@ func (c *Core) Shutdown(ctx context.Context, keepSessions bool) error {
 	c.keeping = keepSessions
 	c.mu.Unlock()
 	c.cancel()
-	err := c.opts.Manager.Shutdown(ctx, keepSessions)
+	err := c.opts.Backend.Shutdown(ctx, keepSessions)
 	c.mu.Lock()
 	c.closed = true
 	c.mu.Unlock()

@@ -108,24 +108,33 @@ func (ts *transfers) reserve(max int) bool {
 	return false
 }
 
-// start runs fn (an Upload or Download on one end of a pipe) in a goroutine.
-// At most max transfers run at once in a session: each holds a goroutine, a
-// transfer in the sandbox and, for a download, its last chunk.
-func (ts *transfers) start(base context.Context, upload bool, idle time.Duration, max int, fn func(ctx context.Context, t *transfer) error) (*transfer, error) {
-	if !ts.reserve(max) {
-		return nil, errTooManyTransfers(max)
+// transferSpec describes a transfer to start.
+type transferSpec struct {
+	upload bool
+	idle   time.Duration // a transfer without a message for this long is aborted
+	max    int           // transfers in progress at once in the session
+	// run is the Upload or Download on one end of the transfer's pipe.
+	run func(ctx context.Context, t *transfer) error
+}
+
+// start runs spec.run in a goroutine, under base. At most spec.max
+// transfers run at once in a session: each holds a goroutine, a transfer in
+// the sandbox and, for a download, its last chunk.
+func (ts *transfers) start(base context.Context, spec transferSpec) (*transfer, error) {
+	if !ts.reserve(spec.max) {
+		return nil, errTooManyTransfers(spec.max)
 	}
 	ctx, cancel := context.WithCancel(base)
-	t := &transfer{id: auth.NewToken()[:22], upload: upload, cancel: cancel, done: make(chan struct{})}
-	t.idle.Store(int64(idle))
+	t := &transfer{id: auth.NewToken()[:22], upload: spec.upload, cancel: cancel, done: make(chan struct{})}
+	t.idle.Store(int64(spec.idle))
 	t.pr, t.pw = io.Pipe()
-	t.timer = time.AfterFunc(idle, func() {
+	t.timer = time.AfterFunc(spec.idle, func() {
 		ts.remove(t)
 		t.abort(apierr.New(apierr.Timeout, "transfer idle for %v", time.Duration(t.idle.Load())))
 	})
 	ts.add(t)
 	go func() {
-		t.err = fn(ctx, t)
+		t.err = spec.run(ctx, t)
 		close(t.done)
 	}()
 	return t, nil

@@ -31,6 +31,8 @@ import (
 	"github.com/sandboxd/sandboxd/internal/apierr"
 	"github.com/sandboxd/sandboxd/internal/auth"
 	"github.com/sandboxd/sandboxd/internal/core"
+	"github.com/sandboxd/sandboxd/internal/metrics"
+	"github.com/sandboxd/sandboxd/sandbox"
 	"github.com/sandboxd/sandboxd/tools"
 )
 
@@ -47,7 +49,7 @@ type Options struct {
 	Requests auth.RequestPolicy
 	// Session is how every MCP session's sandbox is created (Image is the
 	// --mcp-image flag).
-	Session core.CreateOptions
+	Session sandbox.SessionOptions
 	// SessionTimeout closes an MCP session (and its sandbox) after this
 	// long without a request. Default 30 minutes.
 	SessionTimeout time.Duration
@@ -67,18 +69,18 @@ type Handler struct {
 	http *mcp.StreamableHTTPHandler
 
 	mu       sync.Mutex
-	sessions map[*mcp.ServerSession]*sandbox
+	sessions map[*mcp.ServerSession]*mcpSandbox
 	shut     bool
 	wg       sync.WaitGroup
 }
 
-// sandbox is the sandbox of one MCP session.
-type sandbox struct {
+// mcpSandbox is the sandbox of one MCP session.
+type mcpSandbox struct {
 	ready  chan struct{}      // closed when the first create has ended
 	cancel context.CancelFunc // cancels the first create
 
 	mu    sync.Mutex // held by a create retry, so there is one at a time
-	sess  *core.Sess
+	sess  *core.Session
 	err   error // of the last create, while there is no sess
 	ended bool  // the MCP session ended: its sandbox is closed, none is made
 }
@@ -96,9 +98,9 @@ func New(c *core.Core, opts Options) *Handler {
 	// lives on pings (the SDK client's KeepAlive), and a sandbox reaped
 	// under a live MCP session lost its shell state.
 	if opts.Session.IdleTimeout == 0 {
-		opts.Session.IdleTimeout = -1
+		opts.Session.IdleTimeout = sandbox.NoIdleTimeout
 	}
-	h := &Handler{core: c, opts: opts, log: c.Logger().With("component", "mcpapi"), sessions: map[*mcp.ServerSession]*sandbox{}}
+	h := &Handler{core: c, opts: opts, log: c.Logger().With("component", "mcpapi"), sessions: map[*mcp.ServerSession]*mcpSandbox{}}
 	srv := mcp.NewServer(&mcp.Implementation{Name: "sandboxd", Title: "sandboxd", Version: opts.Version}, &mcp.ServerOptions{
 		Instructions: "Each MCP session of this server is one sandbox (a Linux container) with a persistent terminal, " +
 			"a file editor, grep and glob. Files live under /workspace; the sandbox ends with the session.",
@@ -182,7 +184,7 @@ func (h *Handler) start(ss *mcp.ServerSession) {
 		return
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	sb := &sandbox{ready: make(chan struct{}), cancel: cancel}
+	sb := &mcpSandbox{ready: make(chan struct{}), cancel: cancel}
 	h.sessions[ss] = sb
 	h.wg.Add(2)
 	h.mu.Unlock()
@@ -220,7 +222,7 @@ func (h *Handler) start(ss *mcp.ServerSession) {
 }
 
 // create makes the sandbox of ss, with sb.mu held.
-func (h *Handler) create(ctx context.Context, ss *mcp.ServerSession, sb *sandbox) {
+func (h *Handler) create(ctx context.Context, ss *mcp.ServerSession, sb *mcpSandbox) {
 	r, err := h.core.Create(ctx, h.core.Operator(), core.APIMCP, h.opts.Session, "")
 	if err != nil {
 		sb.err = fmt.Errorf("creating the sandbox of this MCP session: %w (the next call tries again)", err)
@@ -237,7 +239,7 @@ func (h *Handler) create(ctx context.Context, ss *mcp.ServerSession, sb *sandbox
 
 // sandboxOf waits for the sandbox of ss; if its create failed, it tries
 // again.
-func (h *Handler) sandboxOf(ctx context.Context, ss *mcp.ServerSession) (*core.Sess, error) {
+func (h *Handler) sandboxOf(ctx context.Context, ss *mcp.ServerSession) (*core.Session, error) {
 	h.mu.Lock()
 	sb, ok := h.sessions[ss]
 	h.mu.Unlock()
@@ -293,7 +295,7 @@ func (h *Handler) callTool(ctx context.Context, ss *mcp.ServerSession, req *mcp.
 		defer p.stop()
 		sink = p.send
 	}
-	obs, err := s.Call(ctx, "mcp", nil, req.Params.Name, req.Params.Arguments, false, sink)
+	obs, err := s.Call(ctx, core.CallRequest{Transport: metrics.TransportMCP, Name: req.Params.Name, Args: req.Params.Arguments, Extra: sink})
 	if err != nil {
 		if !apierr.ToolFailure(err) {
 			return nil, err

@@ -13,6 +13,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/core"
 	"github.com/sandboxd/sandboxd/internal/mcpapi"
 	"github.com/sandboxd/sandboxd/internal/servertest"
+	"github.com/sandboxd/sandboxd/sandbox"
 )
 
 func TestMain(m *testing.M) {
@@ -28,8 +29,8 @@ const initialize = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"pro
 // DNS-rebinding check on): mounted without the server's middleware it still
 // refuses a rebound Host or another origin, and starts no sandbox for them.
 func TestHandlerChecksHostAndOrigin(t *testing.T) {
-	m := servertest.NewManager()
-	c, err := core.New(core.Options{Manager: m, OperatorToken: auth.NewToken()})
+	m := servertest.NewFakeBackend()
+	c, err := core.New(core.Options{Backend: m, OperatorToken: auth.NewToken()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +49,7 @@ func TestHandlerChecksHostAndOrigin(t *testing.T) {
 		{"plain", auth.RequestPolicy{}, "", "", http.StatusOK},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			h := mcpapi.New(c, mcpapi.Options{Requests: tc.policy, Session: core.CreateOptions{Image: "fake:latest"}})
+			h := mcpapi.New(c, mcpapi.Options{Requests: tc.policy, Session: sandbox.SessionOptions{Image: "fake:latest"}})
 			hs := httptest.NewServer(h)
 			defer hs.Close()
 			defer h.Shutdown(context.Background())

@@ -1,84 +1,57 @@
-// Package sandboxmgr adapts *sandbox.Manager to the core.Manager interface
+// Package sandboxmgr adapts *sandbox.Manager to the core.Backend interface
 // the API layers are written against (so they can be tested without Docker).
 package sandboxmgr
 
 import (
 	"context"
-	"errors"
-	"strings"
+	"encoding/json"
+	"io"
 
+	"github.com/sandboxd/sandboxd/internal/apierr"
 	"github.com/sandboxd/sandboxd/internal/core"
 	"github.com/sandboxd/sandboxd/internal/metrics"
 	"github.com/sandboxd/sandboxd/sandbox"
+	"github.com/sandboxd/sandboxd/tools"
 )
 
-// Manager is a core.Manager over a sandbox.Manager.
-type Manager struct{ m *sandbox.Manager }
+// Backend is a core.Backend over a sandbox.Manager.
+type Backend struct{ m *sandbox.Manager }
 
-var _ core.Manager = (*Manager)(nil)
+var _ core.Backend = (*Backend)(nil)
 
 // New wraps m.
-func New(m *sandbox.Manager) *Manager { return &Manager{m: m} }
+func New(m *sandbox.Manager) *Backend { return &Backend{m: m} }
 
 // Create starts a session.
-func (a *Manager) Create(ctx context.Context, o core.CreateOptions) (core.Session, error) {
-	s, err := a.m.Create(ctx, Options(o))
+func (a *Backend) Create(ctx context.Context, o sandbox.SessionOptions) (core.Sandbox, error) {
+	s, err := a.m.Create(ctx, o)
 	if err != nil {
-		return nil, apiNames(err)
+		return nil, apierr.FromSandbox(err)
 	}
-	return session{s}, nil
-}
-
-// apiFields renames the manager's option fields to the API's where they
-// differ, so an invalid-options error names what the client sent.
-var apiFields = strings.NewReplacer("limits.memory", "limits.memory_mb", "limits.tmpfs", "limits.tmp_mb")
-
-func apiNames(err error) error {
-	var oe *sandbox.OptionsError
-	if !errors.As(err, &oe) {
-		return err
-	}
-	renamed := &sandbox.OptionsError{Problems: make([]string, len(oe.Problems))}
-	for i, p := range oe.Problems {
-		renamed.Problems[i] = apiFields.Replace(p)
-	}
-	return renamed
-}
-
-// Options converts the API's create options to the manager's.
-func Options(o core.CreateOptions) sandbox.SessionOptions {
-	idle := o.IdleTimeout
-	if idle < 0 {
-		idle = sandbox.NoIdleTimeout
-	}
-	return sandbox.SessionOptions{
-		Image: o.Image, Env: o.Env, Cwd: o.Cwd, User: o.User, Network: o.Network,
-		IdleTimeout: idle, Labels: o.Labels,
-		Limits: sandbox.Limits{Memory: o.MemoryBytes, CPUs: o.CPUs, Pids: o.Pids, Tmpfs: o.TmpBytes},
-	}
+	return managed{s}, nil
 }
 
 // Get returns a live session.
-func (a *Manager) Get(id string) (core.Session, bool) {
+func (a *Backend) Get(id string) (core.Sandbox, bool) {
 	s, err := a.m.Get(id)
 	if err != nil {
 		return nil, false
 	}
-	return session{s}, true
+	return managed{s}, true
 }
 
 // List returns the live sessions.
-func (a *Manager) List() []core.Session {
+func (a *Backend) List() []core.Sandbox {
 	all := a.m.List()
-	out := make([]core.Session, len(all))
+	out := make([]core.Sandbox, len(all))
 	for i, s := range all {
-		out[i] = session{s}
+		out[i] = managed{s}
 	}
 	return out
 }
 
 // Stats counts sessions by state and warm sandboxes.
-func (a *Manager) Stats() metrics.Stats {
+func (a *Backend) Stats() metrics.Stats {
 	st := metrics.Stats{SessionsByState: map[string]int{}}
 	for _, s := range a.m.List() {
 		st.SessionsByState[s.State().String()]++
@@ -90,16 +63,40 @@ func (a *Manager) Stats() metrics.Stats {
 }
 
 // Shutdown shuts the manager down.
-func (a *Manager) Shutdown(ctx context.Context, keepSessions bool) error {
-	return a.m.Shutdown(ctx, keepSessions)
+func (a *Backend) Shutdown(ctx context.Context, keepSessions bool) error {
+	return apierr.FromSandbox(a.m.Shutdown(ctx, keepSessions))
 }
 
 // Manager returns the wrapped manager.
-func (a *Manager) Manager() *sandbox.Manager { return a.m }
+func (a *Backend) Manager() *sandbox.Manager { return a.m }
 
-type session struct{ *sandbox.Session }
+// managed is a core.Sandbox over a manager's session, whose errors are
+// mapped to the API's (apierr.FromSandbox) as they leave it.
+type managed struct{ *sandbox.Session }
 
-func (s session) Info() core.Info {
+func (s managed) Tools(ctx context.Context) ([]tools.Definition, error) {
+	defs, err := s.Session.Tools(ctx)
+	return defs, apierr.FromSandbox(err)
+}
+
+func (s managed) Call(ctx context.Context, name string, args json.RawMessage, stream tools.StreamFunc) (*tools.Observation, error) {
+	obs, err := s.Session.Call(ctx, name, args, stream)
+	return obs, apierr.FromSandbox(err)
+}
+
+func (s managed) Upload(ctx context.Context, destDir string, tar io.Reader) error {
+	return apierr.FromSandbox(s.Session.Upload(ctx, destDir, tar))
+}
+
+func (s managed) Download(ctx context.Context, path string, w io.Writer) error {
+	return apierr.FromSandbox(s.Session.Download(ctx, path, w))
+}
+
+func (s managed) Close(ctx context.Context) error {
+	return apierr.FromSandbox(s.Session.Close(ctx))
+}
+
+func (s managed) Info() core.Info {
 	o := s.Options()
 	return core.Info{State: s.State().String(), Image: o.Image, Labels: o.Labels}
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/auth"
 	"github.com/sandboxd/sandboxd/internal/core"
 	"github.com/sandboxd/sandboxd/internal/metrics"
+	"github.com/sandboxd/sandboxd/sandbox"
 	"github.com/sandboxd/sandboxd/tools"
 )
 
@@ -28,35 +29,36 @@ var (
 	errManagerClosed = apierr.New(apierr.Unavailable, "session manager is shut down")
 )
 
-// Manager is a fake core.Manager whose sessions run fake tools in memory.
+// FakeBackend is a fake core.Backend whose sessions run fake tools in memory.
 //
 // Tools of every fake session:
 //   - echo {text}: returns text; with streaming, streams it first.
 //   - count {ms}: counts a run, waits ms, returns how many times count
 //     ran in this session.
-//   - sleep {ms}: waits ms milliseconds (or until cancelled).
+//   - sleep {ms}: waits ms milliseconds (or until cancelled, or woken by
+//     FakeSandbox.Wake: tests hold a call in flight as long as they need).
 //   - stream {chunks, size, pause_us}: streams chunks pieces of size bytes
 //     ("x"), pausing between them, and returns "done".
 //   - fail {}: an IsError observation.
 //   - image {}: a caption and a 1x1 PNG.
 //   - terminal {command}: "echo X" prints X; "exit N" exits N (as
 //     structured exit_code); anything else echoes the command.
-type Manager struct {
+type FakeBackend struct {
 	mu       sync.Mutex
-	sessions map[string]*Session
+	sessions map[string]*FakeSandbox
 	created  atomic.Int64
 	shut     bool
 	// CreateDelay is how long Create takes.
 	CreateDelay time.Duration
 }
 
-// NewManager returns an empty fake manager.
-func NewManager() *Manager { return &Manager{sessions: map[string]*Session{}} }
+// NewFakeBackend returns an empty fake backend.
+func NewFakeBackend() *FakeBackend { return &FakeBackend{sessions: map[string]*FakeSandbox{}} }
 
-var _ core.Manager = (*Manager)(nil)
+var _ core.Backend = (*FakeBackend)(nil)
 
 // Create makes a fake session.
-func (m *Manager) Create(ctx context.Context, o core.CreateOptions) (core.Session, error) {
+func (m *FakeBackend) Create(ctx context.Context, o sandbox.SessionOptions) (core.Sandbox, error) {
 	if m.CreateDelay > 0 {
 		select {
 		case <-time.After(m.CreateDelay):
@@ -75,17 +77,17 @@ func (m *Manager) Create(ctx context.Context, o core.CreateOptions) (core.Sessio
 	if m.shut {
 		return nil, errManagerClosed
 	}
-	s := &Session{id: "fake-" + auth.NewToken()[:12], opts: o, done: make(chan struct{}), files: map[string][]byte{}}
+	s := &FakeSandbox{id: "fake-" + auth.NewToken()[:12], opts: o, done: make(chan struct{}), wake: make(chan struct{}), files: map[string][]byte{}}
 	m.sessions[s.id] = s
 	m.created.Add(1)
 	return s, nil
 }
 
 // Created counts sessions created so far.
-func (m *Manager) Created() int { return int(m.created.Load()) }
+func (m *FakeBackend) Created() int { return int(m.created.Load()) }
 
 // Get returns a live session.
-func (m *Manager) Get(id string) (core.Session, bool) {
+func (m *FakeBackend) Get(id string) (core.Sandbox, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	s, ok := m.sessions[id]
@@ -95,18 +97,18 @@ func (m *Manager) Get(id string) (core.Session, bool) {
 	return s, true
 }
 
-// Session returns a live session as its fake type.
-func (m *Manager) Session(id string) *Session {
+// Sandbox returns a session (live or not) as its fake type.
+func (m *FakeBackend) Sandbox(id string) *FakeSandbox {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.sessions[id]
 }
 
 // List returns the live sessions.
-func (m *Manager) List() []core.Session {
+func (m *FakeBackend) List() []core.Sandbox {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	var out []core.Session
+	var out []core.Sandbox
 	for _, s := range m.sessions {
 		if !s.closed.Load() {
 			out = append(out, s)
@@ -116,18 +118,18 @@ func (m *Manager) List() []core.Session {
 }
 
 // Live counts live sessions.
-func (m *Manager) Live() int { return len(m.List()) }
+func (m *FakeBackend) Live() int { return len(m.List()) }
 
 // Stats counts live sessions.
-func (m *Manager) Stats() metrics.Stats {
+func (m *FakeBackend) Stats() metrics.Stats {
 	return metrics.Stats{SessionsByState: map[string]int{"ready": m.Live()}, PoolSize: 0}
 }
 
 // Shutdown closes every session.
-func (m *Manager) Shutdown(ctx context.Context, keep bool) error {
+func (m *FakeBackend) Shutdown(ctx context.Context, keep bool) error {
 	m.mu.Lock()
 	m.shut = true
-	all := make([]*Session, 0, len(m.sessions))
+	all := make([]*FakeSandbox, 0, len(m.sessions))
 	for _, s := range m.sessions {
 		all = append(all, s)
 	}
@@ -138,23 +140,37 @@ func (m *Manager) Shutdown(ctx context.Context, keep bool) error {
 	return nil
 }
 
-// Session is a fake session.
-type Session struct {
+// FakeSandbox is a sandbox of the fake backend.
+type FakeSandbox struct {
 	id     string
-	opts   core.CreateOptions
+	opts   sandbox.SessionOptions
 	done   chan struct{}
 	closed atomic.Bool
 	counts atomic.Int64
-	mu     sync.Mutex
-	files  map[string][]byte // upload dir -> tar bytes
-	err    error
+	// sleeping counts sleep calls in progress.
+	sleeping atomic.Int64
+	mu       sync.Mutex
+	files    map[string][]byte // upload dir -> tar bytes
+	err      error
+	wake     chan struct{} // closed by Wake, then replaced
 }
 
-// ID implements core.Session.
-func (s *Session) ID() string { return s.id }
+// Sleeping counts the sleep calls in progress.
+func (s *FakeSandbox) Sleeping() int { return int(s.sleeping.Load()) }
 
-// Info implements core.Session.
-func (s *Session) Info() core.Info {
+// Wake ends the sleep calls in progress as if their time had passed.
+func (s *FakeSandbox) Wake() {
+	s.mu.Lock()
+	close(s.wake)
+	s.wake = make(chan struct{})
+	s.mu.Unlock()
+}
+
+// ID implements core.Sandbox.
+func (s *FakeSandbox) ID() string { return s.id }
+
+// Info implements core.Sandbox.
+func (s *FakeSandbox) Info() core.Info {
 	state := "ready"
 	if s.closed.Load() {
 		state = "closed"
@@ -163,13 +179,13 @@ func (s *Session) Info() core.Info {
 }
 
 // Options are the options the session was created with.
-func (s *Session) Options() core.CreateOptions { return s.opts }
+func (s *FakeSandbox) Options() sandbox.SessionOptions { return s.opts }
 
 // Counts is how many times the count tool ran.
-func (s *Session) Counts() int { return int(s.counts.Load()) }
+func (s *FakeSandbox) Counts() int { return int(s.counts.Load()) }
 
 // Fail ends the session as if its sandbox died.
-func (s *Session) Fail(err error) {
+func (s *FakeSandbox) Fail(err error) {
 	s.mu.Lock()
 	s.err = err
 	s.mu.Unlock()
@@ -224,8 +240,8 @@ var fakeDefs = func() []tools.Definition {
 	}
 }()
 
-// Tools implements core.Session.
-func (s *Session) Tools(ctx context.Context) ([]tools.Definition, error) {
+// Tools implements core.Sandbox.
+func (s *FakeSandbox) Tools(ctx context.Context) ([]tools.Definition, error) {
 	if s.closed.Load() {
 		return nil, errClosed
 	}
@@ -235,8 +251,8 @@ func (s *Session) Tools(ctx context.Context) ([]tools.Definition, error) {
 // onePixelPNG is a valid 1x1 PNG.
 var onePixelPNG = []byte("\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01\x00\x00\x00\x01\x08\x06\x00\x00\x00\x1f\x15\xc4\x89\x00\x00\x00\rIDATx\x9cc\xf8\x0f\x00\x00\x01\x01\x00\x05\x18\xd8N\x00\x00\x00\x00IEND\xaeB`\x82")
 
-// Call implements core.Session.
-func (s *Session) Call(ctx context.Context, name string, args json.RawMessage, stream tools.StreamFunc) (*tools.Observation, error) {
+// Call implements core.Sandbox.
+func (s *FakeSandbox) Call(ctx context.Context, name string, args json.RawMessage, stream tools.StreamFunc) (*tools.Observation, error) {
 	if s.closed.Load() {
 		return nil, fmt.Errorf("session %s: %w", s.id, errClosed)
 	}
@@ -274,8 +290,15 @@ func (s *Session) Call(ctx context.Context, name string, args json.RawMessage, s
 		}
 		return tools.TextResult(fmt.Sprint(n), map[string]int64{"count": n}), nil
 	case "sleep":
+		s.mu.Lock()
+		wake := s.wake
+		s.mu.Unlock()
+		s.sleeping.Add(1)
+		defer s.sleeping.Add(-1)
 		select {
 		case <-time.After(time.Duration(a.MS) * time.Millisecond):
+			return tools.TextResult("slept", nil), nil
+		case <-wake:
 			return tools.TextResult("slept", nil), nil
 		case <-ctx.Done():
 			return nil, ctx.Err()
@@ -312,8 +335,8 @@ func (s *Session) Call(ctx context.Context, name string, args json.RawMessage, s
 	return nil, fmt.Errorf("%w %q", tools.ErrUnknownTool, name)
 }
 
-// Upload implements core.Session: it keeps the tar bytes under destDir.
-func (s *Session) Upload(ctx context.Context, destDir string, r io.Reader) error {
+// Upload implements core.Sandbox: it keeps the tar bytes under destDir.
+func (s *FakeSandbox) Upload(ctx context.Context, destDir string, r io.Reader) error {
 	b, err := io.ReadAll(r)
 	if err != nil {
 		return err
@@ -324,8 +347,8 @@ func (s *Session) Upload(ctx context.Context, destDir string, r io.Reader) error
 	return nil
 }
 
-// Download implements core.Session: it writes what was uploaded to path.
-func (s *Session) Download(ctx context.Context, path string, w io.Writer) error {
+// Download implements core.Sandbox: it writes what was uploaded to path.
+func (s *FakeSandbox) Download(ctx context.Context, path string, w io.Writer) error {
 	s.mu.Lock()
 	b, ok := s.files[path]
 	s.mu.Unlock()
@@ -336,19 +359,19 @@ func (s *Session) Download(ctx context.Context, path string, w io.Writer) error 
 	return err
 }
 
-// Close implements core.Session.
-func (s *Session) Close(ctx context.Context) error {
+// Close implements core.Sandbox.
+func (s *FakeSandbox) Close(ctx context.Context) error {
 	if s.closed.CompareAndSwap(false, true) {
 		close(s.done)
 	}
 	return nil
 }
 
-// Done implements core.Session.
-func (s *Session) Done() <-chan struct{} { return s.done }
+// Done implements core.Sandbox.
+func (s *FakeSandbox) Done() <-chan struct{} { return s.done }
 
-// EndReason implements core.Session.
-func (s *Session) EndReason() string {
+// EndReason implements core.Sandbox.
+func (s *FakeSandbox) EndReason() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.err == nil {

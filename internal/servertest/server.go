@@ -11,11 +11,11 @@ import (
 	"github.com/sandboxd/sandboxd/server"
 )
 
-// Server is a running test server over a fake manager.
+// Server is a running test server over a fake backend.
 type Server struct {
 	*server.Server
 	HTTP    *httptest.Server
-	Manager *Manager
+	Backend *FakeBackend
 	Token   string
 	// URL is the WebSocket URL (ws://127.0.0.1:port/v1/ws).
 	URL string
@@ -27,7 +27,7 @@ type Server struct {
 // options. It is shut down when the test ends.
 func Start(t testing.TB, tweak func(*server.Options)) *Server {
 	t.Helper()
-	m := NewManager()
+	m := NewFakeBackend()
 	token := auth.NewToken()
 	opts := server.Options{Manager: m, OperatorToken: token, StateDir: t.TempDir(), MCPImage: "fake:latest"}
 	if tweak != nil {
@@ -39,7 +39,7 @@ func Start(t testing.TB, tweak func(*server.Options)) *Server {
 	}
 	hs := httptest.NewUnstartedServer(srv.Handler())
 	hs.Start()
-	ts := &Server{Server: srv, HTTP: hs, Manager: m, Token: token, Base: hs.URL,
+	ts := &Server{Server: srv, HTTP: hs, Backend: m, Token: token, Base: hs.URL,
 		URL: "ws" + strings.TrimPrefix(hs.URL, "http") + "/v1/ws"}
 	t.Cleanup(func() { ts.Stop(t) })
 	return ts

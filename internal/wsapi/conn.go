@@ -49,8 +49,8 @@ type conn struct {
 	writerDone chan struct{}
 
 	mu       sync.Mutex
-	grants   map[string]*core.Sess // sessions this connection may use
-	attached map[string]*core.Sess // sessions whose output it receives
+	grants   map[string]*core.Session // sessions this connection may use
+	attached map[string]*core.Session // sessions whose output it receives
 }
 
 func newConn(h *Handler, ws *websocket.Conn, p core.Principal, remote string) *conn {
@@ -65,8 +65,8 @@ func newConn(h *Handler, ws *websocket.Conn, p core.Principal, remote string) *c
 		inflight:   make(chan struct{}, h.opts.MaxInFlight),
 		writerDone: make(chan struct{}),
 		closing:    make(chan struct{}),
-		grants:     map[string]*core.Sess{},
-		attached:   map[string]*core.Sess{},
+		grants:     map[string]*core.Session{},
+		attached:   map[string]*core.Session{},
 	}
 }
 
@@ -402,14 +402,14 @@ func validID(id json.RawMessage) bool {
 }
 
 // grant records that this connection may use s.
-func (c *conn) grant(s *core.Sess) {
+func (c *conn) grant(s *core.Session) {
 	c.mu.Lock()
 	c.grants[s.ID()] = s
 	c.mu.Unlock()
 }
 
 // session authorizes a session-scoped request.
-func (c *conn) session(ref wsproto.SessionRef) (*core.Sess, error) {
+func (c *conn) session(ref wsproto.SessionRef) (*core.Session, error) {
 	if ref.SessionID == "" {
 		return nil, apierr.New(apierr.InvalidParams, "session_id is required")
 	}
@@ -426,7 +426,7 @@ func (c *conn) session(ref wsproto.SessionRef) (*core.Sess, error) {
 
 // attach subscribes the connection to s's output after lastSeq; before
 // queues the response under the stream lock, ahead of the replay.
-func (c *conn) attach(s *core.Sess, lastSeq uint64, before func(core.ReplayInfo)) {
+func (c *conn) attach(s *core.Session, lastSeq uint64, before func(core.ReplayInfo)) {
 	c.mu.Lock()
 	if _, ok := c.attached[s.ID()]; ok {
 		s.Detach(c)

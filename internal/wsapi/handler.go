@@ -99,6 +99,10 @@ func (o *Options) setDefaults() {
 // connection's registration.
 var testHookUpgraded func()
 
+// testHookShutdown, if set (tests), runs once Shutdown has taken its
+// snapshot of the connections.
+var testHookShutdown func()
+
 // Handler is the http.Handler of /v1/ws. Host and Origin are checked by the
 // server's middleware before it runs; it authenticates the bearer token.
 type Handler struct {
@@ -211,6 +215,9 @@ func (h *Handler) Shutdown(ctx context.Context) error {
 		conns = append(conns, c)
 	}
 	h.mu.Unlock()
+	if testHookShutdown != nil {
+		testHookShutdown()
+	}
 	for _, c := range conns {
 		go c.shutdown(ctx)
 	}

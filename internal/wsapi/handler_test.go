@@ -14,18 +14,19 @@ import (
 	"github.com/sandboxd/sandboxd/internal/auth"
 	"github.com/sandboxd/sandboxd/internal/core"
 	"github.com/sandboxd/sandboxd/internal/metrics"
+	"github.com/sandboxd/sandboxd/sandbox"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// noSessions is a core.Manager without sessions.
+// noSessions is a core.Backend without sessions.
 type noSessions struct{}
 
-func (noSessions) Create(context.Context, core.CreateOptions) (core.Session, error) {
+func (noSessions) Create(context.Context, sandbox.SessionOptions) (core.Sandbox, error) {
 	return nil, context.Canceled
 }
-func (noSessions) Get(string) (core.Session, bool)      { return nil, false }
-func (noSessions) List() []core.Session                 { return nil }
+func (noSessions) Get(string) (core.Sandbox, bool)      { return nil, false }
+func (noSessions) List() []core.Sandbox                 { return nil }
 func (noSessions) Stats() metrics.Stats                 { return metrics.Stats{} }
 func (noSessions) Shutdown(context.Context, bool) error { return nil }
 
@@ -33,7 +34,7 @@ func (noSessions) Shutdown(context.Context, bool) error { return nil }
 // 1001 too; Shutdown does not wait for it until its deadline.
 func TestShutdownDuringUpgrade(t *testing.T) {
 	token := auth.NewToken()
-	c, err := core.New(core.Options{Manager: noSessions{}, OperatorToken: token})
+	c, err := core.New(core.Options{Backend: noSessions{}, OperatorToken: token})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,6 +43,8 @@ func TestShutdownDuringUpgrade(t *testing.T) {
 	defer hs.Close()
 
 	shutdown := make(chan error, 1)
+	snapshot := make(chan struct{})
+	testHookShutdown = func() { close(snapshot) }
 	testHookUpgraded = func() {
 		// Shutdown takes its snapshot of the connections now, before
 		// this one is registered.
@@ -50,17 +53,9 @@ func TestShutdownDuringUpgrade(t *testing.T) {
 			defer cancel()
 			shutdown <- h.Shutdown(ctx)
 		}()
-		for {
-			h.mu.Lock()
-			shut := h.shut
-			h.mu.Unlock()
-			if shut {
-				return
-			}
-			time.Sleep(time.Millisecond)
-		}
+		<-snapshot
 	}
-	defer func() { testHookUpgraded = nil }()
+	defer func() { testHookUpgraded, testHookShutdown = nil, nil }()
 
 	ws, _, err := websocket.DefaultDialer.Dial("ws"+strings.TrimPrefix(hs.URL, "http"), http.Header{"Authorization": {"Bearer " + token}})
 	if err != nil {
@@ -73,13 +68,10 @@ func TestShutdownDuringUpgrade(t *testing.T) {
 		t.Fatalf("connection upgraded during shutdown: %v, want close 1001", err)
 	}
 	ws.Close()
-	select {
-	case err := <-shutdown:
-		if err != nil {
-			t.Fatalf("shutdown: %v", err)
-		}
-	case <-time.After(3 * time.Second):
-		t.Fatal("shutdown still waits for the connection")
+	// Had Shutdown waited for the connection until its deadline, it would
+	// say so (context.DeadlineExceeded).
+	if err := <-shutdown; err != nil {
+		t.Fatalf("shutdown still waits for the connection: %v", err)
 	}
 	_ = c.Shutdown(context.Background(), false)
 }
@@ -88,7 +80,7 @@ func TestShutdownDuringUpgrade(t *testing.T) {
 // middleware it still refuses DNS rebinding and other origins.
 func TestHandlerChecksHostAndOrigin(t *testing.T) {
 	token := auth.NewToken()
-	c, err := core.New(core.Options{Manager: noSessions{}, OperatorToken: token})
+	c, err := core.New(core.Options{Backend: noSessions{}, OperatorToken: token})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,8 @@ import (
 
 	"github.com/sandboxd/sandboxd/internal/apierr"
 	"github.com/sandboxd/sandboxd/internal/core"
+	"github.com/sandboxd/sandboxd/internal/metrics"
+	"github.com/sandboxd/sandboxd/sandbox"
 	"github.com/sandboxd/sandboxd/server/wsproto"
 	"github.com/sandboxd/sandboxd/tools"
 )
@@ -87,23 +89,27 @@ func sessionCreate(c *conn, req *wsproto.Request) (any, error) {
 	return nil, errResponded
 }
 
-// createOptions checks and converts the wire options.
-func createOptions(p wsproto.CreateParams) (core.CreateOptions, error) {
-	o := core.CreateOptions{
+// createOptions checks the wire options and translates them into the
+// manager's (sizes in MiB become bytes, a negative idle timeout "never").
+// Zero fields stay zero: the manager's defaults fill them.
+func createOptions(p wsproto.CreateParams) (sandbox.SessionOptions, error) {
+	o := sandbox.SessionOptions{
 		Image: p.Image, Env: p.Env, Cwd: p.Cwd, User: p.User, Network: p.Network,
 		IdleTimeout: time.Duration(p.IdleTimeout), Labels: p.Labels,
 	}
 	if p.IdleTimeout < 0 {
-		o.IdleTimeout = -1
+		o.IdleTimeout = sandbox.NoIdleTimeout
 	}
 	if l := p.Limits; l != nil {
 		if l.MemoryMB < 0 || l.CPUs < 0 || l.Pids < 0 || l.TmpMB < 0 {
 			return o, apierr.New(apierr.InvalidParams, "limits must not be negative")
 		}
-		o.MemoryBytes = int64(l.MemoryMB) << 20
-		o.CPUs = l.CPUs
-		o.Pids = int64(l.Pids)
-		o.TmpBytes = int64(l.TmpMB) << 20
+		o.Limits = sandbox.Limits{
+			Memory: int64(l.MemoryMB) << 20,
+			CPUs:   l.CPUs,
+			Pids:   int64(l.Pids),
+			Tmpfs:  int64(l.TmpMB) << 20,
+		}
 	}
 	return o, nil
 }
@@ -215,7 +221,7 @@ func toolsCall(c *conn, req *wsproto.Request) (any, error) {
 	// The call runs detached from this connection; a retry with the same
 	// id (after a reconnect) joins it or gets its stored result.
 	return s.Idempotent(c.ctx, req.ID, req.Method, retryForm(&p, &p.SessionRef), func() (json.RawMessage, error) {
-		obs, err := s.Call(c.detached(), "ws", req.ID, p.Name, p.Arguments, p.Stream, nil)
+		obs, err := s.Call(c.detached(), core.CallRequest{Transport: metrics.TransportWS, CallID: req.ID, Name: p.Name, Args: p.Arguments, Stream: p.Stream})
 		if err != nil {
 			return nil, err
 		}
@@ -252,13 +258,13 @@ func filesUpload(c *conn, req *wsproto.Request) (any, error) {
 	}
 	final := p.Final == nil || *p.Final
 	return s.Idempotent(c.ctx, req.ID, req.Method, retryForm(&p, &p.SessionRef), func() (json.RawMessage, error) {
-		id, n, err := s.UploadChunk(c.detached(), p.Path, p.UploadID, p.Offset, p.Data, final)
+		up, err := s.UploadChunk(c.detached(), core.UploadRequest{Dir: p.Path, UploadID: p.UploadID, Offset: p.Offset, Data: p.Data, Final: final})
 		if err != nil {
 			return nil, err
 		}
-		r := &wsproto.UploadResult{Bytes: n, Done: final}
+		r := &wsproto.UploadResult{Bytes: up.Bytes, Done: final}
 		if !final || p.UploadID != "" {
-			r.UploadID = id
+			r.UploadID = up.UploadID
 		}
 		return json.Marshal(r)
 	})
@@ -281,16 +287,16 @@ func filesDownload(c *conn, req *wsproto.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	id, at, data, eof, err := s.DownloadChunk(c.ctx, p.Path, p.DownloadID, p.Offset, p.ChunkSize)
+	d, err := s.DownloadChunk(c.ctx, core.DownloadRequest{Path: p.Path, DownloadID: p.DownloadID, Offset: p.Offset, Size: p.ChunkSize})
 	if err != nil {
 		return nil, err
 	}
-	r := &wsproto.DownloadResult{Offset: at, Data: data, EOF: eof}
-	if data == nil {
+	r := &wsproto.DownloadResult{Offset: d.Offset, Data: d.Data, EOF: d.EOF}
+	if d.Data == nil {
 		r.Data = []byte{}
 	}
-	if !eof || p.DownloadID != "" {
-		r.DownloadID = id
+	if !d.EOF || p.DownloadID != "" {
+		r.DownloadID = d.DownloadID
 	}
 	return r, nil
 }

@@ -4,28 +4,31 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"time"
 
 	"github.com/sandboxd/sandboxd/internal/metrics"
+	"github.com/sandboxd/sandboxd/sandbox"
 	"github.com/sandboxd/sandboxd/tools"
 )
 
-// Manager is what the API needs of the session manager. The real one is
-// *sandbox.Manager behind internal/sandboxmgr; unit tests use a fake. Errors
-// are classified by internal/apierr (the sandbox package's sentinels are
-// registered there).
-type Manager interface {
-	Create(ctx context.Context, opts CreateOptions) (Session, error)
-	Get(id string) (Session, bool)
-	List() []Session
+// Backend is what the API needs of the session manager. The real one is
+// *sandbox.Manager behind internal/sandboxmgr, which maps its errors to the
+// API's (apierr.FromSandbox); unit tests use a fake.
+type Backend interface {
+	// Create starts a session; zero fields of opts take the manager's
+	// defaults.
+	Create(ctx context.Context, opts sandbox.SessionOptions) (Sandbox, error)
+	Get(id string) (Sandbox, bool)
+	List() []Sandbox
 	Stats() metrics.Stats
 	// Shutdown closes every session, or with keepSessions leaves them
 	// running for the next daemon to adopt.
 	Shutdown(ctx context.Context, keepSessions bool) error
 }
 
-// Session is one sandbox as the API sees it.
-type Session interface {
+// Sandbox is one session of the backend: a sandbox as the API sees it (a
+// *sandbox.Session behind internal/sandboxmgr). The API's own session, with
+// its token, stream and calls, is Session.
+type Sandbox interface {
 	ID() string
 	Info() Info
 	Tools(ctx context.Context) ([]tools.Definition, error)
@@ -45,21 +48,4 @@ type Info struct {
 	State  string // starting, ready, failed, closing, closed
 	Image  string
 	Labels map[string]string
-}
-
-// CreateOptions are what a client may ask of a new session. Zero fields take
-// the manager's defaults.
-type CreateOptions struct {
-	Image       string
-	Env         map[string]string
-	Cwd         string
-	User        string
-	MemoryBytes int64
-	CPUs        float64
-	Pids        int64
-	TmpBytes    int64
-	Network     string
-	// IdleTimeout: 0 is the manager's default, negative never.
-	IdleTimeout time.Duration
-	Labels      map[string]string
 }

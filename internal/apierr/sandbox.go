@@ -1,0 +1,85 @@
+package apierr
+
+import (
+	"errors"
+
+	"github.com/sandboxd/sandboxd/agent"
+	"github.com/sandboxd/sandboxd/sandbox"
+)
+
+// sandboxSentinels classifies the errors of the session manager and of the
+// in-sandbox agent (which reach the server through the manager's sessions),
+// after the rows of sentinels. The first row that matches wins.
+var sandboxSentinels = []struct {
+	err  error
+	kind Kind
+}{
+	{sandbox.ErrInvalidOptions, InvalidParams},
+	{sandbox.ErrNotFound, NotFound},
+	{sandbox.ErrNotReady, Unavailable},
+	{sandbox.ErrClosed, Unavailable},
+	{sandbox.ErrFailed, Unavailable},
+	{sandbox.ErrManagerClosed, Unavailable},
+	{sandbox.ErrImageNotFound, InvalidParams}, // before ErrStart, which wraps it
+	{sandbox.ErrStart, Internal},
+
+	{agent.ErrDisconnected, Unavailable},
+	{agent.ErrShuttingDown, Unavailable},
+	{agent.ErrBusy, Busy},
+	{agent.ErrFrameTooLarge, InvalidParams},
+	{agent.ErrOutsideWorkspace, InvalidParams},
+	{agent.ErrBadArchive, InvalidParams},
+	{agent.ErrUnknownTransfer, NotFound},
+	{agent.ErrInvalidParams, InvalidParams},
+}
+
+// wireNames are the options a client names differently from the manager
+// (wsproto.Limits sizes in MiB); every other option has the same name.
+var wireNames = map[sandbox.Field]string{
+	"limits.memory": "limits.memory_mb",
+	"limits.tmpfs":  "limits.tmp_mb",
+}
+
+func wireName(f sandbox.Field) string {
+	if n, ok := wireNames[f]; ok {
+		return n
+	}
+	return string(f)
+}
+
+// FromSandbox classifies an error of the session manager, its sessions or
+// the agent where it crosses into the server (internal/sandboxmgr calls it
+// on every error it passes up); KindOf then reads the kind it got. The text
+// stays the error's own, so a layer that wraps it keeps its words, except
+// that invalid options name the options as the client sent them (and come
+// without the manager's "session x: " before them). Nil for nil.
+func FromSandbox(err error) error {
+	if err == nil {
+		return nil
+	}
+	var oe *sandbox.OptionsError
+	if errors.As(err, &oe) {
+		return &sandboxError{kind: InvalidParams, msg: oe.Named(wireName).Error(), err: err}
+	}
+	kind := KindOf(err)
+	if kind == Internal {
+		for _, row := range sandboxSentinels {
+			if errors.Is(err, row.err) {
+				kind = row.kind
+				break
+			}
+		}
+	}
+	return &sandboxError{kind: kind, msg: err.Error(), err: err}
+}
+
+// sandboxError is an error from the sandbox side with the kind FromSandbox
+// gave it.
+type sandboxError struct {
+	kind Kind
+	msg  string
+	err  error
+}
+
+func (e *sandboxError) Error() string { return e.msg }
+func (e *sandboxError) Unwrap() error { return e.err }

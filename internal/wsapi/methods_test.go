@@ -1,0 +1,36 @@
+package wsapi
+
+import (
+	"testing"
+	"time"
+
+	"github.com/sandboxd/sandboxd/internal/apierr"
+	"github.com/sandboxd/sandboxd/sandbox"
+	"github.com/sandboxd/sandboxd/server/wsproto"
+)
+
+// The wire's create params become the manager's options: sizes in MiB
+// become bytes, a negative idle timeout is "never", zero stays zero (the
+// manager's default).
+func TestCreateOptions(t *testing.T) {
+	o, err := createOptions(wsproto.CreateParams{
+		Image: "img", Network: "bridge", IdleTimeout: -1,
+		Limits: &wsproto.Limits{MemoryMB: 1024, CPUs: 0.5, Pids: 100, TmpMB: 64},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Image != "img" || o.Limits.Memory != 1<<30 || o.Limits.CPUs != 0.5 || o.Limits.Pids != 100 || o.Limits.Tmpfs != 64<<20 ||
+		o.IdleTimeout != sandbox.NoIdleTimeout || o.Network != "bridge" {
+		t.Fatalf("%+v", o)
+	}
+	if o, _ := createOptions(wsproto.CreateParams{IdleTimeout: wsproto.Duration(time.Minute)}); o.IdleTimeout != time.Minute {
+		t.Fatal("idle timeout")
+	}
+	if o, _ := createOptions(wsproto.CreateParams{}); o.IdleTimeout != 0 || o.Limits != (sandbox.Limits{}) {
+		t.Fatalf("zero params: %+v", o)
+	}
+	if _, err := createOptions(wsproto.CreateParams{Limits: &wsproto.Limits{Pids: -1}}); apierr.KindOf(err) != apierr.InvalidParams {
+		t.Fatalf("negative limits: %v", err)
+	}
+}
