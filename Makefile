@@ -4,10 +4,16 @@ GO    ?= go
 BIN   := bin/sandboxd
 PKGS  := ./...
 
+# golangci-lint is pinned and installed into ./bin from the Go module proxy, so
+# every machine and CI lint with the same linters (config: .golangci.yaml).
+GOLANGCI_LINT_VERSION := v2.15.0
+GOLANGCI_LINT         := $(CURDIR)/bin/golangci-lint
+LINTFLAGS             ?=
+
 # Image targets (image, test-image, images) live in mk/images.mk.
 -include mk/images.mk
 
-.PHONY: help build test unit e2e lint bench run deps clean
+.PHONY: help build test unit e2e lint golangci-lint bench run deps clean
 
 help: ## list targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -24,9 +30,15 @@ test: deps images ## everything, images included: unit tests and real-Docker e2e
 unit: ## unit tests only (no Docker)
 	$(GO) test -race -count=1 -short $(PKGS)
 
-lint: ## gofmt, go vet
+lint: golangci-lint ## golangci-lint (.golangci.yaml: vet, staticcheck, errcheck, ...), gofmt, go mod tidy
+	$(GOLANGCI_LINT) run $(LINTFLAGS) $(PKGS)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
-	$(GO) vet $(PKGS)
+	$(GO) mod tidy -diff
+
+golangci-lint: ## install the pinned golangci-lint into ./bin (only when missing or another version)
+	@$(GOLANGCI_LINT) version 2>/dev/null | grep -q 'version $(GOLANGCI_LINT_VERSION:v%=%) ' || \
+	  { echo "installing golangci-lint $(GOLANGCI_LINT_VERSION) into bin/"; \
+	    GOBIN=$(CURDIR)/bin $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION); }
 
 bench: deps test-image ## benchmarks: a table with ratios against baselines measured in the same run
 	$(GO) run ./bench $(BENCHFLAGS)

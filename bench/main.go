@@ -49,7 +49,11 @@ func (e *env) n(def int) int { return max(5, int(float64(def)*e.iterations)) }
 
 func (e *env) logf(format string, args ...any) { fmt.Fprintf(e.log, format+"\n", args...) }
 
-func main() {
+func main() { os.Exit(run()) }
+
+// run is main's body; it returns the exit code so that its deferred cleanup
+// (the scratch directory, the signal handler) runs before the process exits.
+func run() int {
 	suiteFlag := flag.String("suite", "all", "suites to run, comma-separated, or all")
 	list := flag.Bool("list", false, "list the suites and exit")
 	scale := flag.Float64("scale", 1, "multiply every scenario's iteration count (e.g. 0.2 for a smoke run, 5 for tighter p99s)")
@@ -59,17 +63,17 @@ func main() {
 		for _, s := range suites {
 			fmt.Printf("%-10s %s\n", s.name, s.about)
 		}
-		return
+		return 0
 	}
 	selected, err := selectSuites(*suiteFlag)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
-		os.Exit(2)
+		return 2
 	}
 	tmp, err := os.MkdirTemp("", "sandboxd-bench-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
-		os.Exit(1)
+		return 1
 	}
 	defer os.RemoveAll(tmp)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -90,10 +94,14 @@ func main() {
 	}
 	fmt.Printf("sandboxd bench: %s, %d CPUs, %s, %s, total %.1fs\n\n", runtime.GOOS+"/"+runtime.GOARCH, runtime.NumCPU(), runtime.Version(),
 		time.Now().UTC().Format("2006-01-02"), time.Since(start).Seconds())
-	printTable(os.Stdout, rows)
-	if failed {
-		os.Exit(1)
+	if err := printTable(os.Stdout, rows); err != nil {
+		fmt.Fprintln(os.Stderr, "bench: printing the table:", err)
+		return 1
 	}
+	if failed {
+		return 1
+	}
+	return 0
 }
 
 func selectSuites(spec string) ([]suite, error) {

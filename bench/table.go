@@ -74,7 +74,7 @@ func ms(d time.Duration) string {
 	return fmt.Sprintf("%.0f ms", v)
 }
 
-func printTable(w io.Writer, rows []row) {
+func printTable(w io.Writer, rows []row) error {
 	var b strings.Builder
 	b.WriteString("| scenario | p50 | p99 | baseline | baseline p50 | ratio | target | met? |\n")
 	b.WriteString("|---|---:|---:|---|---:|---:|---|---|\n")
@@ -96,5 +96,6 @@ func printTable(w io.Writer, rows []row) {
 		fmt.Fprintf(&b, "| %s (n=%d) | %s | %s | %s | %s | %s | %s | %s |\n",
 			r.scenario, r.s.n, ms(r.s.p50), ms(r.s.p99), base, baseP50, ratio, target, met)
 	}
-	io.WriteString(w, b.String())
+	_, err := io.WriteString(w, b.String())
+	return err
 }

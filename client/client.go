@@ -232,14 +232,14 @@ func (c *Client) lost(ws *websocket.Conn, cause error) {
 	c.mu.Unlock()
 	if reconnect {
 		c.opts.Logger.Warn("sandboxd connection lost; reconnecting", "err", cause)
-		if nws, err := c.reconnect(); err == nil {
+		nws, err := c.reconnect()
+		if err == nil {
 			c.wg.Add(1)
 			go c.readLoop(nws)
 			c.resume(nws)
 			return
-		} else {
-			cause = err
 		}
+		cause = err
 	}
 	c.fail(fmt.Errorf("%w: %v", ErrConnectionLost, cause))
 }

@@ -185,8 +185,9 @@ func newProxy(t *testing.T, target string) *proxy {
 			p.conns = append(p.conns, in, out)
 			p.mu.Unlock()
 			p.wg.Add(2)
-			go func() { defer p.wg.Done(); io.Copy(out, in); out.Close() }()
-			go func() { defer p.wg.Done(); io.Copy(in, out); in.Close() }()
+			// A copy ends when either side is cut; its error is that cut.
+			go func() { defer p.wg.Done(); _, _ = io.Copy(out, in); out.Close() }()
+			go func() { defer p.wg.Done(); _, _ = io.Copy(in, out); in.Close() }()
 		}
 	}()
 	t.Cleanup(func() { ln.Close(); p.cut(); p.wg.Wait() })

@@ -24,8 +24,8 @@ import (
 	"testing"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/errdefs"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -147,9 +147,14 @@ func TestAbuseForkBomb(t *testing.T) {
 	assert.Positive(t, hits, "the bomb ran into pids.max")
 	assert.LessOrEqual(t, maxPids, pids)
 	assert.Contains(t, all.String(), "fork: retry: Resource temporarily unavailable", "what the bomb sees")
-	assert.Less(t, otherLat[len(otherLat)-1], time.Second, "another session stays responsive")
+	// Bounds against a hang, not slowness (each call has a 10 s hard timeout
+	// and a loaded machine answers an echo in well under a second): a bomb
+	// that escaped its pids limit starves the other session and the host
+	// outright, and a fork in the bombed session's plumbing waits on bash's
+	// fork retries until that timeout.
+	assert.Less(t, otherLat[len(otherLat)-1], 5*time.Second, "another session stays responsive")
 	assert.Less(t, selfLat[len(selfLat)-1], 5*time.Second, "the bombed terminal answers (no fork retries in the plumbing)")
-	assert.Less(t, hostWorst, 2*time.Second)
+	assert.Less(t, hostWorst, 5*time.Second, "the host can still start a process")
 
 	// A reset kills the shell's whole session, bomb included: what is left
 	// is the agent's threads, init and the new shell (once init has reaped
@@ -271,7 +276,7 @@ func TestAbuseTmpfsFillWithinMemory(t *testing.T) {
 	s, err := m.Create(ctxT(t), sandbox.SessionOptions{Limits: sandbox.Limits{Memory: memory, Disk: disk}})
 	require.NoError(t, err)
 	tmp := s.Options().Limits.Tmpfs
-	assert.EqualValues(t, memory-sandbox.MemoryHeadroom(memory)-2*disk, tmp, "the default /tmp fits beside the two volumes")
+	assert.Equal(t, memory-sandbox.MemoryHeadroom(memory)-2*disk, tmp, "the default /tmp fits beside the two volumes")
 	agent := abuseAgentPid(t, s)
 
 	const cg = "/sys/fs/cgroup/memory/"
@@ -461,7 +466,7 @@ func TestAbuseEscapedProcessGoneAfterClose(t *testing.T) {
 	require.NoError(t, s.Close(ctxT(t)))
 	assert.Zero(t, sessionResources(t, s.ID()), "no container, volume or network of the session is left")
 	_, err = docker.ContainerInspect(ctxT(t), id)
-	assert.True(t, errdefs.IsNotFound(err), "container removed: %v", err)
+	assert.True(t, cerrdefs.IsNotFound(err), "container removed: %v", err)
 	cmdline, err := os.ReadFile("/proc/" + hostPid + "/cmdline")
 	assert.False(t, err == nil && strings.Contains(string(cmdline), "sleep\x001000"), "host pid %s still runs the escaped sleep", hostPid)
 }

@@ -123,8 +123,13 @@ func ctTerm(t *testing.T, s *sandbox.Session, args map[string]any) ctTermResult 
 	t.Helper()
 	start := time.Now()
 	obs := ctInvoke(t, s, "terminal", args)
-	r := ctTermResult{text: obs.Text(), isErr: obs.IsError, out: ctStructured[bash.Output](t, obs), took: time.Since(start)}
-	return r
+	return ctTermOf(t, obs, time.Since(start))
+}
+
+// ctTermOf reads a terminal observation.
+func ctTermOf(t *testing.T, obs *tools.Observation, took time.Duration) ctTermResult {
+	t.Helper()
+	return ctTermResult{text: obs.Text(), isErr: obs.IsError, out: ctStructured[bash.Output](t, obs), took: took}
 }
 
 // ctRun runs a command that must complete (exit code known, no error). The
@@ -206,10 +211,12 @@ func contractTerminal(t *testing.T, s *sandbox.Session) {
 			assert.Equal(t, 0, r.out.ExitCode)
 			assert.True(t, strings.HasPrefix(r.text, "fast\n[The command completed with exit code 0.]\n[Current working directory: /workspace]"), "%q", r.text)
 		}
+		// How fast is the benchmark's business (`make bench`, row "terminal
+		// `echo hi` round trip", target p50 under 5 ms): a timed assert here
+		// failed under load. What is checked is the outcome: each call came
+		// back completed (ctRun requires it), not on a timeout.
 		slices.Sort(took)
 		t.Logf("echo round trips: %v", took)
-		// A 0.5 s polling loop would put the median over 100 ms 94% of the time.
-		assert.Less(t, took[2], 100*time.Millisecond, "a fast command returns in milliseconds, not on a polling tick")
 		r := ctRun(t, s, "id -u; echo out-line; echo err-line >&2; (exit 4)")
 		assert.Equal(t, 4, r.out.ExitCode)
 		assert.Equal(t, 4, r.out.Metadata.ExitCode)
@@ -258,6 +265,7 @@ func contractTerminal(t *testing.T, s *sandbox.Session) {
 		assert.True(t, r.out.Timeout)
 		assert.Equal(t, bash.TimeoutSoft, r.out.TimeoutKind)
 		assert.True(t, strings.HasPrefix(r.text, "begin\n[The command has no new output after 1 seconds. "+ctTimeoutNote+"]"), "%q", r.text)
+		// Lower bounds like this one cannot fail from load, which only adds.
 		assert.GreaterOrEqual(t, r.took, time.Second, "returned after the soft timeout")
 
 		// Empty commands collect the rest, each piece once.
@@ -311,12 +319,14 @@ func contractTerminal(t *testing.T, s *sandbox.Session) {
 
 		// A command arriving while another call is in flight: refused at once.
 		var wg sync.WaitGroup
-		var first ctTermResult
-		var firstEnd time.Time
+		var firstObs *tools.Observation
+		var firstErr error
+		var firstStart, firstEnd time.Time
 		wg.Add(1)
-		go func() {
+		go func() { // no require here: it must stop the test from the test's goroutine
 			defer wg.Done()
-			first = ctTerm(t, s, map[string]any{"command": "sleep 1.5; echo inflight-done", "timeout": 10})
+			firstStart = time.Now()
+			firstObs, firstErr = tryCall(ctxT(t), s, "terminal", map[string]any{"command": "sleep 1.5; echo inflight-done", "timeout": 10})
 			firstEnd = time.Now()
 		}()
 		time.Sleep(400 * time.Millisecond)
@@ -325,6 +335,8 @@ func contractTerminal(t *testing.T, s *sandbox.Session) {
 		assert.True(t, r.isErr)
 		assert.Contains(t, r.text, `[Your command "touch /workspace/busy-marker" is NOT executed.`)
 		wg.Wait()
+		require.NoError(t, firstErr)
+		first := ctTermOf(t, firstObs, firstEnd.Sub(firstStart))
 		assert.True(t, refusedAt.Before(firstEnd), "refused at once, not after the call in flight")
 		assert.Equal(t, 0, first.out.ExitCode, first.text)
 		assert.Contains(t, first.text, "inflight-done")
@@ -485,7 +497,9 @@ func contractTerminal(t *testing.T, s *sandbox.Session) {
 		assert.True(t, r.out.ShellRestarted)
 		assert.True(t, strings.HasPrefix(r.text, "The previous shell session ended (exit code 3), so a new one was started."), "%q", r.text)
 		assert.Contains(t, r.text, "alive-again GONE=[]")
-		assert.Less(t, time.Since(start), 5*time.Second)
+		// A hang, not slowness: the new shell must not wait out ctRun's 60 s
+		// timeout; a loaded machine starts bash well within 20 s.
+		assert.Less(t, time.Since(start), 20*time.Second, "the new shell answers")
 		r = ctRun(t, s, "echo steady")
 		assert.False(t, r.out.ShellRestarted)
 		assert.True(t, strings.HasPrefix(r.text, "steady\n"), "%q", r.text)
@@ -597,9 +611,9 @@ func contractFileEditor(t *testing.T, s *sandbox.Session) {
 		const orig = "x = 1\ny = 2\nx = 1\nz = 3\n"
 		const p = "/workspace/fe/r.txt"
 		require.NoError(t, s.Upload(ctxT(t), "/workspace/fe", makeTar(t, map[string]string{"r.txt": orig})))
-		edit := func(old, new string) (string, bool) {
+		edit := func(oldStr, newStr string) (string, bool) {
 			t.Helper()
-			text, isErr, _ := ctFE(t, s, map[string]any{"command": "str_replace", "path": p, "old_str": old, "new_str": new})
+			text, isErr, _ := ctFE(t, s, map[string]any{"command": "str_replace", "path": p, "old_str": oldStr, "new_str": newStr})
 			return text, isErr
 		}
 		text, isErr := edit("w = 9", "w = 0")
@@ -904,9 +918,9 @@ func contractGlob(t *testing.T, s *sandbox.Session) {
 		ctRun(t, s, "echo x > /workspace/gl/many/f101.txt")
 		text, _, out = globCall(t, map[string]any{"pattern": "*.txt", "path": "/workspace/gl/many"})
 		assert.Equal(t, 101, out.Count)
-		assert.Len(t, out.Files, 100)
+		require.Len(t, out.Files, 100)
 		assert.True(t, out.Truncated)
-		assert.True(t, strings.HasSuffix(text, "\n\n[Results truncated to first 100 files. Consider using a more specific pattern.]"), "%q", text[len(text)-120:])
+		assert.True(t, strings.HasSuffix(text, "\n\n[Results truncated to first 100 files. Consider using a more specific pattern.]"), "%q", text[max(0, len(text)-120):])
 		assert.Equal(t, "/workspace/gl/many/f101.txt", out.Files[0], "newest first")
 		gtext, _, gout = ctGrepFiles(t, s, "/workspace/gl/many")
 		assert.True(t, gout.Truncated)
@@ -938,7 +952,8 @@ func contractAnnotations(t *testing.T, s *sandbox.Session) {
 		require.Len(t, defs, len(want))
 		for _, d := range defs {
 			a := d.Annotations
-			assert.Equal(t, want[d.Name], [4]bool{a.ReadOnlyHint, a.DestructiveHint, a.IdempotentHint, a.OpenWorldHint}, d.Name)
+			got := [4]bool{a.ReadOnlyHint, a.DestructiveHint, a.IdempotentHint, a.OpenWorldHint}
+			assert.Equal(t, want[d.Name], got, d.Name)
 		}
 		for _, d := range defs {
 			if d.Name == "terminal" {

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"os"
 	"regexp"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/sandbox"
 	sdocker "github.com/sandboxd/sandboxd/sandbox/docker"
+	"github.com/sandboxd/sandboxd/tools"
 )
 
 const labelTest = "sandboxd.e2e.test"
@@ -91,6 +93,21 @@ func call(t *testing.T, s *sandbox.Session, tool string, args any) string {
 	require.NoError(t, err, "%s %s", tool, raw)
 	require.False(t, obs.IsError, "%s %s: %s", tool, raw, obs.Text())
 	return obs.Text()
+}
+
+// tryCall is call for a goroutine other than the test's: it returns what
+// went wrong instead of stopping the test, since t.FailNow (require) must run
+// on the test's own goroutine. A tool-level error is in obs.IsError.
+func tryCall(ctx context.Context, s *sandbox.Session, tool string, args any) (*tools.Observation, error) {
+	raw, err := json.Marshal(args)
+	if err != nil {
+		return nil, err
+	}
+	obs, err := s.Call(ctx, tool, raw, nil)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", tool, raw, err)
+	}
+	return obs, nil
 }
 
 // sh runs a terminal command and returns the observation text.

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -41,8 +42,12 @@ func buildImage(ctx context.Context, name, dockerfile string) (string, error) {
 	if err := tw.WriteHeader(&tar.Header{Name: "Dockerfile", Mode: 0o644, Size: int64(len(dockerfile))}); err != nil {
 		return "", err
 	}
-	tw.Write([]byte(dockerfile))
-	tw.Close()
+	if _, err := tw.Write([]byte(dockerfile)); err != nil {
+		return "", err
+	}
+	if err := tw.Close(); err != nil {
+		return "", err
+	}
 	tag := fmt.Sprintf("sandboxd-e2e-%s:%s", name, runID)
 	resp, err := docker.ImageBuild(ctx, &ctxTar, build.ImageBuildOptions{
 		Tags: []string{tag}, NetworkMode: "none", Remove: true, ForceRemove: true,
@@ -78,7 +83,9 @@ func removeBuiltImages(ctx context.Context) {
 	builtMu.Lock()
 	defer builtMu.Unlock()
 	for i := len(builtImages) - 1; i >= 0; i-- {
-		docker.ImageRemove(ctx, builtImages[i], image.RemoveOptions{Force: true, PruneChildren: true})
+		if _, err := docker.ImageRemove(ctx, builtImages[i], image.RemoveOptions{Force: true, PruneChildren: true}); err != nil {
+			fmt.Fprintf(os.Stderr, "e2e: image left behind: %s: %v\n", builtImages[i], err)
+		}
 	}
 	builtImages = nil
 }

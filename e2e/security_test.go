@@ -49,7 +49,7 @@ func TestSecuritySettings(t *testing.T) {
 	assert.EqualValues(t, 128, *h.PidsLimit)
 	assert.EqualValues(t, 256<<20, h.Memory)
 	assert.Equal(t, h.Memory, h.MemorySwap, "no swap")
-	assert.EqualValues(t, 5e8, h.NanoCPUs)
+	assert.Equal(t, int64(500_000_000), h.NanoCPUs, "half a CPU")
 	require.NotNil(t, h.Init)
 	assert.True(t, *h.Init)
 	assert.Equal(t, "none", string(h.NetworkMode))
@@ -62,6 +62,7 @@ func TestSecuritySettings(t *testing.T) {
 	assert.True(t, c.OpenStdin)
 	assert.False(t, c.StdinOnce)
 	assert.False(t, c.Tty)
+	require.NotEmpty(t, c.Entrypoint)
 	assert.Equal(t, sandbox.AgentPath, c.Entrypoint[0], "the agent is the main process")
 	for k, v := range map[string]string{
 		sandbox.LabelManaged: "true", sandbox.LabelSession: s.ID(), sandbox.LabelImage: testImage, "team": "e2e", labelRun: runID,

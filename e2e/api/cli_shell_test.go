@@ -80,13 +80,17 @@ func TestCLIShellInterruptAttachAndRunImage(t *testing.T) {
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
-	io.WriteString(stdin, "export MARK=kept-$((6*7)); echo started; sleep 30; echo not-interrupted\n")
+	if _, err := io.WriteString(stdin, "export MARK=kept-$((6*7)); echo started; sleep 30; echo not-interrupted\n"); err != nil {
+		t.Fatal(err)
+	}
 	waitOutput(t, "shell", &out, "started")
 	time.Sleep(300 * time.Millisecond) // sleep is running
 	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
-	io.WriteString(stdin, "echo after-interrupt\n")
+	if _, err := io.WriteString(stdin, "echo after-interrupt\n"); err != nil {
+		t.Fatal(err)
+	}
 	waitOutput(t, "shell after Ctrl-C", &out, "after-interrupt")
 	stdin.Close()
 	select {
@@ -95,7 +99,7 @@ func TestCLIShellInterruptAttachAndRunImage(t *testing.T) {
 			t.Fatalf("shell exited with %v\n%s", err, errOut.String())
 		}
 	case <-time.After(time.Minute):
-		cmd.Process.Kill()
+		_ = cmd.Process.Kill() // the test fails either way; this only stops it
 		t.Fatal("shell did not leave at the end of its input")
 	}
 	if strings.Contains(out.String(), "not-interrupted") {

@@ -182,9 +182,15 @@ func TestGoClientFiles(t *testing.T) {
 	var archive bytes.Buffer
 	tw := tar.NewWriter(&archive)
 	body := bytes.Repeat([]byte("sandboxd\n"), 100000) // 900 KB
-	tw.WriteHeader(&tar.Header{Name: "data/big.txt", Mode: 0o644, Size: int64(len(body))})
-	tw.Write(body)
-	tw.Close()
+	if err := tw.WriteHeader(&tar.Header{Name: "data/big.txt", Mode: 0o644, Size: int64(len(body))}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tw.Write(body); err != nil {
+		t.Fatal(err)
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
 	if err := sess.Upload(ctx, "/workspace/in", &archive); err != nil {
 		t.Fatal(err)
 	}

@@ -38,7 +38,7 @@ func TestOperatorTokenGeneratedOnce(t *testing.T) {
 		t.Fatal("a short SANDBOXD_TOKEN was accepted")
 	}
 	// A token file others can read is refused.
-	os.Chmod(path, 0o644)
+	must(t, os.Chmod(path, 0o644))
 	if _, _, _, err := OperatorToken("", dir); err == nil || !strings.Contains(err.Error(), "chmod 600") {
 		t.Fatalf("world-readable token file: %v", err)
 	}
@@ -52,12 +52,14 @@ func TestStateDirAndTokenFileChecks(t *testing.T) {
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	os.Chmod(dir, 0o777)
+	must(t, os.Chmod(dir, 0o777))
 	tok, path, _, err := OperatorToken("", dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st, _ := os.Stat(dir); st.Mode().Perm() != 0o700 {
+	st, err := os.Stat(dir)
+	must(t, err)
+	if st.Mode().Perm() != 0o700 {
 		t.Fatalf("existing state dir left at mode %v", st.Mode().Perm())
 	}
 
@@ -66,14 +68,14 @@ func TestStateDirAndTokenFileChecks(t *testing.T) {
 	if err := os.WriteFile(elsewhere, []byte(tok+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	os.Remove(path)
+	must(t, os.Remove(path))
 	if err := os.Symlink(elsewhere, path); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, _, err := OperatorToken("", dir); err == nil || !strings.Contains(err.Error(), "symlink") {
 		t.Fatalf("symlinked token file: %v", err)
 	}
-	os.Remove(path)
+	must(t, os.Remove(path))
 
 	// A group-readable one is refused.
 	if err := os.WriteFile(path, []byte(tok+"\n"), 0o640); err != nil {
@@ -82,7 +84,7 @@ func TestStateDirAndTokenFileChecks(t *testing.T) {
 	if _, _, _, err := OperatorToken("", dir); err == nil {
 		t.Fatal("a group-readable token file was used")
 	}
-	os.Chmod(path, 0o600)
+	must(t, os.Chmod(path, 0o600))
 
 	if os.Geteuid() != 0 {
 		t.Skip("the ownership checks need root to chown")
@@ -99,8 +101,8 @@ func TestStateDirAndTokenFileChecks(t *testing.T) {
 	}
 	// A state directory of another user.
 	other := filepath.Join(t.TempDir(), "other")
-	os.Mkdir(other, 0o700)
-	os.Chown(other, 65534, 65534)
+	must(t, os.Mkdir(other, 0o700))
+	must(t, os.Chown(other, 65534, 65534))
 	if _, _, _, err := OperatorToken("", other); err == nil || !strings.Contains(err.Error(), "another user") {
 		t.Fatalf("state dir of another user: %v", err)
 	}
@@ -111,7 +113,8 @@ func TestDigest(t *testing.T) {
 	if !d.Matches("secret-token") || d.Matches("secret-tokeN") || d.Matches("") {
 		t.Fatal("digest comparison")
 	}
-	if NewToken() == NewToken() || len(NewToken()) != 43 {
+	a, b := NewToken(), NewToken()
+	if a == b || len(a) != 43 {
 		t.Fatal("tokens are not fresh 256-bit base64url strings")
 	}
 }
@@ -162,5 +165,14 @@ func TestOriginPolicy(t *testing.T) {
 		if got := p.Check(origin); got != want {
 			t.Errorf("Origin %q: %v, want %v", origin, got, want)
 		}
+	}
+}
+
+// must stops the test when a setup step fails: the checks after it would
+// test the wrong thing.
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
 	}
 }

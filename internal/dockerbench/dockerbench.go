@@ -120,18 +120,21 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	for i := 0; i < cfg.Cold; i++ {
 		d, err := dockerRun(ctx, cfg.Image)
 		if err != nil {
-			shutdown(cold)
+			shutdown(cold, cfg.Logger)
 			return nil, err
 		}
 		runs = append(runs, d)
 		start := time.Now()
 		s, err := cold.Create(ctx, sandbox.SessionOptions{})
 		if err != nil {
-			shutdown(cold)
+			shutdown(cold, cfg.Logger)
 			return nil, err
 		}
 		creates = append(creates, time.Since(start))
-		s.Close(ctx)
+		if err := s.Close(ctx); err != nil {
+			shutdown(cold, cfg.Logger)
+			return nil, err
+		}
 	}
 	r.DockerRun = stat("docker run --rm --network none IMAGE true", runs)
 	r.ColdSession = stat("session create (cold) until the agent answers", creates)
@@ -139,11 +142,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	cfg.Progress("calls: %d tool calls, %d pings, %d docker execs", cfg.Calls, cfg.Calls, cfg.Execs)
 	s, err := cold.Create(ctx, sandbox.SessionOptions{})
 	if err != nil {
-		shutdown(cold)
+		shutdown(cold, cfg.Logger)
 		return nil, err
 	}
 	err = measureCalls(ctx, rt, s, cfg, r)
-	shutdown(cold)
+	shutdown(cold, cfg.Logger)
 	if err != nil {
 		return nil, err
 	}
@@ -153,7 +156,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer shutdown(warm)
+	defer shutdown(warm, cfg.Logger)
 	var hand []time.Duration
 	for i := 0; i < cfg.Warm; i++ {
 		if err := waitPool(ctx, warm); err != nil {
@@ -190,10 +193,15 @@ func newManager(ctx context.Context, rt sandbox.Runtime, cfg Config, pool int) (
 	return sandbox.NewManager(ctx, rt, opts)
 }
 
-func shutdown(m *sandbox.Manager) {
+// shutdown removes a manager's sessions once its measurement is done (or
+// failed); what it could not remove is logged, since Run promises to leave
+// nothing behind and a measurement error is the one Run returns.
+func shutdown(m *sandbox.Manager, log *slog.Logger) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	m.Shutdown(ctx, false)
+	if err := m.Shutdown(ctx, false); err != nil {
+		log.Warn("dockerbench: shutting down a manager", "err", err)
+	}
 }
 
 func waitPool(ctx context.Context, m *sandbox.Manager) error {
@@ -223,7 +231,11 @@ func dockerRun(ctx context.Context, image string) (time.Duration, error) {
 }
 
 func measureCalls(ctx context.Context, rt *sdocker.Runtime, s *sandbox.Session, cfg Config, r *Report) error {
-	if err := s.Upload(ctx, sandbox.WorkspaceDir, oneFileTar("bench.txt", "hello\n")); err != nil {
+	archive, err := oneFileTar("bench.txt", "hello\n")
+	if err != nil {
+		return err
+	}
+	if err := s.Upload(ctx, sandbox.WorkspaceDir, archive); err != nil {
 		return err
 	}
 	args, _ := json.Marshal(map[string]any{"command": "view", "path": sandbox.WorkspaceDir + "/bench.txt"})
@@ -313,11 +325,18 @@ func dockerExec(ctx context.Context, rt *sdocker.Runtime, ctr string) (time.Dura
 	return time.Since(start), nil
 }
 
-func oneFileTar(name, body string) io.Reader {
+// oneFileTar is a tar archive holding one file.
+func oneFileTar(name, body string) (io.Reader, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
-	tw.WriteHeader(&tar.Header{Name: name, Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(body))})
-	tw.Write([]byte(body))
-	tw.Close()
-	return &buf
+	if err := tw.WriteHeader(&tar.Header{Name: name, Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(body))}); err != nil {
+		return nil, err
+	}
+	if _, err := tw.Write([]byte(body)); err != nil {
+		return nil, err
+	}
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+	return &buf, nil
 }
