@@ -84,7 +84,7 @@ func startHarnessServer(ctx context.Context, bin, image string, labels map[strin
 		return nil, err
 	}
 	token := auth.NewToken()
-	srv, err := server.New(server.Options{Manager: sandboxmgr.New(m), OperatorToken: token, MCPImage: image, Logger: log, MaxSessions: -1})
+	srv, err := server.New(server.Options{Backend: sandboxmgr.New(m), OperatorToken: token, MCPImage: image, Logger: log, MaxSessions: -1})
 	if err != nil {
 		_ = m.Shutdown(ctx, false)
 		rt.Close()

@@ -56,7 +56,7 @@ func runServerSuite(ctx context.Context, e *env) ([]row, error) {
 		return nil, err
 	}
 	token := auth.NewToken()
-	srv, err := server.New(server.Options{Manager: sandboxmgr.New(m), OperatorToken: token, MCPImage: image, Logger: quiet})
+	srv, err := server.New(server.Options{Backend: sandboxmgr.New(m), OperatorToken: token, MCPImage: image, Logger: quiet})
 	if err != nil {
 		_ = m.Shutdown(ctx, false)
 		return nil, err

@@ -1,7 +1,6 @@
 package sandbox
 
 import (
-	"errors"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -13,7 +12,7 @@ import (
 func TestOptionsErrorNamed(t *testing.T) {
 	_, rerr := SessionOptions{Image: "img", Limits: Limits{Memory: 128 << 20, Tmpfs: 100 << 20, CPUs: 0.001}}.Resolve(SessionOptions{})
 	var oe *OptionsError
-	require.True(t, errors.As(rerr, &oe), rerr)
+	require.ErrorAs(t, rerr, &oe, rerr)
 	require.Len(t, oe.Details, len(oe.Problems))
 	wire := map[Field]string{"limits.memory": "limits.memory_mb", "limits.tmpfs": "limits.tmp_mb"}
 	named := oe.Named(func(f Field) string {
@@ -29,7 +28,7 @@ func TestOptionsErrorNamed(t *testing.T) {
 			"raise limits.memory_mb to at least 148 MiB, or lower limits.tmp_mb or limits.disk",
 	}, named.Problems)
 	assert.Contains(t, oe.Error(), "raise limits.memory to at least 148 MiB, or lower limits.tmpfs or limits.disk", "the package's own names stay")
-	assert.ErrorIs(t, named, ErrInvalidOptions)
+	require.ErrorIs(t, named, ErrInvalidOptions)
 
 	// An error made from text alone has no details: Named keeps it.
 	text := &OptionsError{Problems: []string{"network: the engine has no network \"x\""}}

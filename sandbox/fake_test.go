@@ -126,7 +126,7 @@ func (b *fakeBox) serve(ctx context.Context) io.ReadWriteCloser {
 	b.serving.Add(1)
 	go func() {
 		defer b.serving.Done()
-		b.server.Serve(ctx, box)
+		_ = b.server.Serve(ctx, box) // ends when the test closes the pipe
 	}()
 	return host
 }

@@ -232,7 +232,7 @@ func (m *Manager) handOut(s *Session) error {
 	m.mu.Lock()
 	if m.shutdown { // Shutdown drained the pools while we held this one
 		m.mu.Unlock()
-		s.Close(context.Background())
+		_ = s.Close(context.Background()) // teardown logs a failed removal
 		return ErrManagerClosed
 	}
 	m.sessions[s.id] = s

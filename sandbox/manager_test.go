@@ -91,9 +91,9 @@ func TestCreateCallClose(t *testing.T) {
 		assert.Equal(t, StateClosed, s.State())
 		assert.Zero(t, rt.count())
 		_, err = m.Get(s.ID())
-		assert.ErrorIs(t, err, ErrNotFound)
+		require.ErrorIs(t, err, ErrNotFound)
 		_, err = s.Call(context.Background(), "echo", nil, nil)
-		assert.ErrorIs(t, err, ErrClosed)
+		require.ErrorIs(t, err, ErrClosed)
 		select {
 		case <-s.Done():
 		default:
@@ -126,7 +126,7 @@ func TestCreateRejectsInvalidOptions(t *testing.T) {
 		rt := newFakeRuntime(t)
 		m := newTestManager(t, rt, ManagerOptions{})
 		_, err := m.Create(context.Background(), SessionOptions{User: "0"})
-		assert.ErrorIs(t, err, ErrInvalidOptions)
+		require.ErrorIs(t, err, ErrInvalidOptions)
 		assert.Zero(t, rt.starts.Load())
 	})
 }
@@ -145,9 +145,9 @@ func TestCloseIdempotentConcurrent(t *testing.T) {
 		}
 		wg.Wait()
 		for _, err := range errs {
-			assert.NoError(t, err)
+			require.NoError(t, err)
 		}
-		assert.NoError(t, s.Close(context.Background()), "a later Close is a no-op")
+		require.NoError(t, s.Close(context.Background()), "a later Close is a no-op")
 		rt.mu.Lock()
 		assert.Equal(t, []string{s.ID()}, rt.removed, "one teardown")
 		rt.mu.Unlock()
@@ -205,13 +205,13 @@ func TestKilledSandboxFailsSession(t *testing.T) {
 
 		select {
 		case err := <-inflight:
-			assert.ErrorIs(t, err, ErrFailed, "the in-flight call reports the failure")
+			require.ErrorIs(t, err, ErrFailed, "the in-flight call reports the failure")
 		case <-time.After(5 * time.Second):
 			t.Fatal("in-flight call hangs")
 		}
 		start := time.Now()
 		_, err = s.Call(context.Background(), "echo", json.RawMessage(`{"text":"x"}`), nil)
-		assert.ErrorIs(t, err, ErrFailed)
+		require.ErrorIs(t, err, ErrFailed)
 		// Had the call waited for anything (an answer, a timeout), the
 		// bubble's clock would have moved.
 		assert.Equal(t, start, time.Now(), "calls on a failed session fail fast")
@@ -274,10 +274,10 @@ func TestIdleReaper(t *testing.T) {
 		synctest.Wait()
 		assert.Equal(t, StateClosed, busy.State())
 		assert.Equal(t, StateReady, keep.State())
-		assert.Equal(t, "", keep.EndReason())
+		assert.Empty(t, keep.EndReason())
 		assert.Equal(t, 1, rt.count())
 		require.NoError(t, keep.Close(context.Background()))
-		assert.Equal(t, "", keep.EndReason(), "closed by its owner")
+		assert.Empty(t, keep.EndReason(), "closed by its owner")
 	})
 }
 
@@ -382,9 +382,9 @@ func TestCloseDuringStart(t *testing.T) {
 		s := m.List()[0]
 		assert.Equal(t, StateStarting, s.State())
 		_, err := s.Call(context.Background(), "echo", nil, nil)
-		assert.ErrorIs(t, err, ErrNotReady)
+		require.ErrorIs(t, err, ErrNotReady)
 		require.NoError(t, s.Close(context.Background()))
-		assert.Error(t, <-res)
+		require.Error(t, <-res)
 		assert.Equal(t, StateClosed, s.State())
 		assert.Zero(t, rt.count())
 	})
@@ -420,7 +420,7 @@ func TestRestartAdoptsLiveSessions(t *testing.T) {
 		assert.Equal(t, time.Hour, got.Options().IdleTimeout, "options come back from the label")
 		assert.Equal(t, "adopted", echo(t, got, "adopted"))
 		_, err = m2.Get(dead.ID())
-		assert.ErrorIs(t, err, ErrNotFound)
+		require.ErrorIs(t, err, ErrNotFound)
 		assert.Equal(t, 1, rt.count(), "the dead sandbox was removed")
 		_ = key
 	})
@@ -500,7 +500,7 @@ func TestReclaimSkipsOutdated(t *testing.T) {
 
 		m := newTestManager(t, rt, ManagerOptions{Pools: []PoolOptions{{Size: 1}}})
 		_, err = rt.box("pooled-old")
-		assert.ErrorIs(t, err, ErrNotFound, "removed, not pooled")
+		require.ErrorIs(t, err, ErrNotFound, "removed, not pooled")
 		got, err := m.Get("claimed-old")
 		require.NoError(t, err, "adopted")
 		assert.Equal(t, StateReady, got.State())
@@ -524,7 +524,7 @@ func TestShutdownClosesEverything(t *testing.T) {
 		require.NoError(t, m.Shutdown(context.Background(), false))
 		assert.Zero(t, rt.count())
 		_, err = m.Create(context.Background(), SessionOptions{})
-		assert.ErrorIs(t, err, ErrManagerClosed)
+		require.ErrorIs(t, err, ErrManagerClosed)
 		assert.NoError(t, m.Shutdown(context.Background(), false), "idempotent")
 	})
 }

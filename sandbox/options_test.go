@@ -2,7 +2,6 @@ package sandbox
 
 import (
 	"encoding/json"
-	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -112,7 +111,7 @@ func TestValidate(t *testing.T) {
 				return
 			}
 			require.Error(t, err)
-			assert.True(t, errors.Is(err, ErrInvalidOptions))
+			require.ErrorIs(t, err, ErrInvalidOptions)
 			assert.Contains(t, err.Error(), tt.want)
 		})
 	}
@@ -159,7 +158,7 @@ func TestDefaultTmpfsFollowsMemory(t *testing.T) {
 			continue
 		}
 		require.NoError(t, err, "%+v", c.limits)
-		assert.EqualValues(t, c.tmpfs, r.Limits.Tmpfs, "%+v", c.limits)
+		assert.Equal(t, c.tmpfs, r.Limits.Tmpfs, "%+v", c.limits)
 	}
 
 	// Every memory limit alone resolves to valid options.
@@ -300,7 +299,7 @@ func TestManagerOptionsValidation(t *testing.T) {
 	}
 	err := o.setDefaults()
 	require.Error(t, err)
-	assert.ErrorIs(t, err, ErrInvalidOptions)
+	require.ErrorIs(t, err, ErrInvalidOptions)
 	assert.Contains(t, err.Error(), "defaults: user")
 	assert.Contains(t, err.Error(), "pools[0].size")
 }

@@ -169,7 +169,7 @@ func (p *pool) startOne(ctx context.Context) {
 	p.failures = 0
 	p.mu.Unlock()
 	if !p.add(s) {
-		s.Close(context.Background()) // the pool closed meanwhile
+		_ = s.Close(context.Background()) // the pool closed meanwhile; teardown logs a failed removal
 		return
 	}
 	p.log.Debug("warm sandbox ready", "session", s.id)
@@ -189,8 +189,9 @@ func (m *Manager) dropPooled(s *Session) {
 
 // closeInBackground closes a session as tracked background work.
 func (m *Manager) closeInBackground(s *Session) {
-	if !m.goBackground(func(context.Context) { s.Close(context.Background()) }) {
-		go s.Close(context.Background()) // Shutdown closes the rest and waits
+	// Close's error needs no handling here: teardown logs a failed removal.
+	if !m.goBackground(func(context.Context) { _ = s.Close(context.Background()) }) {
+		go func() { _ = s.Close(context.Background()) }() // Shutdown closes the rest and waits
 	}
 }
 

@@ -80,7 +80,7 @@ func TestHTTPEndpointsAuth(t *testing.T) {
 	c := dial(t, ts)
 	sess := c.create()
 	get := func(path, token, host, origin string) int {
-		req, _ := http.NewRequest("GET", ts.Base+path, nil)
+		req, _ := http.NewRequest(http.MethodGet, ts.Base+path, nil)
 		if token != "" {
 			req.Header.Set("Authorization", "Bearer "+token)
 		}
@@ -210,7 +210,7 @@ func TestSessionCapabilityIsolation(t *testing.T) {
 func TestRefusesRemoteListenWithoutTLS(t *testing.T) {
 	m := servertest.NewFakeBackend()
 	for _, listen := range []string{"0.0.0.0:7070", "192.0.2.1:7070", "[::]:7070", ":7070"} {
-		_, err := server.New(server.Options{Manager: m, OperatorToken: strings.Repeat("t", 43), Listen: listen})
+		_, err := server.New(server.Options{Backend: m, OperatorToken: strings.Repeat("t", 43), Listen: listen})
 		if err == nil || !strings.Contains(err.Error(), "refusing to listen") {
 			t.Fatalf("listen %s: err %v, want a refusal", listen, err)
 		}
@@ -223,12 +223,12 @@ func TestRefusesRemoteListenWithoutTLS(t *testing.T) {
 		{Listen: "[::1]:7070"},
 		{Listen: "unix:/tmp/sandboxd.sock"},
 	} {
-		o.Manager, o.OperatorToken = m, strings.Repeat("t", 43)
+		o.Backend, o.OperatorToken = m, strings.Repeat("t", 43)
 		if _, err := server.New(o); err != nil {
 			t.Fatalf("listen %s: %v", o.Listen, err)
 		}
 	}
-	if _, err := server.New(server.Options{Manager: m, OperatorToken: "short"}); err == nil {
+	if _, err := server.New(server.Options{Backend: m, OperatorToken: "short"}); err == nil {
 		t.Fatal("a short operator token was accepted")
 	}
 }

@@ -146,8 +146,8 @@ func TestIDAndIdempotencyKeyBounded(t *testing.T) {
 // connections with slow calls of big messages cannot pin gigabytes.
 func TestInFlightBytesBounded(t *testing.T) {
 	t.Parallel()
-	const max = 64 << 10
-	ts := servertest.Start(t, func(o *server.Options) { o.MaxMessageBytes = max })
+	const maxMsg = 64 << 10
+	ts := servertest.Start(t, func(o *server.Options) { o.MaxMessageBytes = maxMsg })
 	op := dial(t, ts)
 	s := op.create()
 	msg := func(id string) []byte { // exactly 63 KiB

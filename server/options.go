@@ -33,7 +33,7 @@ const (
 	shutdownCloseGraceMargin = 5 * time.Second
 )
 
-// Options configure a Server. Manager and OperatorToken are required.
+// Options configure a Server. Backend and OperatorToken are required.
 type Options struct {
 	// Listen is host:port, or unix:/path for a unix socket (mode 0600).
 	Listen string
@@ -48,9 +48,9 @@ type Options struct {
 	// AllowHosts adds Host names beyond the loopback ones; "*" any.
 	AllowHosts []string
 
-	// Manager is the session manager (sandboxmgr.New over a sandbox.Manager,
+	// Backend is the session manager (sandboxmgr.New over a sandbox.Manager,
 	// or a fake in tests).
-	Manager       core.Backend
+	Backend       core.Backend
 	OperatorToken string
 	// StateDir, if set, keeps session token digests (StateDir/sessions) so
 	// sessions kept over a restart stay reachable.
@@ -98,8 +98,8 @@ func (o *Options) validate() error {
 	if o.Listen == "" {
 		o.Listen = DefaultListen
 	}
-	if o.Manager == nil {
-		return errors.New("server: Options.Manager is required")
+	if o.Backend == nil {
+		return errors.New("server: Options.Backend is required")
 	}
 	if len(o.OperatorToken) < auth.MinTokenLength {
 		return fmt.Errorf("server: the operator token must be at least %d characters", auth.MinTokenLength)

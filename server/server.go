@@ -52,9 +52,9 @@ func New(opts Options) (*Server, error) {
 			return nil, err
 		}
 	}
-	m := metrics.New(opts.Manager.Stats)
+	m := metrics.New(opts.Backend.Stats)
 	c, err := core.New(core.Options{
-		Backend:           opts.Manager,
+		Backend:           opts.Backend,
 		OperatorToken:     opts.OperatorToken,
 		Metrics:           m,
 		Logger:            opts.Logger,

@@ -158,7 +158,9 @@ func TestResumeAfterReconnect(t *testing.T) {
 		}
 		if m.Method == wsproto.NotifyStreamOutput {
 			var o wsproto.StreamOutput
-			json.Unmarshal(m.Params, &o)
+			if err := json.Unmarshal(m.Params, &o); err != nil {
+				t.Fatal(err)
+			}
 			seen = append(seen, o)
 		}
 	}
@@ -598,7 +600,7 @@ func TestHealthzDrainingDuringShutdown(t *testing.T) {
 		t.Fatal(err)
 	}
 	served := make(chan error, 1)
-	go func() { served <- ts.Server.Serve(ln) }()
+	go func() { served <- ts.Serve(ln) }()
 	base := "http://" + ln.Addr().String()
 	wsURL := "ws://" + ln.Addr().String() + wsproto.Path
 	health := func() (int, string) {
@@ -738,7 +740,7 @@ func TestCallMetricsOnlyForRealTools(t *testing.T) {
 			t.Fatalf("MCP tool %q: no error", name)
 		}
 	}
-	req, _ := http.NewRequest("GET", ts.Base+"/metrics", nil)
+	req, _ := http.NewRequest(http.MethodGet, ts.Base+"/metrics", nil)
 	req.Header.Set("Authorization", "Bearer "+ts.Token)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

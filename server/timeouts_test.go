@@ -75,7 +75,7 @@ func TestUnixListenKeepsOtherFiles(t *testing.T) {
 	if err := os.WriteFile(file, []byte("data"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	srv, err := server.New(server.Options{Manager: servertest.NewFakeBackend(), OperatorToken: auth.NewToken(), Listen: "unix:" + file})
+	srv, err := server.New(server.Options{Backend: servertest.NewFakeBackend(), OperatorToken: auth.NewToken(), Listen: "unix:" + file})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +94,7 @@ func TestUnixListenKeepsOtherFiles(t *testing.T) {
 	}
 	stale.(*net.UnixListener).SetUnlinkOnClose(false)
 	stale.Close()
-	srv, err = server.New(server.Options{Manager: servertest.NewFakeBackend(), OperatorToken: auth.NewToken(), Listen: "unix:" + sock})
+	srv, err = server.New(server.Options{Backend: servertest.NewFakeBackend(), OperatorToken: auth.NewToken(), Listen: "unix:" + sock})
 	if err != nil {
 		t.Fatal(err)
 	}

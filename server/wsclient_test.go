@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"encoding/json"
+	"errors"
 	"net/http"
 	"testing"
 	"time"
@@ -176,7 +177,8 @@ func (c *rawClient) closeCode() int {
 		if err == nil {
 			continue
 		}
-		if ce, ok := err.(*websocket.CloseError); ok {
+		var ce *websocket.CloseError
+		if errors.As(err, &ce) {
 			return ce.Code
 		}
 		return -1

@@ -155,7 +155,7 @@ func runServe(ctx context.Context, std stdio, args []string) error {
 	srv, err := server.New(server.Options{
 		Listen: cfg.listen, TLSCert: cfg.tlsCert, TLSKey: cfg.tlsKey, InsecureAllowRemote: cfg.insecureRemote,
 		AllowOrigins: cfg.allowOrigins, AllowHosts: cfg.allowHosts,
-		Manager: sandboxmgr.New(m), OperatorToken: token, StateDir: cfg.stateDir,
+		Backend: sandboxmgr.New(m), OperatorToken: token, StateDir: cfg.stateDir,
 		AllowedImages: cfg.allowImgs, MaxSessions: cfg.maxSessions, MaxMessageBytes: cfg.maxMessage,
 		MCPImage: cfg.mcpImage, MCPSessionTimeout: cfg.mcpIdle,
 		KeepSessions: cfg.keepSessions, DrainTimeout: cfg.drainTimeout,

@@ -160,7 +160,7 @@ func startServer(t *testing.T) *apiServer {
 	}
 	token := auth.NewToken()
 	srv, err := server.New(server.Options{
-		Manager: sandboxmgr.New(m), OperatorToken: token, StateDir: t.TempDir(),
+		Backend: sandboxmgr.New(m), OperatorToken: token, StateDir: t.TempDir(),
 		MCPImage: testImage, Logger: slog.Default(),
 	})
 	if err != nil {

@@ -66,7 +66,7 @@ func startHarnessServer(t *testing.T, poolSize int) *harnessServer {
 	}
 	token := auth.NewToken()
 	srv, err := server.New(server.Options{
-		Manager: sandboxmgr.New(m), OperatorToken: token, StateDir: t.TempDir(),
+		Backend: sandboxmgr.New(m), OperatorToken: token, StateDir: t.TempDir(),
 		MCPImage: testImage, Logger: slog.Default(),
 	})
 	if err != nil {

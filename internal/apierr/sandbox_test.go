@@ -2,6 +2,7 @@ package apierr
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"reflect"
 	"strings"
@@ -29,7 +30,8 @@ func TestSandboxErrorsAreClassified(t *testing.T) {
 		if got := KindOf(mapped); got != want {
 			t.Errorf("%v: %v, want %v", err, got, want)
 		}
-		if _, ok := err.(*sandbox.OptionsError); !ok && mapped.Error() != err.Error() {
+		var oe *sandbox.OptionsError
+		if !errors.As(err, &oe) && mapped.Error() != err.Error() {
 			t.Errorf("%q became %q", err, mapped)
 		}
 		// A layer above that wraps it keeps its words and the kind.

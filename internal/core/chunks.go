@@ -3,6 +3,7 @@ package core
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 
 	"github.com/sandboxd/sandboxd/internal/apierr"
@@ -153,7 +154,7 @@ func (s *Session) DownloadChunk(wait context.Context, r DownloadRequest) (Downlo
 	var b bytes.Buffer
 	n, rerr := io.CopyN(&b, t.pr, int64(size))
 	buf := b.Bytes()
-	if rerr != nil && rerr != io.EOF {
+	if rerr != nil && !errors.Is(rerr, io.EOF) {
 		s.xfers.remove(t)
 		t.abort(rerr)
 		return DownloadResult{DownloadID: t.id, Offset: t.offset}, errOr(t.finish(wait), rerr)

@@ -137,8 +137,11 @@ func TestIdempotencyBounds(t *testing.T) {
 	}
 	// Failures are not kept: a retry runs again.
 	fail := func() (json.RawMessage, error) { runs++; return nil, errors.New("boom") }
-	c.do(context.Background(), "f", fingerprint("m", nil), fail)
-	c.do(context.Background(), "f", fingerprint("m", nil), fail)
+	for range 2 {
+		if _, err := c.do(context.Background(), "f", fingerprint("m", nil), fail); err == nil {
+			t.Fatal("a failing fn returned no error")
+		}
+	}
 	if runs != 10 {
 		t.Fatalf("failure kept (%d runs)", runs)
 	}
@@ -157,8 +160,11 @@ func TestTokenStoreDirsPrivate(t *testing.T) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	os.Chmod(state, 0o755)
-	os.Chmod(dir, 0o777)
+	for p, mode := range map[string]os.FileMode{state: 0o755, dir: 0o777} {
+		if err := os.Chmod(p, mode); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if _, err := NewTokenStore(dir); err != nil {
 		t.Fatal(err)
 	}

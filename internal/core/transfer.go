@@ -45,8 +45,8 @@ type transfers struct {
 }
 
 // errTooManyTransfers: a session has its maximum of transfers in progress.
-func errTooManyTransfers(max int) error {
-	return apierr.New(apierr.Busy, "this session has %d transfers in progress; finish one (or let it idle out) and retry", max)
+func errTooManyTransfers(limit int) error {
+	return apierr.New(apierr.Busy, "this session has %d transfers in progress; finish one (or let it idle out) and retry", limit)
 }
 
 func (ts *transfers) get(id string) (*transfer, error) {
@@ -90,12 +90,12 @@ func (ts *transfers) abortAll() {
 	}
 }
 
-// reserve makes room for a new transfer: under max, or by dropping a
-// finished download kept for retries. False: max transfers are in progress.
-func (ts *transfers) reserve(max int) bool {
+// reserve makes room for a new transfer: under limit, or by dropping a
+// finished download kept for retries. False: limit transfers are in progress.
+func (ts *transfers) reserve(limit int) bool {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
-	if len(ts.m) < max {
+	if len(ts.m) < limit {
 		return true
 	}
 	for id, t := range ts.m {

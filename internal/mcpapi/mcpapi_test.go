@@ -53,7 +53,7 @@ func TestHandlerChecksHostAndOrigin(t *testing.T) {
 			hs := httptest.NewServer(h)
 			defer hs.Close()
 			defer h.Shutdown(context.Background())
-			req, _ := http.NewRequest("POST", hs.URL, strings.NewReader(initialize))
+			req, _ := http.NewRequest(http.MethodPost, hs.URL, strings.NewReader(initialize))
 			req.Header.Set("Content-Type", "application/json")
 			req.Header.Set("Accept", "application/json, text/event-stream")
 			if tc.host != "" {

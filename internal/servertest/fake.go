@@ -327,7 +327,9 @@ func (s *FakeSandbox) Call(ctx context.Context, name string, args json.RawMessag
 			out = rest + "\n"
 		} else if rest, ok := strings.CutPrefix(a.Command, "exit "); ok {
 			out = ""
-			fmt.Sscan(rest, &code)
+			if _, err := fmt.Sscan(rest, &code); err != nil {
+				return tools.Errorf("exit needs a number: %v", err), nil
+			}
 		}
 		stream([]byte(out))
 		return tools.TextResult(out, map[string]any{"exit_code": code}), nil

@@ -29,7 +29,7 @@ func Start(t testing.TB, tweak func(*server.Options)) *Server {
 	t.Helper()
 	m := NewFakeBackend()
 	token := auth.NewToken()
-	opts := server.Options{Manager: m, OperatorToken: token, StateDir: t.TempDir(), MCPImage: "fake:latest"}
+	opts := server.Options{Backend: m, OperatorToken: token, StateDir: t.TempDir(), MCPImage: "fake:latest"}
 	if tweak != nil {
 		tweak(&opts)
 	}

@@ -2,6 +2,7 @@ package wsapi
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -64,7 +65,8 @@ func TestShutdownDuringUpgrade(t *testing.T) {
 	defer ws.Close()
 	_ = ws.SetReadDeadline(time.Now().Add(10 * time.Second))
 	_, _, err = ws.ReadMessage()
-	if ce, ok := err.(*websocket.CloseError); !ok || ce.Code != websocket.CloseGoingAway {
+	var ce *websocket.CloseError
+	if !errors.As(err, &ce) || ce.Code != websocket.CloseGoingAway {
 		t.Fatalf("connection upgraded during shutdown: %v, want close 1001", err)
 	}
 	ws.Close()

@@ -65,7 +65,7 @@ func TestBuildContainerHardening(t *testing.T) {
 	want, err := sandbox.AgentCommand(o)
 	require.NoError(t, err)
 	assert.Equal(t, []string{sandbox.AgentPath}, []string(c.Entrypoint))
-	assert.Equal(t, append([]string(c.Entrypoint), c.Cmd...), want)
+	assert.Equal(t, want, append([]string(c.Entrypoint), c.Cmd...))
 	assert.NotContains(t, want, "--tools", "defaults need no tool specs")
 	assert.True(t, c.OpenStdin && c.AttachStdin && c.AttachStdout && c.AttachStderr)
 	assert.False(t, c.StdinOnce)
@@ -87,7 +87,7 @@ func TestBuildContainerHardening(t *testing.T) {
 	assert.Empty(t, h.PortBindings)
 	assert.EqualValues(t, 512<<20, h.Memory)
 	assert.Equal(t, h.Memory, h.MemorySwap)
-	assert.EqualValues(t, 1.5e9, h.NanoCPUs)
+	assert.Equal(t, int64(1.5e9), h.NanoCPUs)
 	assert.EqualValues(t, 100, *h.PidsLimit)
 	assert.Equal(t, "json-file", h.LogConfig.Type)
 	assert.Equal(t, map[string]string{"max-size": "1m", "max-file": "2"}, h.LogConfig.Config)
@@ -138,7 +138,7 @@ func TestRunDirSize(t *testing.T) {
 		sandbox.MinMemory: 4 << 20,
 	} {
 		o := resolved(t, sandbox.SessionOptions{Limits: sandbox.Limits{Memory: mem}})
-		assert.EqualValues(t, want, r.runDirSize(o), mem)
+		assert.Equal(t, want, r.runDirSize(o), mem)
 		cs, err := r.buildContainer(sandbox.Spec{SessionID: "s", Options: o, Command: agentCmd(t, o)}, "none", layout{})
 		require.NoError(t, err)
 		assert.True(t, strings.HasSuffix(cs.host.Tmpfs[sandbox.RunDir], fmt.Sprintf(",size=%d", want)), cs.host.Tmpfs[sandbox.RunDir])
@@ -157,15 +157,15 @@ func TestCheckAgentBinary(t *testing.T) {
 	notELF := filepath.Join(dir, "script")
 	require.NoError(t, os.WriteFile(notELF, []byte("#!/bin/sh\n"), 0o755))
 	_, err := checkAgentBinary(notELF)
-	assert.ErrorContains(t, err, "not an ELF")
+	require.ErrorContains(t, err, "not an ELF")
 
 	notExec := filepath.Join(dir, "plain")
 	require.NoError(t, os.WriteFile(notExec, []byte("x"), 0o644))
 	_, err = checkAgentBinary(notExec)
-	assert.ErrorContains(t, err, "not an executable")
+	require.ErrorContains(t, err, "not an executable")
 
 	_, err = checkAgentBinary(filepath.Join(dir, "missing"))
-	assert.Error(t, err)
+	require.Error(t, err)
 
 	// /bin/sh on any Debian host is dynamically linked.
 	if _, err := os.Stat("/bin/sh"); err == nil {
@@ -179,7 +179,8 @@ func TestCheckAgentBinary(t *testing.T) {
 func TestLineLogger(t *testing.T) {
 	var buf strings.Builder
 	l := &lineLogger{log: slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))}
-	l.Write([]byte(`{"time":"x","level":"WARN","msg":"tool failed","tool":"grep"}` + "\npanic: boom\npartial"))
+	_, err := l.Write([]byte(`{"time":"x","level":"WARN","msg":"tool failed","tool":"grep"}` + "\npanic: boom\npartial"))
+	require.NoError(t, err)
 	l.flush()
 	out := buf.String()
 	assert.Contains(t, out, `level=WARN msg="agent: tool failed"`)
