@@ -38,10 +38,15 @@ type conn struct {
 type transfer interface{ abort(error) }
 
 func newConn(s *Server, rwc io.ReadWriteCloser) *conn {
+	// ctx is made here, not in serve: the server lists the conn (and a
+	// shutdown may close it) before serve runs.
+	ctx, cancel := context.WithCancel(s.baseCtx)
 	return &conn{
 		s:         s,
 		rwc:       rwc,
 		log:       s.log.With("conn", s.connSeq.Add(1)),
+		ctx:       ctx,
+		cancel:    cancel,
 		calls:     map[uint64]context.CancelFunc{},
 		transfers: map[string]transfer{},
 	}
@@ -49,15 +54,14 @@ func newConn(s *Server, rwc io.ReadWriteCloser) *conn {
 
 func (c *conn) close() {
 	c.closeOnce.Do(func() {
-		if c.cancel != nil {
-			c.cancel()
-		}
-		c.rwc.Close()
+		c.cancel()
+		// Closing is how the read loop is stopped; an error (already
+		// closed, or the peer gone) changes nothing.
+		_ = c.rwc.Close()
 	})
 }
 
 func (c *conn) serve(ctx context.Context) (err error) {
-	c.ctx, c.cancel = context.WithCancel(c.s.baseCtx)
 	stopAfter := context.AfterFunc(ctx, c.close)
 	c.log.Info("connection opened")
 	defer func() {
