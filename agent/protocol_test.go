@@ -221,7 +221,7 @@ func newRaw(t *testing.T) *rawConn {
 			}
 		}
 	}()
-	t.Cleanup(func() { close(rc.sendq); hostEnd.Close(); srv.Close(); <-writerDone })
+	t.Cleanup(func() { close(rc.sendq); _ = hostEnd.Close(); _ = srv.Close(); <-writerDone })
 	return rc
 }
 
@@ -235,7 +235,9 @@ func (rc *rawConn) sendFrame(body string) {
 }
 
 func (rc *rawConn) read() (*frame, error) {
-	rc.conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if err := rc.conn.SetReadDeadline(time.Now().Add(10 * time.Second)); err != nil {
+		return nil, err
+	}
 	var hdr [4]byte
 	body, data, err := readFrame(rc.r, &hdr)
 	if err != nil {
@@ -332,12 +334,12 @@ func TestDisconnectFailsPendingCalls(t *testing.T) {
 	_, ts := newTestKit(t, 1)
 	srv, err := NewServer(ServerOptions{Toolset: ts, Workspace: t.TempDir(), Logger: quiet})
 	require.NoError(t, err)
-	defer srv.Close()
+	defer func() { _ = srv.Close() }()
 	hostEnd, agentEnd := net.Pipe()
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(context.Background(), agentEnd) }()
 	cli := NewClient(hostEnd, WithLogger(quiet))
-	defer cli.Close()
+	defer func() { _ = cli.Close() }()
 
 	const n = 5
 	errs := make(chan error, n)
@@ -348,7 +350,7 @@ func TestDisconnectFailsPendingCalls(t *testing.T) {
 		}()
 	}
 	waitFor(t, func() bool { return srv.queued.Load() == n })
-	agentEnd.Close() // the agent "crashes"
+	require.NoError(t, agentEnd.Close()) // the agent "crashes"
 	for range n {
 		select {
 		case err := <-errs:
@@ -372,9 +374,9 @@ func TestDisconnectFailsPendingCalls(t *testing.T) {
 
 func TestCallReturnsPromptlyOnAStalledStream(t *testing.T) {
 	hostEnd, agentEnd := net.Pipe() // nobody reads agentEnd: every write blocks
-	defer agentEnd.Close()
+	defer func() { _ = agentEnd.Close() }()
 	cli := NewClient(hostEnd, WithLogger(quiet))
-	defer cli.Close()
+	defer func() { _ = cli.Close() }()
 	for range writeQueue + 2 { // more than the write queue holds
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 		start := time.Now()
@@ -430,7 +432,7 @@ func TestShutdownMethod(t *testing.T) {
 	require.NoError(t, <-p.serveErr)
 	// A new connection is refused.
 	hostEnd, agentEnd := net.Pipe()
-	defer hostEnd.Close()
+	defer func() { _ = hostEnd.Close() }()
 	require.ErrorIs(t, p.srv.Serve(ctx, agentEnd), ErrShuttingDown)
 }
 
@@ -448,10 +450,10 @@ func TestServeCtxEndsConnection(t *testing.T) {
 	_, ts := newTestKit(t, 1)
 	srv, err := NewServer(ServerOptions{Toolset: ts, Workspace: t.TempDir(), Logger: quiet})
 	require.NoError(t, err)
-	defer srv.Close()
+	defer func() { _ = srv.Close() }()
 	hostEnd, agentEnd := net.Pipe()
 	cli := NewClient(hostEnd, WithLogger(quiet))
-	defer cli.Close()
+	defer func() { _ = cli.Close() }()
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ctx, agentEnd) }()

@@ -143,7 +143,8 @@ func startRun(t *testing.T, tweak func(*RunOptions)) *runner {
 	t.Cleanup(func() {
 		cancel()
 		select {
-		case <-r.ended:
+		case err := <-r.ended:
+			_ = err // each test checks the outcome it expects (result)
 		case <-ctxT(t).Done():
 			t.Error("Run did not return after its ctx ended")
 		}
@@ -167,10 +168,10 @@ func (r *runner) result(t *testing.T) error {
 // stdioPair gives Run a stdio connection and returns the client on it.
 func stdioPair(t *testing.T, o *RunOptions) *Client {
 	hostEnd, agentEnd := net.Pipe()
-	t.Cleanup(func() { agentEnd.Close() })
+	t.Cleanup(func() { _ = agentEnd.Close() })
 	o.Stdio, o.Stdin, o.Stdout = true, agentEnd, agentEnd
 	cli := NewClient(hostEnd, WithLogger(quiet))
-	t.Cleanup(func() { cli.Close() })
+	t.Cleanup(func() { _ = cli.Close() })
 	return cli
 }
 
@@ -216,7 +217,7 @@ func TestRunStopsWhenItsContextEnds(t *testing.T) {
 	conn, err := net.Dial("unix", sock)
 	require.NoError(t, err)
 	cli := NewClient(conn, WithLogger(quiet))
-	defer cli.Close()
+	defer func() { _ = cli.Close() }()
 	pending := make(chan error, 1)
 	go func() {
 		_, err := cli.Call(context.Background(), "block", json.RawMessage(`{}`), nil)
@@ -258,9 +259,9 @@ func TestRunSocketOutlivesStdioAndProxyReconnects(t *testing.T) {
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
 	proxied := make(chan error, 1)
-	go func() { proxied <- Proxy(context.Background(), sock, inR, outW); outW.Close() }()
+	go func() { proxied <- Proxy(context.Background(), sock, inR, outW); _ = outW.Close() }()
 	pcli := NewClient(JoinConn(outR, inW), WithLogger(quiet))
-	defer pcli.Close()
+	defer func() { _ = pcli.Close() }()
 	assert.Equal(t, "me", remember(t, pcli, ""), "the toolset survived the reconnect")
 
 	require.NoError(t, pcli.Shutdown(ctxT(t)))
