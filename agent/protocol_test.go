@@ -7,10 +7,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -196,9 +198,25 @@ func TestClientRefusesOversizedFrame(t *testing.T) {
 	require.NoError(t, p.cli.Ping(ctxT(t)), "nothing was written: the connection is fine")
 }
 
+// TestMaxFrameFitsTheLargestArgument: a tools/call whose arguments are just
+// over tools.MaxArgumentBytes still fits in one frame, so it reaches the
+// tool and is refused there as an observation the model reads, not as a
+// broken frame. (cmd/sandboxd's TestAgentBadInput sends one for real,
+// without -short.)
+func TestMaxFrameFitsTheLargestArgument(t *testing.T) {
+	const arg = `{"file_text":"x"}`
+	params, err := json.Marshal(callParams{Name: "file_editor", Arguments: json.RawMessage(arg), Stream: true})
+	require.NoError(t, err)
+	small, err := encodeFrame(&frame{ID: math.MaxUint64, Method: MethodToolsCall, Params: params})
+	require.NoError(t, err)
+	largest := len(small) - frameHeaderSize - len(arg) + tools.MaxArgumentBytes + 1
+	assert.LessOrEqual(t, largest, MaxFrameSize, "a call just over the argument limit must fit a frame")
+}
+
 // rawConn talks frames by hand to a server, for what a Client never sends.
 type rawConn struct {
 	t     *testing.T
+	srv   *Server
 	conn  net.Conn
 	r     *bufio.Reader
 	sendq chan []byte // written in order by one goroutine (net.Pipe writes block)
@@ -210,7 +228,7 @@ func newRaw(t *testing.T) *rawConn {
 	srv, err := NewServer(ServerOptions{Toolset: ts, Workspace: t.TempDir(), Logger: quiet})
 	require.NoError(t, err)
 	hostEnd, agentEnd := net.Pipe()
-	rc := &rawConn{t: t, conn: hostEnd, r: bufio.NewReader(hostEnd), sendq: make(chan []byte, 16), done: make(chan error, 1)}
+	rc := &rawConn{t: t, srv: srv, conn: hostEnd, r: bufio.NewReader(hostEnd), sendq: make(chan []byte, 16), done: make(chan error, 1)}
 	go func() { rc.done <- srv.Serve(context.Background(), agentEnd) }()
 	writerDone := make(chan struct{})
 	go func() {
@@ -318,7 +336,7 @@ func TestGarbageBytes(t *testing.T) {
 	t.Run("a duplicate id in flight", func(t *testing.T) {
 		rc := newRaw(t)
 		rc.sendFrame(`{"id":5,"method":"tools/call","params":{"name":"sleep","arguments":{"ms":300}}}`)
-		time.Sleep(50 * time.Millisecond)
+		waitFor(t, func() bool { return inFlight(rc.srv) == 1 })
 		rc.sendFrame(`{"id":5,"method":"tools/call","params":{"name":"echo","arguments":{"text":"x"}}}`)
 		f, err := rc.read()
 		require.NoError(t, err)
@@ -373,18 +391,22 @@ func TestDisconnectFailsPendingCalls(t *testing.T) {
 }
 
 func TestCallReturnsPromptlyOnAStalledStream(t *testing.T) {
-	hostEnd, agentEnd := net.Pipe() // nobody reads agentEnd: every write blocks
-	defer func() { _ = agentEnd.Close() }()
-	cli := NewClient(hostEnd, WithLogger(quiet))
-	defer func() { _ = cli.Close() }()
-	for range writeQueue + 2 { // more than the write queue holds
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
-		start := time.Now()
-		_, err := cli.Call(ctx, "echo", json.RawMessage(`{"text":"x"}`), nil)
-		cancel()
-		require.ErrorIs(t, err, context.DeadlineExceeded)
-		require.Less(t, time.Since(start), 2*time.Second)
-	}
+	// In a bubble the clock only moves when every goroutine waits: a call
+	// that returns at its deadline returns after exactly 20ms.
+	synctest.Test(t, func(t *testing.T) {
+		hostEnd, agentEnd := net.Pipe() // nobody reads agentEnd: every write blocks
+		defer func() { _ = agentEnd.Close() }()
+		cli := NewClient(hostEnd, WithLogger(quiet))
+		defer func() { _ = cli.Close() }()
+		for range writeQueue + 2 { // more than the write queue holds
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+			start := time.Now()
+			_, err := cli.Call(ctx, "echo", json.RawMessage(`{"text":"x"}`), nil)
+			cancel()
+			require.ErrorIs(t, err, context.DeadlineExceeded)
+			require.Equal(t, 20*time.Millisecond, time.Since(start), "the call returns when its ctx ends, not when the stream frees up")
+		}
+	})
 }
 
 func TestClientCloseFailsPendingCalls(t *testing.T) {
@@ -507,13 +529,9 @@ func inFlight(s *Server) int {
 	return n
 }
 
+// waitFor polls the server's own counters: what a test waits for happens
+// on the server's goroutines, which signal nothing a test could wait on.
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met in 10s")
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	require.Eventually(t, cond, 10*time.Second, 2*time.Millisecond)
 }

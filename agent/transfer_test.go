@@ -94,6 +94,7 @@ func tarTree(t *testing.T, dir string) []byte {
 }
 
 func TestUploadDownloadRoundTrip(t *testing.T) {
+	t.Parallel() // the slowest test here (a >32 MiB file, three transfers): overlap it with the rest
 	p := newPair(t)
 	ctx := ctxT(t)
 	src := makeTree(t, MaxFrameSize+3*ChunkSize+17) // crosses the frame limit and chunk edges
