@@ -13,7 +13,7 @@ LINTFLAGS             ?=
 # Image targets (image, test-image, images) live in mk/images.mk.
 -include mk/images.mk
 
-.PHONY: help build test unit e2e lint golangci-lint bench run deps clean
+.PHONY: help build test unit e2e lint golangci-lint bench run deps clean fuzz
 
 help: ## list targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -48,3 +48,15 @@ run: image build ## build the default image and serve on 127.0.0.1:7070
 
 clean: ## remove build outputs
 	rm -rf bin
+
+# FUZZ_TARGETS are the fuzz targets `make fuzz` runs, as package:Func; CI
+# calls `make fuzz`. Minimizing a new input is capped (10 runs): by default
+# it may take 60 s, more than the whole budget.
+FUZZTIME     ?= 5s
+FUZZ_TARGETS := ./agent:FuzzReadFrame ./agent:FuzzExtractTar
+
+fuzz: ## run each fuzz target for FUZZTIME (default 5s) past its seed corpus
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		echo "fuzz $${t#*:} ($(FUZZTIME))"; \
+		$(GO) test -run '^$$' -fuzz "^$${t#*:}\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 10x "$${t%%:*}"; \
+	done

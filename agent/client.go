@@ -340,7 +340,7 @@ func (c *Client) fail(cause error) {
 	c.pending = map[uint64]*pendingCall{}
 	c.mu.Unlock()
 	close(c.done)
-	c.rwc.Close()
+	_ = c.rwc.Close() // the connection is over; why is in c.err
 }
 
 func (c *Client) readLoop() {

@@ -38,8 +38,8 @@ type conn struct {
 type transfer interface{ abort(error) }
 
 func newConn(s *Server, rwc io.ReadWriteCloser) *conn {
-	// ctx is made here, not in serve: Shutdown may close a connection it
-	// finds registered before serve has begun.
+	// ctx is made here, not in serve: the server lists the conn (and a
+	// shutdown may close it) before serve runs.
 	ctx, cancel := context.WithCancel(s.baseCtx)
 	return &conn{
 		s:         s,
@@ -55,7 +55,9 @@ func newConn(s *Server, rwc io.ReadWriteCloser) *conn {
 func (c *conn) close() {
 	c.closeOnce.Do(func() {
 		c.cancel()
-		c.rwc.Close()
+		// Closing is how the read loop is stopped; an error (already
+		// closed, or the peer gone) changes nothing.
+		_ = c.rwc.Close()
 	})
 }
 
@@ -81,7 +83,7 @@ func (c *conn) serve(ctx context.Context) (err error) {
 			switch {
 			case errors.Is(rerr, ErrParse): // a whole frame was read: still in sync
 				c.log.Warn("ignoring a malformed frame", "err", rerr)
-				c.write(&frame{Error: toWireError(rerr)})
+				c.send(&frame{Error: toWireError(rerr)})
 				continue
 			case c.ctx.Err() != nil:
 				return nil // closed by us: shutdown or the caller's ctx
@@ -90,7 +92,7 @@ func (c *conn) serve(ctx context.Context) (err error) {
 			case errors.Is(rerr, ErrFrameTooLarge):
 				// Tell the host why before hanging up: the stream is out
 				// of sync and cannot be read any further.
-				c.write(&frame{Error: toWireError(rerr)})
+				c.send(&frame{Error: toWireError(rerr)})
 				c.log.Error("closing connection: bad frame header", "err", rerr)
 				return rerr
 			}
@@ -101,7 +103,7 @@ func (c *conn) serve(ctx context.Context) (err error) {
 			// The length prefix was fine, so the stream is still in sync:
 			// report and go on.
 			c.log.Warn("ignoring a frame that is not valid JSON", "err", jerr, "bytes", len(body))
-			c.write(&frame{Error: &Error{Code: CodeParse, Message: fmt.Sprintf(
+			c.send(&frame{Error: &Error{Code: CodeParse, Message: fmt.Sprintf(
 				"%v: %v (a frame of %d bytes was ignored)", ErrParse, jerr, len(body))}})
 			continue
 		}
@@ -120,7 +122,7 @@ func (c *conn) dispatch(f *frame) {
 		return
 	case f.ID == 0 || f.Method == "":
 		c.log.Warn("ignoring a frame that is neither request nor notification", "id", f.ID)
-		c.write(&frame{ID: f.ID, Error: &Error{Code: CodeInvalidRequest, Message: fmt.Sprintf(
+		c.send(&frame{ID: f.ID, Error: &Error{Code: CodeInvalidRequest, Message: fmt.Sprintf(
 			"%v: frames sent to the agent must be requests (id and method) or notifications (method only)", ErrInvalidRequest)}})
 		return
 	}
@@ -273,7 +275,7 @@ func (c *conn) reply(id uint64, result any, err error) {
 		f.Result, f.Data, f.Error = nil, nil, toWireError(err)
 	}
 	if werr := c.write(f); errors.Is(werr, ErrFrameTooLarge) {
-		c.write(&frame{ID: id, Error: toWireError(fmt.Errorf("the result does not fit in a frame: %w", werr))})
+		c.send(&frame{ID: id, Error: toWireError(fmt.Errorf("the result does not fit in a frame: %w", werr))})
 	}
 }
 
@@ -284,6 +286,14 @@ func (c *conn) notify(method string, params any, data []byte) error {
 		return err
 	}
 	return c.write(&frame{Method: method, Params: raw, Data: data})
+}
+
+// send writes a frame nobody waits on the outcome of (an error report, a
+// response). Its error needs no handling here: a failed write has already
+// closed the connection (see write), which ends the read loop and fails
+// what is pending; an unencodable frame has been logged.
+func (c *conn) send(f *frame) {
+	_ = c.write(f)
 }
 
 // write sends one frame. A write error means the peer is gone: the

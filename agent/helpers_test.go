@@ -122,8 +122,8 @@ func newPair(t *testing.T, tweak ...func(*ServerOptions)) *pair {
 	p := &pair{srv: srv, kit: kit, ws: opts.Workspace, serveErr: make(chan error, 1)}
 	p.cli = p.connect(t)
 	t.Cleanup(func() {
-		p.cli.Close()
-		srv.Close()
+		_ = p.cli.Close()
+		_ = srv.Close()
 	})
 	return p
 }
@@ -139,7 +139,7 @@ func (p *pair) connect(t *testing.T) *Client {
 		}
 	}()
 	cli := NewClient(hostEnd, WithLogger(quiet))
-	t.Cleanup(func() { cli.Close() })
+	t.Cleanup(func() { _ = cli.Close() })
 	return cli
 }
 

@@ -45,7 +45,7 @@ func addEntry(tw *tar.Writer, root *os.Root, name, tarName string) error {
 		if err != nil {
 			return rootErr(err)
 		}
-		defer f.Close()
+		defer func() { _ = f.Close() }() // read-only: nothing to flush
 		if err := tw.WriteHeader(hdr); err != nil {
 			return err
 		}
@@ -70,7 +70,7 @@ func addEntry(tw *tar.Writer, root *os.Root, name, tarName string) error {
 			return rootErr(err)
 		}
 		entries, err := d.ReadDir(-1)
-		d.Close()
+		_ = d.Close() // read-only: nothing to flush
 		if err != nil {
 			return err
 		}

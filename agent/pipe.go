@@ -21,3 +21,9 @@ type joined struct {
 func (j *joined) Read(p []byte) (int, error)  { return j.r.Read(p) }
 func (j *joined) Write(p []byte) (int, error) { return j.w.Write(p) }
 func (j *joined) Close() error                { return errors.Join(j.w.Close(), j.r.Close()) }
+
+// nopWriteCloser is a writer the connection must not close (a caller's
+// stdout that is not the process's own).
+type nopWriteCloser struct{ io.Writer }
+
+func (nopWriteCloser) Close() error { return nil }

@@ -7,10 +7,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -196,9 +198,25 @@ func TestClientRefusesOversizedFrame(t *testing.T) {
 	require.NoError(t, p.cli.Ping(ctxT(t)), "nothing was written: the connection is fine")
 }
 
+// TestMaxFrameFitsTheLargestArgument: a tools/call whose arguments are just
+// over tools.MaxArgumentBytes still fits in one frame, so it reaches the
+// tool and is refused there as an observation the model reads, not as a
+// broken frame. (cmd/sandboxd's TestAgentBadInput sends one for real,
+// without -short.)
+func TestMaxFrameFitsTheLargestArgument(t *testing.T) {
+	const arg = `{"file_text":"x"}`
+	params, err := json.Marshal(callParams{Name: "file_editor", Arguments: json.RawMessage(arg), Stream: true})
+	require.NoError(t, err)
+	small, err := encodeFrame(&frame{ID: math.MaxUint64, Method: MethodToolsCall, Params: params})
+	require.NoError(t, err)
+	largest := len(small) - frameHeaderSize - len(arg) + tools.MaxArgumentBytes + 1
+	assert.LessOrEqual(t, largest, MaxFrameSize, "a call just over the argument limit must fit a frame")
+}
+
 // rawConn talks frames by hand to a server, for what a Client never sends.
 type rawConn struct {
 	t     *testing.T
+	srv   *Server
 	conn  net.Conn
 	r     *bufio.Reader
 	sendq chan []byte // written in order by one goroutine (net.Pipe writes block)
@@ -210,7 +228,7 @@ func newRaw(t *testing.T) *rawConn {
 	srv, err := NewServer(ServerOptions{Toolset: ts, Workspace: t.TempDir(), Logger: quiet})
 	require.NoError(t, err)
 	hostEnd, agentEnd := net.Pipe()
-	rc := &rawConn{t: t, conn: hostEnd, r: bufio.NewReader(hostEnd), sendq: make(chan []byte, 16), done: make(chan error, 1)}
+	rc := &rawConn{t: t, srv: srv, conn: hostEnd, r: bufio.NewReader(hostEnd), sendq: make(chan []byte, 16), done: make(chan error, 1)}
 	go func() { rc.done <- srv.Serve(context.Background(), agentEnd) }()
 	writerDone := make(chan struct{})
 	go func() {
@@ -221,7 +239,7 @@ func newRaw(t *testing.T) *rawConn {
 			}
 		}
 	}()
-	t.Cleanup(func() { close(rc.sendq); hostEnd.Close(); srv.Close(); <-writerDone })
+	t.Cleanup(func() { close(rc.sendq); _ = hostEnd.Close(); _ = srv.Close(); <-writerDone })
 	return rc
 }
 
@@ -235,7 +253,9 @@ func (rc *rawConn) sendFrame(body string) {
 }
 
 func (rc *rawConn) read() (*frame, error) {
-	rc.conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if err := rc.conn.SetReadDeadline(time.Now().Add(10 * time.Second)); err != nil {
+		return nil, err
+	}
 	var hdr [4]byte
 	body, data, err := readFrame(rc.r, &hdr)
 	if err != nil {
@@ -316,7 +336,7 @@ func TestGarbageBytes(t *testing.T) {
 	t.Run("a duplicate id in flight", func(t *testing.T) {
 		rc := newRaw(t)
 		rc.sendFrame(`{"id":5,"method":"tools/call","params":{"name":"sleep","arguments":{"ms":300}}}`)
-		time.Sleep(50 * time.Millisecond)
+		waitFor(t, func() bool { return inFlight(rc.srv) == 1 })
 		rc.sendFrame(`{"id":5,"method":"tools/call","params":{"name":"echo","arguments":{"text":"x"}}}`)
 		f, err := rc.read()
 		require.NoError(t, err)
@@ -332,12 +352,12 @@ func TestDisconnectFailsPendingCalls(t *testing.T) {
 	_, ts := newTestKit(t, 1)
 	srv, err := NewServer(ServerOptions{Toolset: ts, Workspace: t.TempDir(), Logger: quiet})
 	require.NoError(t, err)
-	defer srv.Close()
+	defer func() { _ = srv.Close() }()
 	hostEnd, agentEnd := net.Pipe()
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(context.Background(), agentEnd) }()
 	cli := NewClient(hostEnd, WithLogger(quiet))
-	defer cli.Close()
+	defer func() { _ = cli.Close() }()
 
 	const n = 5
 	errs := make(chan error, n)
@@ -348,7 +368,7 @@ func TestDisconnectFailsPendingCalls(t *testing.T) {
 		}()
 	}
 	waitFor(t, func() bool { return srv.queued.Load() == n })
-	agentEnd.Close() // the agent "crashes"
+	require.NoError(t, agentEnd.Close()) // the agent "crashes"
 	for range n {
 		select {
 		case err := <-errs:
@@ -371,18 +391,22 @@ func TestDisconnectFailsPendingCalls(t *testing.T) {
 }
 
 func TestCallReturnsPromptlyOnAStalledStream(t *testing.T) {
-	hostEnd, agentEnd := net.Pipe() // nobody reads agentEnd: every write blocks
-	defer agentEnd.Close()
-	cli := NewClient(hostEnd, WithLogger(quiet))
-	defer cli.Close()
-	for range writeQueue + 2 { // more than the write queue holds
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
-		start := time.Now()
-		_, err := cli.Call(ctx, "echo", json.RawMessage(`{"text":"x"}`), nil)
-		cancel()
-		require.ErrorIs(t, err, context.DeadlineExceeded)
-		require.Less(t, time.Since(start), 2*time.Second)
-	}
+	// In a bubble the clock only moves when every goroutine waits: a call
+	// that returns at its deadline returns after exactly 20ms.
+	synctest.Test(t, func(t *testing.T) {
+		hostEnd, agentEnd := net.Pipe() // nobody reads agentEnd: every write blocks
+		defer func() { _ = agentEnd.Close() }()
+		cli := NewClient(hostEnd, WithLogger(quiet))
+		defer func() { _ = cli.Close() }()
+		for range writeQueue + 2 { // more than the write queue holds
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+			start := time.Now()
+			_, err := cli.Call(ctx, "echo", json.RawMessage(`{"text":"x"}`), nil)
+			cancel()
+			require.ErrorIs(t, err, context.DeadlineExceeded)
+			require.Equal(t, 20*time.Millisecond, time.Since(start), "the call returns when its ctx ends, not when the stream frees up")
+		}
+	})
 }
 
 func TestClientCloseFailsPendingCalls(t *testing.T) {
@@ -430,7 +454,7 @@ func TestShutdownMethod(t *testing.T) {
 	require.NoError(t, <-p.serveErr)
 	// A new connection is refused.
 	hostEnd, agentEnd := net.Pipe()
-	defer hostEnd.Close()
+	defer func() { _ = hostEnd.Close() }()
 	require.ErrorIs(t, p.srv.Serve(ctx, agentEnd), ErrShuttingDown)
 }
 
@@ -448,10 +472,10 @@ func TestServeCtxEndsConnection(t *testing.T) {
 	_, ts := newTestKit(t, 1)
 	srv, err := NewServer(ServerOptions{Toolset: ts, Workspace: t.TempDir(), Logger: quiet})
 	require.NoError(t, err)
-	defer srv.Close()
+	defer func() { _ = srv.Close() }()
 	hostEnd, agentEnd := net.Pipe()
 	cli := NewClient(hostEnd, WithLogger(quiet))
-	defer cli.Close()
+	defer func() { _ = cli.Close() }()
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ctx, agentEnd) }()
@@ -505,13 +529,9 @@ func inFlight(s *Server) int {
 	return n
 }
 
+// waitFor polls the server's own counters: what a test waits for happens
+// on the server's goroutines, which signal nothing a test could wait on.
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met in 10s")
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	require.Eventually(t, cond, 10*time.Second, 2*time.Millisecond)
 }

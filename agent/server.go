@@ -127,7 +127,7 @@ func (s *Server) Serve(ctx context.Context, rwc io.ReadWriteCloser) error {
 	s.mu.Lock()
 	if s.closing {
 		s.mu.Unlock()
-		rwc.Close()
+		c.close() // refused: the peer sees the stream end
 		return ErrShuttingDown
 	}
 	s.conns[c] = struct{}{}

@@ -66,7 +66,7 @@ func handleUploadBegin(_ context.Context, c *conn, f *frame) (any, error) {
 	if err != nil {
 		return nil, fmt.Errorf("upload: opening the workspace: %w", err)
 	}
-	defer ws.Close()
+	defer func() { _ = ws.Close() }() // a directory handle: nothing to flush
 	if err := ws.MkdirAll(rel, 0o755); err != nil {
 		return nil, fmt.Errorf("upload: creating the destination %s: %w", abs, rootErr(err))
 	}
@@ -84,7 +84,7 @@ func handleUploadBegin(_ context.Context, c *conn, f *frame) (any, error) {
 	})
 	go func() {
 		defer close(u.done)
-		defer dst.Close()
+		defer func() { _ = dst.Close() }() // a directory handle: nothing to flush
 		u.res, u.err = extractTar(dst, pr, extractLimits{workspace: c.s.opts.Workspace, destRel: rel})
 		if u.err != nil {
 			u.err = fmt.Errorf("upload to %s: %w", abs, u.err)
@@ -162,7 +162,7 @@ func handleUploadEnd(ctx context.Context, c *conn, f *frame) (any, error) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	u.idle.Stop()
-	u.pw.Close()
+	_ = u.pw.Close() // an io.PipeWriter's Close never fails
 	res, err := u.wait(ctx)
 	if err != nil {
 		return nil, err
@@ -200,7 +200,7 @@ func handleDownloadBegin(_ context.Context, c *conn, f *frame) (any, error) {
 		return nil, fmt.Errorf("download: opening the workspace: %w", err)
 	}
 	if _, err := ws.Lstat(rel); err != nil {
-		ws.Close()
+		_ = ws.Close() // a directory handle: nothing to flush
 		return nil, fmt.Errorf("download %s: %w", abs, rootErr(err))
 	}
 	pr, pw := io.Pipe()
@@ -213,7 +213,7 @@ func handleDownloadBegin(_ context.Context, c *conn, f *frame) (any, error) {
 	})
 	top := filepath.Base(abs)
 	go func() {
-		defer ws.Close()
+		defer func() { _ = ws.Close() }() // a directory handle: nothing to flush
 		err := writeTar(pw, ws, rel, top)
 		if err != nil {
 			err = fmt.Errorf("download %s: %w", abs, err)

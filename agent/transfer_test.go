@@ -42,7 +42,7 @@ func makeTree(t *testing.T, bigSize int) string {
 	require.NoError(t, os.Mkdir(filepath.Join(src, "empty"), 0o700))
 	write("ro/inside.txt", []byte("x"), 0o444)
 	require.NoError(t, os.Chmod(filepath.Join(src, "ro"), 0o555))
-	t.Cleanup(func() { os.Chmod(filepath.Join(src, "ro"), 0o755) })
+	t.Cleanup(func() { _ = os.Chmod(filepath.Join(src, "ro"), 0o755) }) // so TempDir can remove it
 	return src
 }
 
@@ -87,13 +87,14 @@ func tarTree(t *testing.T, dir string) []byte {
 	}
 	root, err := os.OpenRoot(dir)
 	require.NoError(t, err)
-	defer root.Close()
+	defer func() { _ = root.Close() }()
 	var buf bytes.Buffer
 	require.NoError(t, writeTar(&buf, root, ".", "."))
 	return buf.Bytes()
 }
 
 func TestUploadDownloadRoundTrip(t *testing.T) {
+	t.Parallel() // the slowest test here (a >32 MiB file, three transfers): overlap it with the rest
 	p := newPair(t)
 	ctx := ctxT(t)
 	src := makeTree(t, MaxFrameSize+3*ChunkSize+17) // crosses the frame limit and chunk edges
@@ -106,7 +107,7 @@ func TestUploadDownloadRoundTrip(t *testing.T) {
 	assert.Equal(t, 1, res.Links)
 	assert.EqualValues(t, MaxFrameSize+3*ChunkSize+17+6+18+1+1, res.Bytes)
 	dest := filepath.Join(p.ws, "dest")
-	t.Cleanup(func() { os.Chmod(filepath.Join(dest, "ro"), 0o755) })
+	t.Cleanup(func() { _ = os.Chmod(filepath.Join(dest, "ro"), 0o755) }) // so TempDir can remove it
 	assert.Equal(t, want, treeSummary(t, dest))
 
 	// Upload again over the same place: files (even read-only ones) are
@@ -120,10 +121,10 @@ func TestUploadDownloadRoundTrip(t *testing.T) {
 	out := t.TempDir()
 	outRoot, err := os.OpenRoot(out)
 	require.NoError(t, err)
-	defer outRoot.Close()
+	defer func() { _ = outRoot.Close() }()
 	_, err = extractTar(outRoot, &got, extractLimits{workspace: out, destRel: "."})
 	require.NoError(t, err)
-	t.Cleanup(func() { os.Chmod(filepath.Join(out, "dest", "ro"), 0o755) })
+	t.Cleanup(func() { _ = os.Chmod(filepath.Join(out, "dest", "ro"), 0o755) }) // so TempDir can remove it
 	assert.Equal(t, want, treeSummary(t, filepath.Join(out, "dest")))
 
 	// A single file.

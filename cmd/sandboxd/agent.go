@@ -4,24 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
-	"path/filepath"
 	"strings"
-	"sync"
-	"time"
 
 	"github.com/sandboxd/sandboxd/agent"
 	"github.com/sandboxd/sandboxd/tools"
 	"github.com/sandboxd/sandboxd/tools/builtin"
 )
-
-// agentShutdownGrace bounds a shutdown: cancelled calls get this long to
-// return before the toolset is closed under them.
-const agentShutdownGrace = 10 * time.Second
 
 func init() {
 	register(&command{
@@ -75,152 +66,21 @@ func runAgent(ctx context.Context, std stdio, args []string) error {
 	if err != nil {
 		return err
 	}
-	if cfg.workspace, err = filepath.Abs(cfg.workspace); err != nil {
-		return err
-	}
-	if cfg.stateDir, err = filepath.Abs(cfg.stateDir); err != nil {
-		return err
-	}
-	if err := os.MkdirAll(cfg.workspace, 0o755); err != nil {
-		return fmt.Errorf("workspace: %w", err)
-	}
-	if err := os.MkdirAll(cfg.stateDir, 0o700); err != nil {
-		return fmt.Errorf("state dir: %w", err)
-	}
-	return serveAgent(ctx, std, cfg, specs, log)
-}
-
-func serveAgent(ctx context.Context, std stdio, cfg agentConfig, specs []tools.Spec, log *slog.Logger) error {
-	// Take stdout for the protocol before anything can start a process.
-	var stdioConn io.ReadWriteCloser
-	if cfg.stdio {
-		var err error
-		if stdioConn, err = protocolStdio(std); err != nil {
-			return err
-		}
-	}
-	var ln net.Listener
-	if cfg.socket != "" {
-		var err error
-		if ln, err = listenUnix(cfg.socket); err != nil {
-			if stdioConn != nil {
-				stdioConn.Close()
-			}
-			return err
-		}
-	}
-
-	ts, err := builtin.Registry().Resolve(tools.Env{Workspace: cfg.workspace, StateDir: cfg.stateDir}, specs)
-	if err != nil {
-		closeAll(stdioConn, ln)
-		return fmt.Errorf("starting the tools: %w", err)
-	}
-	srv, err := agent.NewServer(agent.ServerOptions{
-		Toolset:       ts,
-		Workspace:     cfg.workspace,
-		Logger:        log,
-		ShutdownGrace: agentShutdownGrace,
+	err = agent.Run(ctx, agent.RunOptions{
+		Stdio:     cfg.stdio,
+		Stdin:     std.in,
+		Stdout:    std.out,
+		Socket:    cfg.socket,
+		Workspace: cfg.workspace,
+		StateDir:  cfg.stateDir,
+		Registry:  builtin.Registry(),
+		Specs:     specs,
+		Logger:    log,
 	})
-	if err != nil {
-		ts.Close()
-		closeAll(stdioConn, ln)
-		return err
+	if errors.Is(err, agent.ErrStopped) {
+		return exitCodeError(128 + 15) // see agent.ErrStopped
 	}
-	log.Info("agent started", "pid", os.Getpid(), "workspace", cfg.workspace, "stdio", cfg.stdio, "socket", cfg.socket, "tools", len(ts.Definitions()))
-
-	var serving sync.WaitGroup
-	stdioEnded := make(chan error, 1)
-	if stdioConn != nil {
-		serving.Go(func() { stdioEnded <- srv.Serve(ctx, stdioConn) })
-	}
-	if ln != nil {
-		serving.Go(func() { acceptLoop(ctx, ln, srv, log) })
-	}
-
-	// After a signal (docker stop sends SIGTERM) the agent exits 143, as
-	// a process killed by SIGTERM would: the host then tells a stop from
-	// outside from the shutdown it asked for (exit 0).
-	var exitErr error
-	select {
-	case <-ctx.Done():
-		log.Info("signal received; shutting down")
-		exitErr = exitCodeError(128 + 15)
-	case <-srv.Done():
-		log.Info("shutdown requested by the host")
-	case err := <-stdioEnded:
-		if ln != nil {
-			// The socket keeps the agent alive for a reconnecting host.
-			log.Info("stdio connection ended; still serving the socket", "err", err)
-			select {
-			case <-ctx.Done():
-				log.Info("signal received; shutting down")
-				exitErr = exitCodeError(128 + 15)
-			case <-srv.Done():
-				log.Info("shutdown requested by the host")
-			}
-		} else {
-			log.Info("stdio connection ended; shutting down", "err", err)
-			if err != nil && !errors.Is(err, context.Canceled) {
-				exitErr = fmt.Errorf("stdio connection: %w", err)
-			}
-		}
-	}
-
-	sctx, cancel := context.WithTimeout(context.Background(), agentShutdownGrace)
-	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil {
-		log.Error("shutdown", "err", err)
-	}
-	if ln != nil {
-		ln.Close()
-	}
-	if n := killDescendants(); n > 0 {
-		// The executors should have ended their processes; this is the
-		// safety net, and a sign of a leak worth a look.
-		log.Warn("killed processes left after the toolset closed", "count", n)
-	}
-	waitOrTimeout(&serving, 2*time.Second, log)
-	log.Info("agent stopped")
-	return exitErr
-}
-
-// acceptLoop serves every connection of the socket until it is closed.
-func acceptLoop(ctx context.Context, ln net.Listener, srv *agent.Server, log *slog.Logger) {
-	var conns sync.WaitGroup
-	defer conns.Wait()
-	for {
-		conn, err := ln.Accept()
-		if err != nil {
-			if !errors.Is(err, net.ErrClosed) {
-				log.Error("socket accept", "err", err)
-			}
-			return
-		}
-		conns.Go(func() {
-			if err := srv.Serve(ctx, conn); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, agent.ErrShuttingDown) {
-				log.Warn("socket connection ended with an error", "err", err)
-			}
-		})
-	}
-}
-
-func waitOrTimeout(wg *sync.WaitGroup, d time.Duration, log *slog.Logger) {
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(d):
-		log.Warn("connections did not end in time; exiting anyway")
-	}
-}
-
-func closeAll(c io.Closer, ln net.Listener) {
-	if c != nil {
-		c.Close()
-	}
-	if ln != nil {
-		ln.Close()
-	}
+	return err
 }
 
 // parseSpecs reads --tools: a JSON array of specs, or @FILE holding one.

@@ -2,11 +2,8 @@ package main
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"io"
-	"net"
-	"os"
+
+	"github.com/sandboxd/sandboxd/agent"
 )
 
 func init() {
@@ -31,29 +28,5 @@ func runAgentProxy(ctx context.Context, std stdio, args []string) error {
 	if *socket == "" {
 		return usageErrorf("--socket PATH is required")
 	}
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "unix", *socket)
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("no agent socket at %s; is 'sandboxd agent --socket %s' running in this container?", *socket, *socket)
-		}
-		return fmt.Errorf("connecting to the agent at %s: %w", *socket, err)
-	}
-	uc := conn.(*net.UnixConn)
-	stop := context.AfterFunc(ctx, func() { uc.Close() })
-	defer stop()
-
-	// host -> agent: at the end of stdin, half-close so the agent sees EOF
-	// and ends the connection, which ends the copy below.
-	go func() {
-		io.Copy(uc, std.in)
-		uc.CloseWrite()
-	}()
-	// agent -> host: the proxy's lifetime.
-	_, err = io.Copy(std.out, uc)
-	uc.Close()
-	if err != nil && ctx.Err() == nil && !errors.Is(err, net.ErrClosed) {
-		return fmt.Errorf("relaying from the agent: %w", err)
-	}
-	return nil
+	return agent.Proxy(ctx, *socket, std.in, std.out)
 }

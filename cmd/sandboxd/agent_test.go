@@ -6,10 +6,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -33,6 +35,7 @@ type agentProc struct {
 	stderr *syncBuffer
 	exited chan struct{}
 	err    error // of cmd.Wait, once exited is closed
+	socket bool  // it also serves a socket: the end of stdin does not end it
 }
 
 type syncBuffer struct {
@@ -57,7 +60,7 @@ func (s *syncBuffer) String() string {
 // the read side under the client before it has read the last frames.
 func startAgent(t *testing.T, args ...string) *agentProc {
 	t.Helper()
-	p := &agentProc{ws: t.TempDir(), stderr: &syncBuffer{}, exited: make(chan struct{})}
+	p := &agentProc{ws: t.TempDir(), stderr: &syncBuffer{}, exited: make(chan struct{}), socket: slices.Contains(args, "--socket")}
 	inR, inW, err := os.Pipe()
 	require.NoError(t, err)
 	outR, outW, err := os.Pipe()
@@ -65,23 +68,22 @@ func startAgent(t *testing.T, args ...string) *agentProc {
 	p.cmd = exec.Command(binPath, append([]string{"agent", "--stdio", "--workspace", p.ws, "--state-dir", t.TempDir(), "--log-level", "debug"}, args...)...)
 	p.cmd.Stdin, p.cmd.Stdout, p.cmd.Stderr = inR, outW, p.stderr
 	require.NoError(t, p.cmd.Start())
-	inR.Close()
-	outW.Close()
+	closeChildEnds(t, inR, outW)
 	go func() { p.err = p.cmd.Wait(); close(p.exited) }()
 	p.cli = agent.NewClient(agent.JoinConn(outR, inW))
 	t.Cleanup(func() {
-		p.cli.Close() // ends a --stdio-only agent
-		select {
-		case <-p.exited:
-		case <-time.After(2 * time.Second):
-			p.cmd.Process.Signal(syscall.SIGTERM) // one that also serves a socket
+		_ = p.cli.Close() // ends a --stdio-only agent
+		if p.socket {
+			// One that also serves a socket outlives its stdin: stop it
+			// as docker stop would. (An error: it has exited already.)
+			_ = p.cmd.Process.Signal(syscall.SIGTERM)
 		}
 		select {
 		case <-p.exited:
-		case <-time.After(15 * time.Second):
-			p.cmd.Process.Kill()
+		case <-time.After(15 * time.Second): // a hang guard, not a timing assert
+			_ = p.cmd.Process.Kill() // the test fails below either way
 			<-p.exited
-			t.Errorf("the agent did not exit on SIGTERM")
+			t.Errorf("the agent did not exit")
 		}
 		if strings.Contains(p.stderr.String(), "DATA RACE") || t.Failed() {
 			t.Logf("agent stderr:\n%s", p.stderr.String())
@@ -89,6 +91,14 @@ func startAgent(t *testing.T, args ...string) *agentProc {
 		assert.NotContains(t, p.stderr.String(), "DATA RACE")
 	})
 	return p
+}
+
+// closeChildEnds closes the pipe ends a started child now holds.
+func closeChildEnds(t *testing.T, ends ...*os.File) {
+	t.Helper()
+	for _, f := range ends {
+		require.NoError(t, f.Close())
+	}
 }
 
 // wait waits for the agent to exit and returns its exit code.
@@ -118,6 +128,7 @@ func call(t *testing.T, cli *agent.Client, name string, args any) *tools.Observa
 }
 
 func TestAgentServesTheBuiltinTools(t *testing.T) {
+	t.Parallel()
 	p := startAgent(t)
 	ctx := ctxT(t)
 	require.NoError(t, p.cli.Ping(ctx))
@@ -165,6 +176,7 @@ func TestAgentServesTheBuiltinTools(t *testing.T) {
 }
 
 func TestAgentBadInput(t *testing.T) {
+	t.Parallel()
 	p := startAgent(t)
 	cases := []struct {
 		name, tool string
@@ -190,6 +202,13 @@ func TestAgentBadInput(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
+			if c.name == "huge argument" && testing.Short() && raceEnabled {
+				// ~20 s of encoding/json under -race for 24 MiB each way.
+				// In -short, agent's TestMaxFrameFitsTheLargestArgument
+				// checks that such a call fits a frame and tools'
+				// TestToolValidatesArguments that the tool refuses it.
+				t.Skip("a 24 MiB argument under -race; runs without -short")
+			}
 			obs, err := p.cli.Call(ctxT(t), c.tool, json.RawMessage(c.args), nil)
 			if c.errIs != nil {
 				require.ErrorIs(t, err, c.errIs)
@@ -229,27 +248,47 @@ func alive(pid int) bool {
 	return i > 0 && len(s) > i+2 && s[i+2] != 'Z' && s[i+2] != 'X'
 }
 
+// waitGone waits for a process of the agent to be gone. Another process's
+// end cannot be waited on, only polled.
 func waitGone(t *testing.T, pid int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for alive(pid) {
-		if time.Now().After(deadline) {
-			t.Fatalf("process %d still runs after the agent shut down", pid)
-		}
-		time.Sleep(20 * time.Millisecond)
+	require.Eventually(t, func() bool { return !alive(pid) }, 10*time.Second, 10*time.Millisecond,
+		"process %d still runs after the agent shut down", pid)
+}
+
+// callInFlight starts a terminal call of `sleep`, which outlasts the test,
+// and returns once the command runs (its first output has streamed back),
+// with the channel its outcome arrives on.
+func callInFlight(t *testing.T, cli *agent.Client, sleep int) <-chan error {
+	t.Helper()
+	started := make(chan struct{})
+	var once sync.Once
+	ended := make(chan error, 1)
+	go func() {
+		args := fmt.Sprintf(`{"command":"echo started; sleep %d","timeout":%d}`, sleep, 2*sleep)
+		_, err := cli.Call(context.Background(), "terminal", json.RawMessage(args), func(b []byte) {
+			if bytes.Contains(b, []byte("started")) {
+				once.Do(func() { close(started) })
+			}
+		})
+		ended <- err
+	}()
+	select {
+	case <-started:
+	case err := <-ended:
+		t.Fatalf("the call ended before it ran: %v", err)
+	case <-ctxT(t).Done():
+		t.Fatal("the call never started")
 	}
+	return ended
 }
 
 func TestAgentShutdownEndsChildProcesses(t *testing.T) {
+	t.Parallel()
 	p := startAgent(t)
 	pid := startSleep(t, p.cli)
 	// A call in flight during shutdown is cancelled, not left hanging.
-	inflight := make(chan error, 1)
-	go func() {
-		_, err := p.cli.Call(context.Background(), "terminal", json.RawMessage(`{"command":"sleep 30","timeout":60}`), nil)
-		inflight <- err
-	}()
-	time.Sleep(200 * time.Millisecond)
+	inflight := callInFlight(t, p.cli, 30)
 	require.NoError(t, p.cli.Shutdown(ctxT(t)))
 	assert.Equal(t, 0, p.wait(t), "clean shutdown exits 0")
 	waitGone(t, pid)
@@ -269,14 +308,10 @@ func TestAgentShutdownEndsChildProcesses(t *testing.T) {
 }
 
 func TestAgentSIGTERM(t *testing.T) {
+	t.Parallel()
 	p := startAgent(t)
 	pid := startSleep(t, p.cli)
-	pending := make(chan error, 1)
-	go func() {
-		_, err := p.cli.Call(context.Background(), "terminal", json.RawMessage(`{"command":"sleep 30","timeout":60}`), nil)
-		pending <- err
-	}()
-	time.Sleep(200 * time.Millisecond)
+	pending := callInFlight(t, p.cli, 30)
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
 	// A clean shutdown, reported as a SIGTERM exit: the host tells a
 	// `docker stop` from the shutdown it asks for itself (exit 0).
@@ -292,13 +327,9 @@ func TestAgentSIGTERM(t *testing.T) {
 }
 
 func TestAgentKilledFailsPendingCalls(t *testing.T) {
+	t.Parallel()
 	p := startAgent(t)
-	pending := make(chan error, 1)
-	go func() {
-		_, err := p.cli.Call(context.Background(), "terminal", json.RawMessage(`{"command":"sleep 5","timeout":30}`), nil)
-		pending <- err
-	}()
-	time.Sleep(200 * time.Millisecond)
+	pending := callInFlight(t, p.cli, 5)
 	require.NoError(t, p.cmd.Process.Kill()) // the container is killed
 	select {
 	case err := <-pending:
@@ -315,6 +346,7 @@ func TestAgentKilledFailsPendingCalls(t *testing.T) {
 }
 
 func TestAgentStdinEOFExits(t *testing.T) {
+	t.Parallel()
 	p := startAgent(t)
 	require.NoError(t, p.cli.Ping(ctxT(t)))
 	require.NoError(t, p.cli.Close())
@@ -322,6 +354,7 @@ func TestAgentStdinEOFExits(t *testing.T) {
 }
 
 func TestAgentSocketSurvivesStdioAndProxyReconnects(t *testing.T) {
+	t.Parallel()
 	sock := filepath.Join(t.TempDir(), "run", "agent.sock")
 	p := startAgent(t, "--socket", sock)
 	obs := call(t, p.cli, "terminal", map[string]any{"command": "export REMEMBER=me; cd " + p.ws})
@@ -332,10 +365,13 @@ func TestAgentSocketSurvivesStdioAndProxyReconnects(t *testing.T) {
 
 	// The host goes away (daemon restart): the agent must keep running.
 	require.NoError(t, p.cli.Close())
+	require.Eventually(t, func() bool {
+		return strings.Contains(p.stderr.String(), "stdio connection ended; still serving the socket")
+	}, 20*time.Second, 10*time.Millisecond, "the agent saw its stdin end")
 	select {
 	case <-p.exited:
 		t.Fatalf("the agent exited when stdin closed although it serves a socket:\n%s", p.stderr.String())
-	case <-time.After(300 * time.Millisecond):
+	default:
 	}
 
 	// The host comes back through `sandboxd agent-proxy` (docker exec -i).
@@ -346,10 +382,9 @@ func TestAgentSocketSurvivesStdioAndProxyReconnects(t *testing.T) {
 	require.NoError(t, err)
 	proxy.Stdin, proxy.Stdout, proxy.Stderr = inR, outW, p.stderr
 	require.NoError(t, proxy.Start())
-	inR.Close()
-	outW.Close()
+	closeChildEnds(t, inR, outW)
 	cli := agent.NewClient(agent.JoinConn(outR, inW))
-	defer cli.Close()
+	defer func() { _ = cli.Close() }()
 	require.NoError(t, cli.Ping(ctxT(t)))
 	obs = call(t, cli, "terminal", map[string]any{"command": "echo REMEMBER=$REMEMBER"})
 	assert.Contains(t, obs.Text(), "REMEMBER=me", "the session's shell survived the reconnect")
@@ -362,9 +397,13 @@ func TestAgentSocketSurvivesStdioAndProxyReconnects(t *testing.T) {
 }
 
 func TestAgentSecondInstanceRefusesLiveSocket(t *testing.T) {
+	t.Parallel()
+	// Anything that answers on the socket is a live agent; agent's
+	// TestRunSocketIsSingleInstance runs two real ones.
 	sock := filepath.Join(t.TempDir(), "agent.sock")
-	p := startAgent(t, "--socket", sock)
-	require.NoError(t, p.cli.Ping(ctxT(t)))
+	ln, err := net.Listen("unix", sock)
+	require.NoError(t, err)
+	defer func() { _ = ln.Close() }()
 	var errOut bytes.Buffer
 	code := run([]string{"agent", "--socket", sock, "--workspace", t.TempDir(), "--state-dir", t.TempDir()},
 		stdio{in: strings.NewReader(""), out: &bytes.Buffer{}, err: &errOut})
@@ -373,6 +412,7 @@ func TestAgentSecondInstanceRefusesLiveSocket(t *testing.T) {
 }
 
 func TestAgentUploadDownload(t *testing.T) {
+	t.Parallel()
 	p := startAgent(t)
 	ctx := ctxT(t)
 	var buf bytes.Buffer

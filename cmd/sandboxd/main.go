@@ -71,7 +71,7 @@ func run(args []string, std stdio) int {
 	}
 	cmd, ok := commands[args[0]]
 	if !ok {
-		fmt.Fprintf(std.err, "sandboxd: unknown command %q; run 'sandboxd help' for the list\n", args[0])
+		say(std.err, "sandboxd: unknown command %q; run 'sandboxd help' for the list\n", args[0])
 		return exitUsage
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -86,11 +86,11 @@ func run(args []string, std stdio) int {
 		return int(ec)
 	case errors.As(err, &ue):
 		if !ue.printed {
-			fmt.Fprintf(std.err, "sandboxd %s: %v\nrun 'sandboxd %s -h' for help\n", cmd.name, ue.err, cmd.name)
+			say(std.err, "sandboxd %s: %v\nrun 'sandboxd %s -h' for help\n", cmd.name, ue.err, cmd.name)
 		}
 		return exitUsage
 	default:
-		fmt.Fprintf(std.err, "sandboxd %s: %v\n", cmd.name, err)
+		say(std.err, "sandboxd %s: %v\n", cmd.name, err)
 		return exitError
 	}
 }
@@ -109,7 +109,14 @@ func printUsage(w io.Writer) {
 		fmt.Fprintf(&b, "  %-*s  %s\n", width, n, commands[n].summary)
 	}
 	b.WriteString("\nrun 'sandboxd <command> -h' for the flags of a command\n")
-	io.WriteString(w, b.String())
+	say(w, "%s", b.String())
+}
+
+// say prints a message for the user. A failed write to the terminal is not
+// checked: there is no one left to report it to, and the exit code still
+// says how the command ended.
+func say(w io.Writer, format string, args ...any) {
+	_, _ = fmt.Fprintf(w, format, args...)
 }
 
 // exitCodeError ends the process with this exit code and no message: a
@@ -137,7 +144,7 @@ func newFlagSet(name string, std stdio, synopsis, description string) *flag.Flag
 	fs := flag.NewFlagSet("sandboxd "+name, flag.ContinueOnError)
 	fs.SetOutput(std.err)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: sandboxd %s %s\n\n%s\n\nflags:\n", name, synopsis, strings.TrimSpace(description))
+		say(fs.Output(), "usage: sandboxd %s %s\n\n%s\n\nflags:\n", name, synopsis, strings.TrimSpace(description))
 		fs.PrintDefaults()
 	}
 	return fs

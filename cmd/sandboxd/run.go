@@ -144,14 +144,14 @@ func runRun(ctx context.Context, std stdio, args []string) error {
 		if input, err = spoolStdin(ctx, std.in); err != nil {
 			return err
 		}
-		defer input.Close()
+		defer func() { _ = input.Close() }() // an unlinked temp file, only read
 	}
 	code, err := runOnce(ctx, conn.server, token, client.CreateOptions{Image: image, Network: network, Cwd: cwd, Env: env}, command, input, timeout, std.out)
 	if err != nil {
 		return err
 	}
 	if code == exitTimedOut && timeout > 0 {
-		fmt.Fprintf(std.err, "sandboxd run: timed out after %v\n", timeout)
+		say(std.err, "sandboxd run: timed out after %v\n", timeout)
 	}
 	if code != 0 {
 		return exitCodeError(code) // the command's code is the process's
@@ -186,7 +186,7 @@ func runOnce(ctx context.Context, server, token string, opts client.CreateOption
 	if err != nil {
 		return 0, err
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }() // the outcome is the command's; a close error changes nothing
 	cctx, cancel := context.WithTimeout(work, 3*time.Minute)
 	s, err := c.CreateSession(cctx, opts)
 	cancel()

@@ -24,7 +24,7 @@ func spoolStdin(ctx context.Context, in io.Reader) (*os.File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading standard input: %w", err)
 	}
-	os.Remove(f.Name())
+	_ = os.Remove(f.Name()) // best effort: if it stays, it is an empty file in the temp dir
 	copied := make(chan error, 1)
 	go func() {
 		_, err := io.Copy(f, in)
@@ -39,7 +39,7 @@ func spoolStdin(ctx context.Context, in io.Reader) (*os.File, error) {
 		_, err = f.Seek(0, io.SeekStart)
 	}
 	if err != nil {
-		f.Close()
+		_ = f.Close() // dropped; the read error is the one to report
 		return nil, fmt.Errorf("reading standard input: %w", err)
 	}
 	return f, nil

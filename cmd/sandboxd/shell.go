@@ -72,11 +72,11 @@ func runShell(ctx context.Context, std stdio, args []string) error {
 	if err != nil {
 		return err
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }() // the session's outcome is reported; a close error changes nothing
 
 	// Everything the session streams is printed, whoever runs it; the
 	// output an attach replays (what the server still holds) comes first.
-	printOutput := func(o wsproto.StreamOutput) { io.WriteString(std.out, o.Data) }
+	printOutput := func(o wsproto.StreamOutput) { say(std.out, "%s", o.Data) }
 	var s *client.Session
 	cctx, cancel := context.WithTimeout(work, 3*time.Minute)
 	if sessionID != "" {
@@ -91,7 +91,7 @@ func runShell(ctx context.Context, std stdio, args []string) error {
 			if conn.server != defaultServerURL {
 				server = " --server " + conn.server
 			}
-			fmt.Fprintf(std.err, "session %s\nattach from elsewhere: SANDBOXD_SESSION_TOKEN=%s sandboxd shell%s --session %s\n", s.ID, s.Token, server, s.ID)
+			say(std.err, "session %s\nattach from elsewhere: SANDBOXD_SESSION_TOKEN=%s sandboxd shell%s --session %s\n", s.ID, s.Token, server, s.ID)
 			if !keep {
 				defer func() {
 					ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -127,7 +127,7 @@ func shellLoop(ctx context.Context, s *client.Session, std stdio, tty bool, sigs
 	}()
 	prompt := func() {
 		if tty {
-			fmt.Fprintf(std.err, "sandboxd:%.8s$ ", s.ID)
+			say(std.err, "sandboxd:%.8s$ ", s.ID)
 		}
 	}
 	call := func(action map[string]any) (running bool, err error) {
@@ -137,7 +137,7 @@ func shellLoop(ctx context.Context, s *client.Session, std stdio, tty bool, sigs
 			return false, err
 		}
 		if obs.IsError {
-			fmt.Fprintln(std.err, strings.TrimSpace(obs.Text()))
+			say(std.err, "%s\n", strings.TrimSpace(obs.Text()))
 			return false, nil
 		}
 		_, running = terminalState(obs)
@@ -182,7 +182,7 @@ func shellLoop(ctx context.Context, s *client.Session, std stdio, tty bool, sigs
 				if sig == syscall.SIGTERM {
 					return nil
 				}
-				fmt.Fprintln(std.err, "^C")
+				say(std.err, "^C\n")
 				prompt()
 				continue
 			case line, ok := <-lines:

@@ -1,12 +1,10 @@
-package main
+package agent
 
 import (
 	"fmt"
 	"io"
 	"os"
 	"syscall"
-
-	"github.com/sandboxd/sandboxd/agent"
 )
 
 // protocolStdio returns stdin/stdout as the protocol connection. When they
@@ -15,9 +13,9 @@ import (
 // write (a library printing, a child process inheriting fd 1) lands in the
 // log instead of corrupting frames. Pipes and sockets are made non-blocking
 // so that closing the connection interrupts a pending read or write.
-func protocolStdio(std stdio) (io.ReadWriteCloser, error) {
-	if std.in != os.Stdin || std.out != os.Stdout {
-		return agent.JoinConn(io.NopCloser(std.in), nopWriteCloser{std.out}), nil
+func protocolStdio(in io.Reader, out io.Writer) (io.ReadWriteCloser, error) {
+	if in != io.Reader(os.Stdin) || out != io.Writer(os.Stdout) {
+		return JoinConn(io.NopCloser(in), nopWriteCloser{out}), nil
 	}
 	outFD, err := syscall.Dup(1)
 	if err != nil {
@@ -25,7 +23,7 @@ func protocolStdio(std stdio) (io.ReadWriteCloser, error) {
 	}
 	syscall.CloseOnExec(outFD)
 	if err := syscall.Dup3(2, 1, 0); err != nil {
-		syscall.Close(outFD)
+		_ = syscall.Close(outFD) // best effort: the dup is unused and the error is the one to report
 		return nil, fmt.Errorf("stdio: pointing fd 1 at stderr: %w", err)
 	}
 	inFD, err := syscall.Dup(0)
@@ -35,12 +33,12 @@ func protocolStdio(std stdio) (io.ReadWriteCloser, error) {
 	syscall.CloseOnExec(inFD)
 	// Nothing else may consume protocol bytes: fd 0 becomes /dev/null.
 	if null, err := os.Open(os.DevNull); err == nil {
-		_ = syscall.Dup3(int(null.Fd()), 0, 0)
-		null.Close()
+		_ = syscall.Dup3(int(null.Fd()), 0, 0) // best effort: without it fd 0 is merely still the protocol pipe
+		_ = null.Close()                       // read-only: nothing to flush
 	}
 	pollable(inFD)
 	pollable(outFD)
-	return agent.JoinConn(os.NewFile(uintptr(inFD), "protocol-in"), os.NewFile(uintptr(outFD), "protocol-out")), nil
+	return JoinConn(os.NewFile(uintptr(inFD), "protocol-in"), os.NewFile(uintptr(outFD), "protocol-out")), nil
 }
 
 // pollable puts a pipe or socket in non-blocking mode, which makes
@@ -56,7 +54,3 @@ func pollable(fd int) {
 		_ = syscall.SetNonblock(fd, true)
 	}
 }
-
-type nopWriteCloser struct{ io.Writer }
-
-func (nopWriteCloser) Close() error { return nil }

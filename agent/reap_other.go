@@ -1,6 +1,6 @@
 //go:build !linux
 
-package main
+package agent
 
 // killDescendants is a no-op off Linux (no /proc).
 func killDescendants() int { return 0 }

@@ -1,4 +1,4 @@
-package main
+package agent
 
 import (
 	"errors"
@@ -24,7 +24,7 @@ func listenUnix(path string) (net.Listener, error) {
 			return nil, fmt.Errorf("socket %s: a %v is in the way; remove it or choose another path", path, fi.Mode().Type())
 		}
 		if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
-			c.Close()
+			_ = c.Close() // it answered: that is all this dial was for
 			return nil, fmt.Errorf("socket %s: another agent is listening on it", path)
 		}
 		if err := os.Remove(path); err != nil {
@@ -42,7 +42,7 @@ func listenUnix(path string) (net.Listener, error) {
 		return nil, fmt.Errorf("socket %s: %w", path, err)
 	}
 	if err := os.Chmod(path, 0o600); err != nil {
-		ln.Close()
+		_ = ln.Close() // unusable anyway; the chmod error is the one to report
 		return nil, fmt.Errorf("socket %s: %w", path, err)
 	}
 	return ln, nil

@@ -1,0 +1,11 @@
+//go:build !linux
+
+package agent
+
+import "io"
+
+// protocolStdio returns stdin/stdout as the protocol connection. The agent
+// runs on Linux; this lets the binary build elsewhere for development.
+func protocolStdio(in io.Reader, out io.Writer) (io.ReadWriteCloser, error) {
+	return JoinConn(io.NopCloser(in), nopWriteCloser{out}), nil
+}
