@@ -312,7 +312,7 @@ func TestRunValidates(t *testing.T) {
 		"stdio without pipes": {Stdio: true, Workspace: t.TempDir(), Registry: reg},
 		"no registry":         {Socket: filepath.Join(t.TempDir(), "s"), Workspace: t.TempDir()},
 	} {
-		assert.Error(t, Run(context.Background(), o), name)
+		require.Error(t, Run(context.Background(), o), name)
 	}
 	var cli *Client
 	err := Run(context.Background(), func() RunOptions {

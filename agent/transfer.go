@@ -246,7 +246,7 @@ func handleDownloadRead(ctx context.Context, c *conn, f *frame) (any, error) {
 	n, err := io.ReadFull(d.pr, buf)
 	stop()
 	switch {
-	case err == io.EOF || err == io.ErrUnexpectedEOF:
+	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
 		c.takeTransfer(d.id)
 		d.idle.Stop()
 		return withData{chunkResult{EOF: true}, buf[:n]}, nil

@@ -214,7 +214,7 @@ func TestUploadRefusesEscapes(t *testing.T) {
 		})
 	}
 	_, err = os.Stat(filepath.Join(filepath.Dir(p.ws), "evil"))
-	assert.ErrorIs(t, err, fs.ErrNotExist)
+	require.ErrorIs(t, err, fs.ErrNotExist)
 	require.NoError(t, p.cli.Ping(ctx))
 	assertNoTransfers(t, p.srv)
 

@@ -47,7 +47,7 @@ func extractTar(dst *os.Root, r io.Reader, lim extractLimits) (UploadResult, err
 	tr := tar.NewReader(r)
 	for {
 		hdr, err := tr.Next()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
