@@ -16,7 +16,7 @@ LINTFLAGS             ?=
 .PHONY: help build test unit e2e lint golangci-lint bench run deps clean fuzz
 
 help: ## list targets
-	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
 build: ## static binary (CGO off): both roles, serve and agent
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN) ./cmd/sandboxd
@@ -29,6 +29,9 @@ test: deps images ## everything, images included: unit tests and real-Docker e2e
 
 unit: ## unit tests only (no Docker)
 	$(GO) test -race -count=1 -short $(PKGS)
+
+e2e: deps images ## the real-Docker suites only (e2e/, e2e/api/)
+	SANDBOXD_E2E_REQUIRE_IMAGES=1 SANDBOXD_TEST_BUSYBOX=$$(command -v busybox) $(GO) test -race -count=1 -timeout 30m ./e2e/...
 
 lint: golangci-lint ## golangci-lint (.golangci.yaml: vet, staticcheck, errcheck, ...), gofmt, go mod tidy
 	$(GOLANGCI_LINT) run $(LINTFLAGS) $(PKGS)
@@ -53,7 +56,7 @@ clean: ## remove build outputs
 # calls `make fuzz`. Minimizing a new input is capped (10 runs): by default
 # it may take 60 s, more than the whole budget.
 FUZZTIME     ?= 5s
-FUZZ_TARGETS := ./agent:FuzzReadFrame ./agent:FuzzExtractTar
+FUZZ_TARGETS := ./agent:FuzzReadFrame ./agent:FuzzExtractTar ./server:FuzzJSONRPC
 
 fuzz: ## run each fuzz target for FUZZTIME (default 5s) past its seed corpus
 	@set -e; for t in $(FUZZ_TARGETS); do \
