@@ -92,13 +92,19 @@ func TestFilesModeOpenHandsText(t *testing.T) {
 }
 
 func TestTruncationIsExact(t *testing.T) {
-	for _, n := range []int{99, 100, 101} {
+	t.Parallel()
+	// One tree, made smaller for each n: writing files is the slow part.
+	files := map[string]string{}
+	for i := range 101 {
+		files[fmt.Sprintf("f%03d.txt", i)] = "match\n"
+	}
+	root := tree(t, files)
+	for _, n := range []int{101, 100, 99} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
-			files := map[string]string{}
-			for i := range n {
-				files[fmt.Sprintf("f%03d.txt", i)] = "match\n"
+			for i := n; i < 101; i++ {
+				err := os.Remove(filepath.Join(root, fmt.Sprintf("f%03d.txt", i)))
+				require.True(t, err == nil || os.IsNotExist(err), err)
 			}
-			root := tree(t, files)
 			obs, out := call(t, newExec(t, root), Action{Pattern: "match"})
 			assert.Equal(t, n, out.Count)
 			assert.Len(t, out.Matches, min(n, 100))
@@ -333,6 +339,7 @@ func TestCountMode(t *testing.T) {
 }
 
 func TestBigFileChunks(t *testing.T) {
+	t.Parallel()
 	// Lines longer than the read buffer, and matches on both sides of
 	// chunk boundaries.
 	var sb strings.Builder
@@ -363,6 +370,7 @@ func TestSymlinkLoopEnds(t *testing.T) {
 }
 
 func TestCancellation(t *testing.T) {
+	t.Parallel()
 	root := tree(t, map[string]string{"a": "x\n"})
 	ex := newExec(t, root)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -387,6 +395,7 @@ func TestCancellation(t *testing.T) {
 }
 
 func TestCancelDuringSearch(t *testing.T) {
+	t.Parallel()
 	files := map[string]string{}
 	for i := range 500 {
 		files[fmt.Sprintf("d%d/f%d", i%20, i)] = strings.Repeat("some text\n", 50)
@@ -458,6 +467,7 @@ func TestFactoryAndDefinition(t *testing.T) {
 // context) stays a size a model can read: the text is cut at whole lines,
 // ending on a match's group, and says so.
 func TestContentOutputIsCapped(t *testing.T) {
+	t.Parallel()
 	files := map[string]string{}
 	for i := range 50 {
 		var b strings.Builder

@@ -91,6 +91,7 @@ func TestWalkSymlinks(t *testing.T) {
 }
 
 func TestWalkBigDirectory(t *testing.T) {
+	t.Parallel()
 	root := t.TempDir()
 	files := map[string]string{}
 	var want []string
@@ -106,6 +107,7 @@ func TestWalkBigDirectory(t *testing.T) {
 }
 
 func TestWalkStops(t *testing.T) {
+	t.Parallel()
 	root := t.TempDir()
 	files := map[string]string{}
 	for i := range 50 {
