@@ -88,6 +88,18 @@ func CompilePattern(pattern string, anchored bool) (*Pattern, error) {
 	return p, nil
 }
 
+// WalkOptions are walk options that reach every file p may match, and
+// little else: hidden and ignored entries that p names are kept,
+// directories p cannot match in are skipped.
+func (p *Pattern) WalkOptions(workers int) Options {
+	return Options{
+		Workers:     workers,
+		KeepHidden:  func(name string, _ bool) bool { return p.NamesHidden(name) },
+		KeepIgnored: func(name string, _ bool) bool { return p.NamesExactly(name) },
+		SkipDir:     func(rel string) bool { return !p.MayContain(rel) },
+	}
+}
+
 // String returns the pattern as written.
 func (p *Pattern) String() string { return p.raw }
 
