@@ -142,7 +142,7 @@ func TestStatePersists(t *testing.T) {
 			assert.Equal(t, "hi you", body(text))
 
 			_, out, _ = do(t, e, cmd("sleep 30 &"))
-			require.Greater(t, out.Metadata.PID, 0, "metadata pid is $!")
+			require.Positive(t, out.Metadata.PID, "metadata pid is $!")
 			text, _, _ = do(t, e, cmd("kill -0 $! && echo alive; echo $!"))
 			assert.Equal(t, "alive\n"+strconv.Itoa(out.Metadata.PID), body(text))
 			do(t, e, cmd("kill %1 2>/dev/null || kill $!"))
@@ -469,7 +469,7 @@ func TestOutputTruncation(t *testing.T) {
 			assert.LessOrEqual(t, utf8.RuneCountInString(body(text)), DefaultMaxOutputChars)
 			full, err := os.ReadFile(out.FullOutputPath)
 			require.NoError(t, err)
-			assert.Equal(t, 588895, len(full)) // seq 1 100000 | wc -c
+			assert.Len(t, full, 588895) // seq 1 100000 | wc -c
 			st, err := os.Stat(opts.StateDir)
 			require.NoError(t, err)
 			assert.Equal(t, os.FileMode(0o700), st.Mode().Perm())
@@ -498,7 +498,7 @@ func TestResetKillsAndStartsFresh(t *testing.T) {
 			do(t, e, cmd("export FOO=bar; cd /"))
 			_, out, _ := do(t, e, cmd("sleep 60 &"))
 			bg := out.Metadata.PID
-			require.Greater(t, bg, 0)
+			require.Positive(t, bg)
 			do(t, e, withTimeout("sleep 60", 0.05)) // a running foreground command too
 
 			text, out, obs := do(t, e, Action{Reset: true})
@@ -666,7 +666,10 @@ func TestConcurrentCalls(t *testing.T) {
 	done := make(chan Output)
 	go func() {
 		obs, err := e.Call(context.Background(), withTimeout(g.wait()+"; echo first", 60))
-		assert.NoError(t, err)
+		if !assert.NoError(t, err) {
+			done <- Output{ExitCode: -2}
+			return
+		}
 		done <- obs.Structured.(Output)
 	}()
 	require.Eventually(t, func() bool { return e.holder.Load() != nil }, 20*time.Second, time.Millisecond, "the first call holds the terminal")

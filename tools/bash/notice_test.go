@@ -86,7 +86,7 @@ func TestJobNoticeEndsTheCommandThatSawIt(t *testing.T) {
 			t.Parallel()
 			e := newExec(t, testOptions(t, shell))
 			text, out, _ := do(t, e, cmd("sleep 0.2 &"))
-			require.Greater(t, out.Metadata.PID, 0, text)
+			require.Positive(t, out.Metadata.PID, text)
 			if shell == "bash" {
 				assert.Equal(t, "[1] "+strconv.Itoa(out.Metadata.PID), body(text), "a new job is announced once, not listed again as Running")
 			}
@@ -117,7 +117,7 @@ func TestKilledJobNoticeEndsTheKillingCommand(t *testing.T) {
 			t.Parallel()
 			e := newExec(t, testOptions(t, shell))
 			_, out, _ := do(t, e, cmd("sleep 100 &"))
-			require.Greater(t, out.Metadata.PID, 0)
+			require.Positive(t, out.Metadata.PID)
 			takesSIGTERM(t, out.Metadata.PID)
 			// bash reaps on SIGCHLD: a builtin loop sees the job gone. dash
 			// and busybox reap when they wait for a child (busybox runs

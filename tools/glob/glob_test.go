@@ -268,7 +268,7 @@ func TestCancellation(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	obs, err := ex.Call(ctx, Action{Pattern: "*.go"})
-	assert.ErrorIs(t, err, context.Canceled)
+	require.ErrorIs(t, err, context.Canceled)
 	assert.Nil(t, obs)
 
 	var files []string
@@ -286,11 +286,11 @@ func TestCancellation(t *testing.T) {
 
 func TestNewExecutorValidates(t *testing.T) {
 	_, err := NewExecutor(Options{Workspace: "relative"})
-	assert.ErrorContains(t, err, "not an absolute path")
+	require.ErrorContains(t, err, "not an absolute path")
 	_, err = NewExecutor(Options{Workspace: "/x", Workers: -1})
-	assert.Error(t, err)
+	require.Error(t, err)
 	_, err = NewExecutor(Options{Workspace: "/x", Timeout: -1})
-	assert.Error(t, err)
+	require.Error(t, err)
 	ex, err := NewExecutor(Options{})
 	require.NoError(t, err)
 	assert.NoError(t, ex.Close())
@@ -318,7 +318,7 @@ func TestFactoryAndDefinition(t *testing.T) {
 	assert.True(t, obs.IsError)
 
 	_, err = Factory(tools.Env{Workspace: root}, json.RawMessage(`{"nope":1}`))
-	assert.Error(t, err)
+	require.Error(t, err)
 	_, err = Factory(tools.Env{Workspace: root}, json.RawMessage(`null`))
 	assert.NoError(t, err)
 }

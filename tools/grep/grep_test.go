@@ -376,7 +376,7 @@ func TestCancellation(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	obs, err := ex.Call(ctx, Action{Pattern: "x"})
-	assert.ErrorIs(t, err, context.Canceled)
+	require.ErrorIs(t, err, context.Canceled)
 	assert.Nil(t, obs)
 
 	// A search that runs out of its own time budget returns what it has,
@@ -412,11 +412,11 @@ func TestCancelDuringSearch(t *testing.T) {
 
 func TestNewExecutorValidates(t *testing.T) {
 	_, err := NewExecutor(Options{Workspace: "relative"})
-	assert.ErrorContains(t, err, "not an absolute path")
+	require.ErrorContains(t, err, "not an absolute path")
 	_, err = NewExecutor(Options{Workspace: "/x", Workers: -1})
-	assert.Error(t, err)
+	require.Error(t, err)
 	_, err = NewExecutor(Options{Workspace: "/x", Timeout: -time.Second})
-	assert.Error(t, err)
+	require.Error(t, err)
 	ex, err := NewExecutor(Options{})
 	require.NoError(t, err)
 	wd, _ := os.Getwd()
@@ -452,11 +452,11 @@ func TestFactoryAndDefinition(t *testing.T) {
 	}
 
 	_, err = Factory(tools.Env{Workspace: root}, json.RawMessage(`{"workers":2,"timeout_seconds":5}`))
-	assert.NoError(t, err)
+	require.NoError(t, err)
 	_, err = Factory(tools.Env{Workspace: root}, json.RawMessage(`{"bogus":1}`))
-	assert.Error(t, err)
+	require.Error(t, err)
 	_, err = Factory(tools.Env{Workspace: "rel"}, nil)
-	assert.Error(t, err)
+	require.Error(t, err)
 
 	b, err := json.Marshal(def.MCP())
 	require.NoError(t, err)

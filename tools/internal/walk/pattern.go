@@ -225,17 +225,17 @@ func SplitPattern(pattern string) (dir, rest string) {
 // expandBraces expands "{a,b}" alternatives (nested allowed, '\' quotes,
 // braces inside [...] are literal) into brace-free patterns.
 func expandBraces(p string) ([]string, error) {
-	open, close, commas, err := findBraces(p)
+	lbrace, rbrace, commas, err := findBraces(p)
 	if err != nil {
 		return nil, err
 	}
-	if open < 0 {
+	if lbrace < 0 {
 		return []string{p}, nil
 	}
-	prefix, suffix := p[:open], p[close+1:]
+	prefix, suffix := p[:lbrace], p[rbrace+1:]
 	var out []string
-	start := open + 1
-	for _, c := range append(commas, close) {
+	start := lbrace + 1
+	for _, c := range append(commas, rbrace) {
 		sub, err := expandBraces(prefix + p[start:c] + suffix)
 		if err != nil {
 			return nil, err
@@ -250,9 +250,9 @@ func expandBraces(p string) ([]string, error) {
 }
 
 // findBraces finds the first top-level brace group of p: the index of its
-// '{' and '}' and of its top-level commas; open is -1 without braces.
-func findBraces(p string) (open, close int, commas []int, err error) {
-	open = -1
+// '{' and '}' and of its top-level commas; lbrace is -1 without braces.
+func findBraces(p string) (lbrace, rbrace int, commas []int, err error) {
+	lbrace = -1
 	depth := 0
 	for i := 0; i < len(p); i++ {
 		switch p[i] {
@@ -264,7 +264,7 @@ func findBraces(p string) (open, close int, commas []int, err error) {
 			}
 		case '{':
 			if depth == 0 {
-				open = i
+				lbrace = i
 			}
 			depth++
 		case ',':
@@ -277,7 +277,7 @@ func findBraces(p string) (open, close int, commas []int, err error) {
 			}
 			depth--
 			if depth == 0 {
-				return open, i, commas, nil
+				return lbrace, i, commas, nil
 			}
 		}
 	}

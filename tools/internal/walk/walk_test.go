@@ -126,7 +126,7 @@ func TestWalkStops(t *testing.T) {
 			}
 			return nil
 		})
-		assert.ErrorIs(t, err, boom)
+		require.ErrorIs(t, err, boom)
 		assert.Less(t, calls.Load(), int32(1000))
 	})
 	t.Run("context cancelled during the walk", func(t *testing.T) {
@@ -139,7 +139,7 @@ func TestWalkStops(t *testing.T) {
 			}
 			return nil
 		})
-		assert.ErrorIs(t, err, context.Canceled)
+		require.ErrorIs(t, err, context.Canceled)
 		assert.Less(t, calls.Load(), int32(1000))
 	})
 	t.Run("context cancelled before", func(t *testing.T) {
