@@ -3,7 +3,6 @@ package tools
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -101,15 +100,15 @@ func TestRegistrySharedExecutorClosedOnce(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "x", obs.Text())
 	_, err = ts.Call(context.Background(), "nope", nil)
-	assert.True(t, errors.Is(err, ErrUnknownTool))
+	require.ErrorIs(t, err, ErrUnknownTool)
 	require.NoError(t, ts.Close())
 	require.NoError(t, ts.Close())
 	assert.EqualValues(t, 1, exec.closed.Load())
 	_, err = ts.Call(context.Background(), "echo", nil)
-	assert.ErrorIs(t, err, ErrClosed)
+	require.ErrorIs(t, err, ErrClosed)
 
 	_, err = reg.Resolve(Env{}, []Spec{{Name: "missing"}})
-	assert.ErrorIs(t, err, ErrUnknownTool)
+	require.ErrorIs(t, err, ErrUnknownTool)
 }
 
 func TestExports(t *testing.T) {
@@ -156,7 +155,7 @@ func TestDecodeParams(t *testing.T) {
 	require.NoError(t, DecodeParams(json.RawMessage(" null "), &p))
 	require.NoError(t, DecodeParams(json.RawMessage(`{"a":2}`), &p))
 	assert.Equal(t, 2, p.A)
-	assert.ErrorContains(t, DecodeParams(json.RawMessage(`{"b":1}`), &p), `unknown field "b"`)
-	assert.ErrorContains(t, DecodeParams(json.RawMessage(`{"a":1} {}`), &p), "unexpected data")
+	require.ErrorContains(t, DecodeParams(json.RawMessage(`{"b":1}`), &p), `unknown field "b"`)
+	require.ErrorContains(t, DecodeParams(json.RawMessage(`{"a":1} {}`), &p), "unexpected data")
 	assert.Error(t, DecodeParams(json.RawMessage(`{"a":"x"}`), &p))
 }

@@ -19,6 +19,7 @@ func TestCommandsPreferredByOOMKiller(t *testing.T) {
 	}
 	for _, shell := range shells {
 		t.Run(shellName(shell), func(t *testing.T) {
+			t.Parallel()
 			e := newExec(t, testOptions(t, shell))
 			text, out, _ := do(t, e, cmd("cat /proc/$$/oom_score_adj; cat /proc/self/oom_score_adj"))
 			require.Equal(t, 0, out.ExitCode, text)

@@ -51,7 +51,7 @@ func TestAccumHugeOutputKeepsHeadAndTail(t *testing.T) {
 				assert.Contains(t, r.text, "The complete output has been saved to "+r.path)
 				return
 			}
-			assert.Len(t, saved, 1000)
+			require.Len(t, saved, 1000)
 			assert.Equal(t, out[:500], string(saved[:500]), "head")
 			note := regexp.MustCompile(`^\n\n\[\.\.\. (\d+) bytes of output cut here: this file keeps the first 500 bytes and the last 500 bytes \.\.\.\]\n\n`).FindSubmatch(saved[500:])
 			require.NotNil(t, note, "%q", saved[500:])

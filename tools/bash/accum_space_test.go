@@ -57,10 +57,17 @@ func TestAccumFullDiskDropsOldestOutputs(t *testing.T) {
 		a.write([]byte(text))
 		return a.finish()
 	}
+	// Each output is older than the next (distinct modification times).
+	age := func(r result, ago time.Duration) {
+		t.Helper()
+		require.NotEmpty(t, r.path)
+		then := time.Now().Add(-ago)
+		require.NoError(t, os.Chtimes(r.path, then, then))
+	}
 	first := run(strings.Repeat("1", 2000))
-	time.Sleep(10 * time.Millisecond) // distinct modification times
+	age(first, 2*time.Second)
 	second := run(strings.Repeat("2", 2000))
-	time.Sleep(10 * time.Millisecond)
+	age(second, time.Second)
 	third := run(strings.Repeat("3", 2000)) // needs the first one's room
 	for i, r := range []result{first, second, third} {
 		require.True(t, r.truncated, "output %d", i+1)

@@ -55,7 +55,7 @@ func TestCleanerFlushLine(t *testing.T) {
 	var c cleaner
 	assert.Equal(t, "done\n", string(c.write([]byte("done\nPassword: "))))
 	assert.Equal(t, "Password: ", string(c.flushLine()))
-	assert.Equal(t, "", string(c.flushLine()))
+	assert.Empty(t, string(c.flushLine()))
 	assert.Equal(t, "x\n", string(c.write([]byte("x\n"))))
 }
 
@@ -76,9 +76,9 @@ func TestCleanerChunkSizes(t *testing.T) {
 		"\xe4\xb8\x96\xf0\x9f\x99\x82\xe4\n",
 	}
 	for _, in := range inputs {
-		want := cleanString([]byte(in))
+		whole := cleanString([]byte(in))
 		if in == inputs[0] {
-			assert.Equal(t, in, want)
+			assert.Equal(t, in, whole, "valid text is unchanged")
 		}
 		for size := 1; size <= 9; size++ {
 			var cl cleaner
@@ -87,7 +87,7 @@ func TestCleanerChunkSizes(t *testing.T) {
 				got.Write(cl.write([]byte(in[i:min(i+size, len(in))])))
 			}
 			got.Write(cl.finish())
-			assert.Equal(t, want, got.String(), "chunks of %d bytes", size)
+			assert.Equal(t, whole, got.String(), "chunks of %d bytes", size)
 		}
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,9 +17,10 @@ import (
 // A timeout too large for a time.Duration is capped, not overflowed into a
 // negative one that returned at once while the command kept running.
 func TestHugeTimeoutIsCapped(t *testing.T) {
+	t.Parallel()
 	e := newExec(t, testOptions(t, "bash"))
 	for _, sec := range []float64{1e10, 1e300} {
-		text, out, obs := do(t, e, withTimeout("sleep 0.3; echo done", sec))
+		text, out, obs := do(t, e, withTimeout("sleep 0.1; echo done", sec))
 		assert.False(t, obs.IsError, text)
 		assert.Equal(t, 0, out.ExitCode, text)
 		assert.Contains(t, text, "done")
@@ -31,15 +31,19 @@ func TestHugeTimeoutIsCapped(t *testing.T) {
 
 // Input lines longer than a terminal passes on are refused, not cut.
 func TestLongInputLineRefused(t *testing.T) {
+	t.Parallel()
 	e := newExec(t, testOptions(t, "bash"))
-	text, out, _ := do(t, e, withTimeout("wc -c", 0.3))
+	// wc prints nothing until its input ends: the calls before return on
+	// their own timeout.
+	text, out, _ := do(t, e, withTimeout("wc -c", 0.05))
 	require.Equal(t, -1, out.ExitCode, text)
 	text, _, obs := do(t, e, input(strings.Repeat("x", 5000)))
 	assert.True(t, obs.IsError)
 	assert.Contains(t, text, "5000 bytes")
 	assert.Contains(t, text, "at most 4095")
 	// A line that fits goes through whole, the refused one never arrived.
-	do(t, e, input(strings.Repeat("y", 4000)))
+	_, out, _ = do(t, e, Action{Command: strings.Repeat("y", 4000), IsInput: true, Timeout: ptr(0.05)})
+	require.Equal(t, -1, out.ExitCode)
 	text, out, _ = do(t, e, input("C-d"))
 	assert.Equal(t, 0, out.ExitCode, text)
 	assert.Contains(t, body(text), "4001")
@@ -48,33 +52,34 @@ func TestLongInputLineRefused(t *testing.T) {
 // A poll while another call waits on the running command returns after its
 // own timeout with a clear message instead of waiting for the other call.
 func TestPollWhileAnotherCallInFlightIsBounded(t *testing.T) {
+	t.Parallel()
 	e := newExec(t, testOptions(t, "bash"))
-	var wg sync.WaitGroup
-	wg.Add(1)
-	started := make(chan struct{})
+	g := newGate(t)
+	first := make(chan *tools.Observation, 1)
 	go func() {
-		defer wg.Done()
-		close(started)
-		obs, err := e.Call(context.Background(), withTimeout("sleep 2; echo finished", 5))
+		obs, err := e.Call(context.Background(), withTimeout(g.wait()+"; echo finished", 10))
 		assert.NoError(t, err)
-		assert.Contains(t, obs.Text(), "finished")
+		first <- obs
 	}()
-	<-started
-	time.Sleep(300 * time.Millisecond) // the first call holds the terminal
-	begin := time.Now()
-	text, _, obs := do(t, e, Action{Command: "", Timeout: ptr(0.3)})
-	waited := time.Since(begin)
+	require.Eventually(t, func() bool { return e.holder.Load() != nil }, 20*time.Second, time.Millisecond, "the first call holds the terminal")
+	text, _, obs := do(t, e, Action{Command: "", Timeout: ptr(0.1)})
 	assert.True(t, obs.IsError)
 	assert.Contains(t, text, "Another terminal call is still in flight")
-	assert.Less(t, waited, 1500*time.Millisecond, "bounded by the poll's own timeout")
-	wg.Wait()
+	assert.Contains(t, text, "this call waited 0.1 for it and did nothing")
+	assert.Empty(t, first, "bounded by the poll's own timeout: the first call still waits at the gate")
+	g.open(t)
+	obs = <-first
+	require.NotNil(t, obs)
+	assert.Contains(t, obs.Text(), "finished")
 }
 
 // A command that takes away the prompt hook leaves the terminal waiting for
 // a marker that never comes; the refusal says how to get out, and reset does.
 func TestLostPromptHookPointsToReset(t *testing.T) {
+	t.Parallel()
 	e := newExec(t, testOptions(t, "bash"))
-	do(t, e, withTimeout(`PROMPT_COMMAND='echo hook'`, 0.5))
+	// No marker ever comes: the call returns on its timeout.
+	do(t, e, withTimeout(`PROMPT_COMMAND='echo hook'`, 0.05))
 	text, _, obs := do(t, e, cmd("echo next"))
 	assert.True(t, obs.IsError, text)
 	assert.Contains(t, text, "is NOT executed")
@@ -88,6 +93,7 @@ func TestLostPromptHookPointsToReset(t *testing.T) {
 // A command sent right after the call in flight was cancelled runs once the
 // cancelled call has stopped its command, instead of being refused as busy.
 func TestCommandRightAfterCancelRuns(t *testing.T) {
+	t.Parallel()
 	e := newExec(t, testOptions(t, "bash"))
 	for range 3 {
 		ctx, cancel := context.WithCancel(context.Background())
@@ -97,7 +103,7 @@ func TestCommandRightAfterCancelRuns(t *testing.T) {
 			first <- obs
 		}()
 		require.Eventually(t, func() bool { return e.holder.Load() != nil }, 5*time.Second, time.Millisecond)
-		time.Sleep(50 * time.Millisecond) // the sleep is running
+		waitFor(t, e, "sleep runs", runs("sleep"))
 		cancel()
 		text, out, obs := do(t, e, cmd("echo after"))
 		assert.False(t, obs.IsError, text)
@@ -114,31 +120,36 @@ func TestCommandRightAfterCancelRuns(t *testing.T) {
 		first <- obs
 	}()
 	require.Eventually(t, func() bool { return e.holder.Load() != nil }, 5*time.Second, time.Millisecond)
+	waitFor(t, e, "sleep runs", runs("sleep"))
 	time.AfterFunc(100*time.Millisecond, cancel)
 	text, out, obs := do(t, e, cmd("echo late-cancel"))
 	assert.False(t, obs.IsError, text)
 	assert.Equal(t, 0, out.ExitCode, text)
 	assert.Contains(t, (<-first).Text(), "interrupted")
 	// A live call in flight still gets a new command refused.
+	g := newGate(t)
 	live := make(chan struct{})
 	go func() {
 		defer close(live)
-		_, _ = e.Call(context.Background(), withTimeout("sleep 1", 5))
+		_, _ = e.Call(context.Background(), withTimeout(g.wait(), 60))
 	}()
 	require.Eventually(t, func() bool { return e.holder.Load() != nil }, 5*time.Second, time.Millisecond)
 	text, _, obs = do(t, e, cmd("echo refused"))
 	assert.True(t, obs.IsError, text)
 	assert.Contains(t, text, "is NOT executed")
+	g.open(t)
 	<-live
 }
 
 // Processes that left the shell's session (setsid, a daemon's double fork)
 // still end with reset and with Close: they carry the shell's tag.
 func TestResetAndCloseEndDetachedProcesses(t *testing.T) {
+	t.Parallel()
 	e := newExec(t, testOptions(t, "bash"))
 	detached := func() int {
 		pidFile := filepath.Join(t.TempDir(), "pid")
-		text, out, _ := do(t, e, cmd(`setsid sh -c 'echo $$ > `+pidFile+`; exec sleep 60' </dev/null >/dev/null 2>&1 & sleep 0.2`))
+		// The command ends once the detached process wrote its pid.
+		text, out, _ := do(t, e, cmd(`setsid sh -c 'echo $$ > `+pidFile+`; exec sleep 60' </dev/null >/dev/null 2>&1 & while [ ! -s `+pidFile+` ]; do sleep 0.01; done`))
 		require.Equal(t, 0, out.ExitCode, text)
 		text, _, _ = do(t, e, cmd(`cat `+pidFile))
 		pid, err := strconv.Atoi(strings.TrimSpace(body(text)))

@@ -1,6 +1,7 @@
 package bash
 
 import (
+	"fmt"
 	"os"
 	"regexp"
 	"strconv"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 )
 
 // jobNotice is the shell's report of a finished job: bash "[1]+  Done
@@ -22,18 +24,14 @@ func jobNotice(state, command string) *regexp.Regexp {
 // SIGCHLD) or a zombie (dash reaps when it next looks at its jobs).
 func exitedChild(t *testing.T, pid int) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
+	require.Eventually(t, func() bool {
 		stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 		if err != nil {
-			return
+			return true
 		}
-		if i := strings.LastIndexByte(string(stat), ')'); i > 0 && strings.HasPrefix(string(stat[i:]), ") Z") {
-			return
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	t.Fatalf("process %d did not end", pid)
+		i := strings.LastIndexByte(string(stat), ')')
+		return i > 0 && strings.HasPrefix(string(stat[i:]), ") Z")
+	}, 20*time.Second, time.Millisecond, "process %d did not end", pid)
 }
 
 // takesSIGTERM waits until process pid no longer ignores SIGTERM: a child
@@ -41,22 +39,35 @@ func exitedChild(t *testing.T, pid int) {
 // fork, and a SIGTERM sent before that is lost.
 func takesSIGTERM(t *testing.T, pid int) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
-		status, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-		require.NoError(t, err)
-		for _, line := range strings.Split(string(status), "\n") {
-			if hex, ok := strings.CutPrefix(line, "SigIgn:"); ok {
-				ign, err := strconv.ParseUint(strings.TrimSpace(hex), 16, 64)
-				require.NoError(t, err)
-				if ign&(1<<(15-1)) == 0 {
-					return
-				}
-			}
-		}
-		time.Sleep(5 * time.Millisecond)
+	var err error
+	require.Eventually(t, func() bool {
+		var ign uint64
+		ign, err = ignoredSignals(pid)
+		return err != nil || ign&sigBit(unix.SIGTERM) == 0
+	}, 20*time.Second, time.Millisecond, "process %d still ignores SIGTERM", pid)
+	require.NoError(t, err)
+}
+
+// ignores reports whether process pid ignores sig.
+func ignores(pid int, sig unix.Signal) bool {
+	ign, err := ignoredSignals(pid)
+	return err == nil && ign&sigBit(sig) != 0
+}
+
+func sigBit(sig unix.Signal) uint64 { return 1 << (uint(sig) - 1) }
+
+// ignoredSignals is the SigIgn mask of process pid.
+func ignoredSignals(pid int) (uint64, error) {
+	status, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0, err
 	}
-	t.Fatalf("process %d still ignores SIGTERM", pid)
+	for _, line := range strings.Split(string(status), "\n") {
+		if hex, ok := strings.CutPrefix(line, "SigIgn:"); ok {
+			return strconv.ParseUint(strings.TrimSpace(hex), 16, 64)
+		}
+	}
+	return 0, fmt.Errorf("no SigIgn in /proc/%d/status", pid)
 }
 
 // A job that ended while the shell was idle is reported at the end of the
@@ -72,9 +83,10 @@ func TestJobNoticeEndsTheCommandThatSawIt(t *testing.T) {
 	t.Parallel()
 	for _, shell := range shells {
 		t.Run(shellName(shell), func(t *testing.T) {
+			t.Parallel()
 			e := newExec(t, testOptions(t, shell))
 			text, out, _ := do(t, e, cmd("sleep 0.2 &"))
-			require.Greater(t, out.Metadata.PID, 0, text)
+			require.Positive(t, out.Metadata.PID, text)
 			if shell == "bash" {
 				assert.Equal(t, "[1] "+strconv.Itoa(out.Metadata.PID), body(text), "a new job is announced once, not listed again as Running")
 			}
@@ -102,9 +114,10 @@ func TestKilledJobNoticeEndsTheKillingCommand(t *testing.T) {
 	t.Parallel()
 	for _, shell := range shells {
 		t.Run(shellName(shell), func(t *testing.T) {
+			t.Parallel()
 			e := newExec(t, testOptions(t, shell))
 			_, out, _ := do(t, e, cmd("sleep 100 &"))
-			require.Greater(t, out.Metadata.PID, 0)
+			require.Positive(t, out.Metadata.PID)
 			takesSIGTERM(t, out.Metadata.PID)
 			// bash reaps on SIGCHLD: a builtin loop sees the job gone. dash
 			// and busybox reap when they wait for a child (busybox runs
@@ -130,6 +143,7 @@ func TestShellMessagesDoNotNameTheCommandFile(t *testing.T) {
 	t.Parallel()
 	for _, shell := range shells {
 		t.Run(shellName(shell), func(t *testing.T) {
+			t.Parallel()
 			opts := testOptions(t, shell)
 			e := newExec(t, opts)
 			want := map[string]string{ // command -> message

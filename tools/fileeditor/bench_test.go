@@ -35,13 +35,13 @@ func BenchmarkStrReplace(b *testing.B) {
 	p := writeTemp(b, "f.txt", []byte(sb.String()))
 	e := newExec(b)
 	ctx := context.Background()
-	old, new := "line 250\n", "LINE 250\n"
+	oldText, newText := "line 250\n", "LINE 250\n"
 	b.ReportAllocs()
 	for b.Loop() {
-		obs, err := e.Call(ctx, Action{Command: "str_replace", Path: p, OldStr: &old, NewStr: &new})
+		obs, err := e.Call(ctx, Action{Command: "str_replace", Path: p, OldStr: &oldText, NewStr: &newText})
 		if err != nil || obs.IsError {
 			b.Fatal(err, obs.Text())
 		}
-		old, new = new, old
+		oldText, newText = newText, oldText
 	}
 }

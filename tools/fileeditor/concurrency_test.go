@@ -30,8 +30,9 @@ func TestConcurrentEditsOfOneFile(t *testing.T) {
 				path = link
 			}
 			obs, err := e.Call(context.Background(), Action{Command: "insert", Path: path, InsertLine: ptr(0), NewStr: ptr(fmt.Sprint(i))})
-			assert.NoError(t, err)
-			assert.False(t, obs.IsError, obs.Text())
+			if assert.NoError(t, err) {
+				assert.False(t, obs.IsError, obs.Text())
+			}
 		})
 	}
 	wg.Wait()
@@ -66,7 +67,7 @@ func TestDifferentFilesRunInParallel(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	_, err = e.Call(ctx, Action{Command: "view", Path: a})
-	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
 	unlock()
 	ok(t, e, Action{Command: "view", Path: a})
 	assert.Empty(t, e.locks.locks, "lock entries are freed")
@@ -79,7 +80,7 @@ func TestClosedAndCancelled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	_, err = e.Call(ctx, Action{Command: "view", Path: p})
-	assert.ErrorIs(t, err, context.Canceled)
+	require.ErrorIs(t, err, context.Canceled)
 	require.NoError(t, e.Close())
 	require.NoError(t, e.Close())
 	_, err = e.Call(context.Background(), Action{Command: "view", Path: p})

@@ -16,9 +16,9 @@ import (
 
 // create writes a new file. It never overwrites anything (the final step is
 // an exclusive link) and never creates directories.
-func (e *Executor) create(out *Output, p, real string, fileText *string) *tools.Observation {
+func (e *Executor) create(out *Output, p, resolved string, fileText *string) *tools.Observation {
 	out.Kind = "file"
-	if _, err := os.Lstat(real); err == nil {
+	if _, err := os.Lstat(resolved); err == nil {
 		return invalidPath(out, p, fmt.Sprintf("File already exists at: %s. Cannot overwrite files using command `create`.", p))
 	}
 	out.PrevExist = false
@@ -26,7 +26,7 @@ func (e *Executor) create(out *Output, p, real string, fileText *string) *tools.
 		return missingParam(out, "create", "file_text")
 	}
 	dir := filepath.Dir(p)
-	switch fi, err := os.Stat(filepath.Dir(real)); {
+	switch fi, err := os.Stat(filepath.Dir(resolved)); {
 	case errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ENOTDIR):
 		return invalidPath(out, p, fmt.Sprintf("The parent directory %s does not exist, and `create` does not create directories. Create it first (for example with `mkdir -p %s`).", dir, dir))
 	case err != nil:
@@ -37,14 +37,14 @@ func (e *Executor) create(out *Output, p, real string, fileText *string) *tools.
 	if int64(len(*fileText)) > e.opts.MaxFileBytes {
 		return fail(out, "Invalid `file_text` parameter: the text is %.1fMB, over the %s limit of this tool. No file was created.", float64(len(*fileText))/(1<<20), formatMB(e.opts.MaxFileBytes))
 	}
-	err := e.writeFile(real, []byte(*fileText), nil, true)
+	err := e.writeFile(resolved, []byte(*fileText), nil, true)
 	if errors.Is(err, errExists) {
 		return invalidPath(out, p, fmt.Sprintf("File already exists at: %s. Cannot overwrite files using command `create`.", p))
 	}
 	if err != nil {
 		return fail(out, "Ran into %v while trying to write to %s", unwrapPathError(err), p)
 	}
-	e.hist.push(real, false, nil)
+	e.hist.push(resolved, false, nil)
 	out.PrevExist = false
 	out.Encoding, out.LineEnding = encUTF8.String(), newDocument(*fileText, encUTF8).lineEnding()
 	out.NumLines = countLines(*fileText)
@@ -56,7 +56,7 @@ func (e *Executor) create(out *Output, p, real string, fileText *string) *tools.
 // strReplace replaces the one occurrence of oldStr. Matching is literal and
 // sees every CRLF as "\n", so text the model copied from view matches a CRLF
 // file, and the replacement gets the file's line endings.
-func (e *Executor) strReplace(out *Output, p, real string, oldStr, newStr *string) *tools.Observation {
+func (e *Executor) strReplace(out *Output, p, resolved string, oldStr, newStr *string) *tools.Observation {
 	if oldStr == nil {
 		return missingParam(out, "str_replace", "old_str")
 	}
@@ -67,7 +67,7 @@ func (e *Executor) strReplace(out *Output, p, real string, oldStr, newStr *strin
 	if newS == *oldStr {
 		return fail(out, "Invalid `new_str` parameter: %s. No replacement was performed. `new_str` and `old_str` must be different.", newS)
 	}
-	data, obs := e.readFile(out, p, real)
+	data, obs := e.readFile(out, p, resolved)
 	if obs != nil {
 		return obs
 	}
@@ -100,7 +100,7 @@ func (e *Executor) strReplace(out *Output, p, real string, oldStr, newStr *strin
 	start, end := m.orig(idx), m.orig(idx+len(oldN))
 	newText := doc.text[:start] + doc.toFileEOL(newN) + doc.text[end:]
 	line := lineOf(m.norm, idx)
-	if obs := e.save(out, p, real, doc, data, newText); obs != nil {
+	if obs := e.save(out, p, resolved, doc, data, newText); obs != nil {
 		return obs
 	}
 	out.Change = &Change{Line: line, Removed: countLines(oldN), Added: countLines(newN)}
@@ -115,14 +115,14 @@ func (e *Executor) strReplace(out *Output, p, real string, oldStr, newStr *strin
 // with a line break, unless it goes after the last line of a file that has
 // no final line break: then the break goes before it and the file still ends
 // without one (upstream joins the two lines).
-func (e *Executor) insert(out *Output, p, real string, insertLine *int, newStr *string) *tools.Observation {
+func (e *Executor) insert(out *Output, p, resolved string, insertLine *int, newStr *string) *tools.Observation {
 	if insertLine == nil {
 		return missingParam(out, "insert", "insert_line")
 	}
 	if newStr == nil {
 		return missingParam(out, "insert", "new_str")
 	}
-	data, obs := e.readFile(out, p, real)
+	data, obs := e.readFile(out, p, resolved)
 	if obs != nil {
 		return obs
 	}
@@ -149,7 +149,7 @@ func (e *Executor) insert(out *Output, p, real string, insertLine *int, newStr *
 		off := lineStart(doc.text, at+1)
 		newText = doc.text[:off] + body + doc.text[off:]
 	}
-	if obs := e.save(out, p, real, doc, data, newText); obs != nil {
+	if obs := e.save(out, p, resolved, doc, data, newText); obs != nil {
 		return obs
 	}
 	k := max(1, countLines(newN))
@@ -162,19 +162,19 @@ func (e *Executor) insert(out *Output, p, real string, insertLine *int, newStr *
 
 // undo restores the file as it was before the last edit made through this
 // executor, or removes it if that edit created it.
-func (e *Executor) undo(out *Output, p, real string) *tools.Observation {
-	snap, ok := e.hist.pop(real)
+func (e *Executor) undo(out *Output, p, resolved string) *tools.Observation {
+	snap, ok := e.hist.pop(resolved)
 	if !ok {
 		return fail(out, "No edit history found for %s.", p)
 	}
-	cur := readLimited(real, e.opts.MaxFileBytes) // for old_content only
+	cur := readLimited(resolved, e.opts.MaxFileBytes) // for old_content only
 	curText := ""
 	if enc, err := detectEncoding(cur); err == nil {
 		curText, _ = decode(cur, enc)
 	}
 	if !snap.existed {
-		if err := os.Remove(real); err != nil {
-			e.hist.unpop(real, snap)
+		if err := os.Remove(resolved); err != nil {
+			e.hist.unpop(resolved, snap)
 			return fail(out, "Ran into %v while trying to remove %s", unwrapPathError(err), p)
 		}
 		out.Kind = "file"
@@ -182,8 +182,8 @@ func (e *Executor) undo(out *Output, p, real string) *tools.Observation {
 		out.NewContent = nil
 		return tools.TextResult(fmt.Sprintf("Last edit to %s undone successfully. The file did not exist before that edit (it was created with `create`), so it has been removed.", p), out)
 	}
-	if err := e.writeFile(real, snap.data, cur, false); err != nil {
-		e.hist.unpop(real, snap)
+	if err := e.writeFile(resolved, snap.data, cur, false); err != nil {
+		e.hist.unpop(resolved, snap)
 		return fail(out, "Ran into %v while trying to write to %s", unwrapPathError(err), p)
 	}
 	// The snapshot decoded before the edit that stored it.
@@ -205,7 +205,7 @@ func (e *Executor) undo(out *Output, p, real string) *tools.Observation {
 
 // save encodes newText in the file's encoding, writes it and records the
 // old bytes for undo.
-func (e *Executor) save(out *Output, p, real string, doc *document, old []byte, newText string) *tools.Observation {
+func (e *Executor) save(out *Output, p, resolved string, doc *document, old []byte, newText string) *tools.Observation {
 	data, err := encode(newText, doc.enc)
 	if err != nil {
 		return fail(out, "No change was made: %s is encoded as %s and %v. Use only characters that encoding can represent, or convert the file to UTF-8 first (for example with `iconv`).", p, doc.enc, err)
@@ -213,11 +213,11 @@ func (e *Executor) save(out *Output, p, real string, doc *document, old []byte, 
 	if int64(len(data)) > e.opts.MaxFileBytes {
 		return fail(out, "No change was made: the edited file would be %.1fMB, over the %s limit of this tool.", float64(len(data))/(1<<20), formatMB(e.opts.MaxFileBytes))
 	}
-	if err := e.writeFile(real, data, old, false); err != nil {
+	if err := e.writeFile(resolved, data, old, false); err != nil {
 		e.log.Warn("write failed", "path", p, "err", err)
 		return fail(out, "Ran into %v while trying to write to %s. The file was not changed.", unwrapPathError(err), p)
 	}
-	e.hist.push(real, true, old)
+	e.hist.push(resolved, true, old)
 	return nil
 }
 

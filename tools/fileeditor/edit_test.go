@@ -93,7 +93,7 @@ func TestCreate(t *testing.T) {
 	t.Run("empty text", func(t *testing.T) {
 		p := filepath.Join(dir, "empty")
 		ok(t, e, Action{Command: "create", Path: p, FileText: ptr("")})
-		assert.Equal(t, "", readString(t, p))
+		assert.Empty(t, readString(t, p))
 	})
 	t.Run("no parent directories", func(t *testing.T) {
 		p := filepath.Join(dir, "x", "y", "z.txt")
@@ -351,7 +351,7 @@ func TestModeOwnerAndSymlinkKept(t *testing.T) {
 
 	fi, err := os.Lstat(link)
 	require.NoError(t, err)
-	assert.True(t, fi.Mode()&os.ModeSymlink != 0, "the symlink must stay a symlink")
+	assert.NotZero(t, fi.Mode()&os.ModeSymlink, "the symlink must stay a symlink")
 	after, err := os.Stat(p)
 	require.NoError(t, err)
 	assert.Equal(t, os.FileMode(0o751), after.Mode().Perm())

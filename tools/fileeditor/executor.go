@@ -142,20 +142,20 @@ func (e *Executor) Call(ctx context.Context, a Action) (*tools.Observation, erro
 	}
 	p := filepath.Clean(a.Path)
 	out.Path = p
-	real := resolvePath(p)
-	if e.root != "" && !within(real, e.root) {
+	resolved := resolvePath(p)
+	if e.root != "" && !within(resolved, e.root) {
 		return invalidPath(out, p, fmt.Sprintf("The path is outside %s, the only directory this tool may access.", e.opts.Root)), nil
 	}
-	unlock, err := e.locks.lock(ctx, real)
+	unlock, err := e.locks.lock(ctx, resolved)
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
 
 	if a.Command == "create" {
-		return e.create(out, p, real, a.FileText), nil
+		return e.create(out, p, resolved, a.FileText), nil
 	}
-	fi, err := os.Stat(real)
+	fi, err := os.Stat(resolved)
 	switch {
 	case errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ENOTDIR):
 		out.PrevExist = false
@@ -171,13 +171,13 @@ func (e *Executor) Call(ctx context.Context, a Action) (*tools.Observation, erro
 	}
 	switch a.Command {
 	case "view":
-		return e.view(out, p, real, fi, a.ViewRange), nil
+		return e.view(out, p, resolved, fi, a.ViewRange), nil
 	case "str_replace":
-		return e.strReplace(out, p, real, a.OldStr, a.NewStr), nil
+		return e.strReplace(out, p, resolved, a.OldStr, a.NewStr), nil
 	case "insert":
-		return e.insert(out, p, real, a.InsertLine, a.NewStr), nil
+		return e.insert(out, p, resolved, a.InsertLine, a.NewStr), nil
 	default: // undo_edit
-		return e.undo(out, p, real), nil
+		return e.undo(out, p, resolved), nil
 	}
 }
 
@@ -279,8 +279,8 @@ func missingParam(out *Output, command, param string) *tools.Observation {
 // readFile reads a regular file of at most MaxFileBytes. It opens with
 // O_NONBLOCK and checks the open file, so a path swapped for a FIFO between
 // the Stat and the open cannot hang the call.
-func (e *Executor) readFile(out *Output, p, real string) ([]byte, *tools.Observation) {
-	f, err := os.OpenFile(real, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+func (e *Executor) readFile(out *Output, p, resolved string) ([]byte, *tools.Observation) {
+	f, err := os.OpenFile(resolved, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, fail(out, "Ran into %v while trying to read %s", unwrapPathError(err), p)
 	}

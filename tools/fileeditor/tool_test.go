@@ -38,9 +38,9 @@ func TestFactoryAndDefinition(t *testing.T) {
 	require.NoError(t, reg.Register(Name, Factory))
 
 	_, err := reg.Resolve(tools.Env{Workspace: ws}, []tools.Spec{{Name: Name, Params: json.RawMessage(`{"nope":1}`)}})
-	assert.ErrorContains(t, err, "nope")
+	require.ErrorContains(t, err, "nope")
 	_, err = reg.Resolve(tools.Env{Workspace: ws}, []tools.Spec{{Name: Name, Params: json.RawMessage(`{"root":"rel"}`)}})
-	assert.Error(t, err)
+	require.Error(t, err)
 
 	ts, err := reg.Resolve(tools.Env{Workspace: ws}, []tools.Spec{{Name: Name, Params: json.RawMessage(`{"root":"` + ws + `","max_file_bytes":2097152}`)}})
 	require.NoError(t, err)

@@ -11,15 +11,15 @@ import (
 )
 
 // view shows a directory listing, an image, or a text file in cat -n style.
-func (e *Executor) view(out *Output, p, real string, fi os.FileInfo, vr []int) *tools.Observation {
+func (e *Executor) view(out *Output, p, resolved string, fi os.FileInfo, vr []int) *tools.Observation {
 	if fi.IsDir() {
 		out.Kind = "directory"
 		if len(vr) > 0 {
 			return fail(out, "Invalid `view_range` parameter: %s. The `view_range` parameter is not allowed when `path` points to a directory.", formatInts(vr))
 		}
-		return e.viewDir(out, p, real)
+		return e.viewDir(out, p, resolved)
 	}
-	data, obs := e.readFile(out, p, real)
+	data, obs := e.readFile(out, p, resolved)
 	if obs != nil {
 		return obs
 	}
@@ -76,8 +76,8 @@ func (e *Executor) view(out *Output, p, real string, fi os.FileInfo, vr []int) *
 // trailer). Symlinks to directories are followed, but never deeper than two
 // levels, so a link loop simply ends there. A subdirectory that cannot be
 // read is left out. The listing stops at MaxResponseChars.
-func (e *Executor) viewDir(out *Output, p, real string) *tools.Observation {
-	top, err := os.ReadDir(real) // sorted by name
+func (e *Executor) viewDir(out *Output, p, resolved string) *tools.Observation {
+	top, err := os.ReadDir(resolved) // sorted by name
 	if err != nil {
 		return fail(out, "Ran into %v while trying to read the directory %s", unwrapPathError(err), p)
 	}
@@ -116,15 +116,15 @@ func (e *Executor) viewDir(out *Output, p, real string) *tools.Observation {
 		if strings.HasPrefix(ent.Name(), ".") {
 			continue
 		}
-		full, fullReal := filepath.Join(p, ent.Name()), filepath.Join(real, ent.Name())
-		if !isDir(ent, fullReal) {
+		full, fullResolved := filepath.Join(p, ent.Name()), filepath.Join(resolved, ent.Name())
+		if !isDir(ent, fullResolved) {
 			writeOne(full)
 			continue
 		}
 		if !writeOne(full + "/") {
 			break
 		}
-		children, err := os.ReadDir(fullReal)
+		children, err := os.ReadDir(fullResolved)
 		if err != nil {
 			continue
 		}
@@ -134,7 +134,7 @@ func (e *Executor) viewDir(out *Output, p, real string) *tools.Observation {
 				continue
 			}
 			line := filepath.Join(full, c.Name())
-			if isDir(c, filepath.Join(fullReal, c.Name())) {
+			if isDir(c, filepath.Join(fullResolved, c.Name())) {
 				line += "/"
 			}
 			if !writeOne(line) {

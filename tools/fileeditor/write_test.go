@@ -70,7 +70,7 @@ func TestCreateNeverOverwrites(t *testing.T) {
 	dir := t.TempDir()
 	p := filepath.Join(dir, "raced.txt")
 	require.NoError(t, os.WriteFile(p, []byte("theirs"), 0o644))
-	assert.ErrorIs(t, e.writeFile(p, []byte("ours"), nil, true), errExists)
+	require.ErrorIs(t, e.writeFile(p, []byte("ours"), nil, true), errExists)
 	assert.Equal(t, "theirs", readString(t, p))
 	assert.Empty(t, tempFiles(t, dir))
 }

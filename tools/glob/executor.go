@@ -11,15 +11,16 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/tools"
+	"github.com/sandboxd/sandboxd/tools/internal/search"
 	"github.com/sandboxd/sandboxd/tools/internal/walk"
 )
 
 // DefaultTimeout caps one search. When it passes, what was found so far is
 // returned, marked incomplete.
-const DefaultTimeout = walk.DefaultSearchTimeout
+const DefaultTimeout = search.DefaultTimeout
 
 // Options configure an Executor.
-type Options = walk.SearchOptions
+type Options = search.Options
 
 // Executor runs glob actions. It holds no state between calls, so calls
 // may run concurrently (no chdir: patterns never depend on the cwd).
@@ -31,7 +32,7 @@ var _ tools.Executor[Action] = (*Executor)(nil)
 
 // NewExecutor validates opts and returns an executor.
 func NewExecutor(opts Options) (*Executor, error) {
-	opts, err := opts.Normalize("glob")
+	opts, err := opts.Normalize(Name)
 	if err != nil {
 		return nil, err
 	}
@@ -39,24 +40,12 @@ func NewExecutor(opts Options) (*Executor, error) {
 }
 
 // Params are the factory parameters of the "glob" spec.
-type Params = walk.SearchParams
+type Params = search.Params
 
 // Factory makes the glob tool for a session: it searches env.Workspace by
 // default.
 func Factory(env tools.Env, params json.RawMessage) ([]*tools.Tool, error) {
-	opts, err := walk.SearchOptionsFromParams("glob", env, params)
-	if err != nil {
-		return nil, err
-	}
-	ex, err := NewExecutor(opts)
-	if err != nil {
-		return nil, err
-	}
-	t, err := tools.New(Definition(ex.opts.Workspace), ex)
-	if err != nil {
-		return nil, err
-	}
-	return []*tools.Tool{t}, nil
+	return search.Factory[Action](Name, env, params, NewExecutor, Definition)
 }
 
 // Close does nothing: the executor holds no resources.
@@ -72,30 +61,23 @@ func (e *Executor) Call(ctx context.Context, a Action) (*tools.Observation, erro
 	q, err := e.plan(a)
 	out.SearchPath = q.searchPath
 	if err != nil {
-		return errorResult(out, "%v", err), nil
+		return search.ErrorResult(out, "%v", err), nil
 	}
 	if fi, err := os.Stat(q.searchPath); err != nil || !fi.IsDir() {
-		return errorResult(out, "%s", badPath(a.Path, q.searchPath, err)), nil
+		return search.ErrorResult(out, "%s", badPath(a.Path, q.searchPath, err)), nil
 	}
 
-	searchCtx, cancel := context.WithTimeout(ctx, e.opts.Timeout)
-	defer cancel()
-	found, err := e.find(searchCtx, q)
+	found, incomplete, err := search.Run(ctx, e.opts.Timeout, func(ctx context.Context) ([]walk.Found, error) {
+		return e.find(ctx, q)
+	})
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
 	if err != nil {
-		if !errors.Is(err, context.DeadlineExceeded) {
-			return errorResult(out, "Search in '%s' failed: %v", q.searchPath, err), nil
-		}
-		out.Incomplete = true
+		return search.Failed(out, q.searchPath, err), nil
 	}
-	walk.SortNewestFirst(found)
-	out.Count = len(found)
-	out.Truncated = len(found) > Limit
-	for _, f := range found[:min(Limit, len(found))] {
-		out.Files = append(out.Files, f.Path)
-	}
+	out.Incomplete, out.Count = incomplete, len(found)
+	out.Files, out.Truncated = search.Paths(found, Limit)
 	return tools.TextResult(format(out, e.opts.Timeout), out), nil
 }
 
@@ -140,19 +122,10 @@ func (e *Executor) plan(a Action) (query, error) {
 	anchored := q.walkRoot != q.searchPath || filepath.IsAbs(pattern)
 	p, err := walk.CompilePattern(rest, anchored)
 	if err != nil {
-		return q, patternError("Invalid glob pattern", a.Pattern, err)
+		return q, errors.New(search.PatternProblem("Invalid glob pattern", a.Pattern, err))
 	}
 	q.pattern = p
 	return q, nil
-}
-
-// patternError words a pattern compile error for the model.
-func patternError(what, pattern string, err error) error {
-	var pe *walk.PatternError
-	if errors.As(err, &pe) {
-		return fmt.Errorf("%s '%s': %s", what, pattern, pe.Problem)
-	}
-	return fmt.Errorf("%s '%s': %v", what, pattern, err)
 }
 
 // find walks the tree and returns the matching files with their times.
@@ -161,29 +134,16 @@ func (e *Executor) find(ctx context.Context, q query) ([]walk.Found, error) {
 		return nil, nil // e.g. "src/**/*.go" where there is no src
 	}
 	p := q.pattern
-	opts := walk.Options{
-		Workers:     e.opts.Workers,
-		KeepHidden:  func(name string, _ bool) bool { return p.NamesHidden(name) },
-		KeepIgnored: func(name string, _ bool) bool { return p.NamesExactly(name) },
-		SkipDir:     func(rel string) bool { return !p.MayContain(rel) },
-	}
-	found := make([][]walk.Found, opts.NumWorkers())
-	err := walk.Walk(ctx, q.walkRoot, opts, func(w int, f walk.Entry) error {
+	return search.Collect(ctx, q.walkRoot, p.WalkOptions(e.opts.Workers), func(_ int, f walk.Entry) (walk.Found, bool) {
 		if !p.Match(f.Rel, f.Name) {
-			return nil
+			return walk.Found{}, false
 		}
 		fi, err := f.Info()
 		if err != nil {
-			return nil // removed since the directory was read
+			return walk.Found{}, false // removed since the directory was read
 		}
-		found[w] = append(found[w], walk.Found{Path: f.Path, ModTime: fi.ModTime().UnixNano()})
-		return nil
+		return walk.Found{Path: f.Path, ModTime: fi.ModTime().UnixNano()}, true
 	})
-	var all []walk.Found
-	for _, f := range found {
-		all = append(all, f...)
-	}
-	return all, err
 }
 
 func format(out *Output, timeout time.Duration) string {
@@ -203,25 +163,13 @@ func format(out *Output, timeout time.Duration) string {
 	return b.String()
 }
 
-func errorResult(out *Output, format string, args ...any) *tools.Observation {
-	obs := tools.Errorf(format, args...)
-	obs.Structured = out
-	return obs
-}
-
 // badPath words the error for a search path that is not a directory.
 func badPath(given, resolved string, err error) string {
-	msg := fmt.Sprintf("Search path '%s' is not a valid directory", resolved)
-	switch {
-	case errors.Is(err, os.ErrNotExist):
-		msg += ": it does not exist"
-	case errors.Is(err, os.ErrPermission):
-		msg += ": permission denied"
-	case err != nil:
-		msg += ": " + err.Error()
-	default:
-		msg += ": it is a file"
+	problem := search.PathProblem(err)
+	if problem == "" {
+		problem = ": it is a file"
 	}
+	msg := fmt.Sprintf("Search path '%s' is not a valid directory%s", resolved, problem)
 	if given != "" && !filepath.IsAbs(given) {
 		msg += fmt.Sprintf(" (the relative path '%s' was taken from the working directory; give an absolute path)", given)
 	}

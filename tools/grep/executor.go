@@ -9,15 +9,16 @@ import (
 	"path/filepath"
 
 	"github.com/sandboxd/sandboxd/tools"
+	"github.com/sandboxd/sandboxd/tools/internal/search"
 	"github.com/sandboxd/sandboxd/tools/internal/walk"
 )
 
 // DefaultTimeout caps one search. When it passes, what was found so far is
 // returned, marked incomplete.
-const DefaultTimeout = walk.DefaultSearchTimeout
+const DefaultTimeout = search.DefaultTimeout
 
 // Options configure an Executor.
-type Options = walk.SearchOptions
+type Options = search.Options
 
 // Executor runs grep actions. It holds no state between calls, so calls
 // may run concurrently.
@@ -29,7 +30,7 @@ var _ tools.Executor[Action] = (*Executor)(nil)
 
 // NewExecutor validates opts and returns an executor.
 func NewExecutor(opts Options) (*Executor, error) {
-	opts, err := opts.Normalize("grep")
+	opts, err := opts.Normalize(Name)
 	if err != nil {
 		return nil, err
 	}
@@ -37,24 +38,12 @@ func NewExecutor(opts Options) (*Executor, error) {
 }
 
 // Params are the factory parameters of the "grep" spec.
-type Params = walk.SearchParams
+type Params = search.Params
 
 // Factory makes the grep tool for a session: it searches env.Workspace by
 // default.
 func Factory(env tools.Env, params json.RawMessage) ([]*tools.Tool, error) {
-	opts, err := walk.SearchOptionsFromParams("grep", env, params)
-	if err != nil {
-		return nil, err
-	}
-	ex, err := NewExecutor(opts)
-	if err != nil {
-		return nil, err
-	}
-	t, err := tools.New(Definition(ex.opts.Workspace), ex)
-	if err != nil {
-		return nil, err
-	}
-	return []*tools.Tool{t}, nil
+	return search.Factory[Action](Name, env, params, NewExecutor, Definition)
 }
 
 // Close does nothing: the executor holds no resources.
@@ -82,38 +71,32 @@ func (e *Executor) Call(ctx context.Context, a Action) (*tools.Observation, erro
 	out.SearchPath = root
 	fi, err := os.Stat(root)
 	if err != nil || (!fi.IsDir() && !fi.Mode().IsRegular()) {
-		return errorResult(out, "%s", badPath(a.Path, root, err, fi)), nil
+		return search.ErrorResult(out, "%s", badPath(a.Path, root, err, fi)), nil
 	}
 	m, err := compilePattern(a.Pattern, a.CaseSensitive)
 	if err != nil {
-		return errorResult(out, "Invalid regex pattern: %v", err), nil
+		return search.ErrorResult(out, "Invalid regex pattern: %v", err), nil
 	}
 	var include *walk.Pattern
 	if a.Include != "" {
 		if include, err = walk.CompilePattern(a.Include, false); err != nil {
-			return errorResult(out, "%s", includeError(a.Include, err)), nil
+			return search.ErrorResult(out, "%s", search.PatternProblem("Invalid include pattern", a.Include, err)), nil
 		}
 	}
 
-	searchCtx, cancel := context.WithTimeout(ctx, e.opts.Timeout)
-	defer cancel()
-	var found []walk.Found
-	if fi.IsDir() {
-		found, err = e.findFiles(searchCtx, root, m, include)
-	} else {
-		found, err = searchOne(searchCtx, root, m)
+	found, incomplete, err := search.Run(ctx, e.opts.Timeout, func(ctx context.Context) ([]walk.Found, error) {
+		if fi.IsDir() {
+			return e.findFiles(ctx, root, m, include)
+		}
+		return searchOne(ctx, root, m)
+	})
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
 	}
 	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		if !errors.Is(err, context.DeadlineExceeded) {
-			return errorResult(out, "Search in '%s' failed: %v", root, err), nil
-		}
-		out.Incomplete = true
+		return search.Failed(out, root, err), nil
 	}
-	walk.SortNewestFirst(found)
-	out.Count = len(found)
+	out.Incomplete, out.Count = incomplete, len(found)
 
 	// Lines and counts are read from the files found, newest first, with a
 	// time budget of their own so a walk that ran out of time still shows
@@ -126,10 +109,7 @@ func (e *Executor) Call(ctx context.Context, a Action) (*tools.Observation, erro
 	case ModeCount:
 		countMode(showCtx, out, found, m, limit)
 	default:
-		for _, f := range found[:min(limit, len(found))] {
-			out.Matches = append(out.Matches, f.Path)
-		}
-		out.Truncated = len(found) > limit
+		out.Matches, out.Truncated = search.Paths(found, limit)
 	}
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
@@ -144,16 +124,12 @@ func (e *Executor) Call(ctx context.Context, a Action) (*tools.Observation, erro
 func (e *Executor) findFiles(ctx context.Context, root string, m *matcher, include *walk.Pattern) ([]walk.Found, error) {
 	opts := walk.Options{Workers: e.opts.Workers}
 	if include != nil {
-		opts.KeepHidden = func(name string, _ bool) bool { return include.NamesHidden(name) }
-		opts.KeepIgnored = func(name string, _ bool) bool { return include.NamesExactly(name) }
-		opts.SkipDir = func(rel string) bool { return !include.MayContain(rel) }
+		opts = include.WalkOptions(e.opts.Workers)
 	}
-	n := opts.NumWorkers()
-	searchers := make([]*searcher, n)
-	found := make([][]walk.Found, n)
-	err := walk.Walk(ctx, root, opts, func(w int, f walk.Entry) error {
+	searchers := make([]*searcher, opts.NumWorkers())
+	return search.Collect(ctx, root, opts, func(w int, f walk.Entry) (walk.Found, bool) {
 		if include != nil && !include.Match(f.Rel, f.Name) {
-			return nil
+			return walk.Found{}, false
 		}
 		s := searchers[w]
 		if s == nil {
@@ -161,16 +137,9 @@ func (e *Executor) findFiles(ctx context.Context, root string, m *matcher, inclu
 			searchers[w] = s
 		}
 		res, err := s.search(f.Path, false)
-		if err == nil && res.matched {
-			found[w] = append(found[w], walk.Found{Path: f.Path, ModTime: res.mtime})
-		}
-		return nil // unreadable and binary files are skipped
+		// Unreadable and binary files are skipped.
+		return walk.Found{Path: f.Path, ModTime: res.mtime}, err == nil && res.matched
 	})
-	var all []walk.Found
-	for _, f := range found {
-		all = append(all, f...)
-	}
-	return all, err
 }
 
 // searchOne searches a path that is a file.
@@ -272,12 +241,6 @@ func countMode(ctx context.Context, out *Output, found []walk.Found, m *matcher,
 	out.Truncated = len(found) > limit
 }
 
-func errorResult(out *Output, format string, args ...any) *tools.Observation {
-	obs := tools.Errorf(format, args...)
-	obs.Structured = out
-	return obs
-}
-
 // badPath words the error for a search path that is not usable.
 func badPath(given, resolved string, err error, fi os.FileInfo) string {
 	shown := given
@@ -292,24 +255,8 @@ func badPath(given, resolved string, err error, fi os.FileInfo) string {
 }
 
 func why(err error, fi os.FileInfo) string {
-	switch {
-	case errors.Is(err, os.ErrNotExist):
-		return ": it does not exist"
-	case errors.Is(err, os.ErrPermission):
-		return ": permission denied"
-	case err != nil:
-		return ": " + err.Error()
-	case fi != nil && !fi.IsDir() && !fi.Mode().IsRegular():
+	if err == nil && fi != nil && !fi.IsDir() && !fi.Mode().IsRegular() {
 		return ": it is not a directory or a regular file"
 	}
-	return ""
-}
-
-// includeError words an include pattern compile error for the model.
-func includeError(include string, err error) string {
-	var pe *walk.PatternError
-	if errors.As(err, &pe) {
-		return fmt.Sprintf("Invalid include pattern '%s': %s", include, pe.Problem)
-	}
-	return fmt.Sprintf("Invalid include pattern '%s': %v", include, err)
+	return search.PathProblem(err)
 }

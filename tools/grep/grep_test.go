@@ -92,13 +92,19 @@ func TestFilesModeOpenHandsText(t *testing.T) {
 }
 
 func TestTruncationIsExact(t *testing.T) {
-	for _, n := range []int{99, 100, 101} {
+	t.Parallel()
+	// One tree, made smaller for each n: writing files is the slow part.
+	files := map[string]string{}
+	for i := range 101 {
+		files[fmt.Sprintf("f%03d.txt", i)] = "match\n"
+	}
+	root := tree(t, files)
+	for _, n := range []int{101, 100, 99} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
-			files := map[string]string{}
-			for i := range n {
-				files[fmt.Sprintf("f%03d.txt", i)] = "match\n"
+			for i := n; i < 101; i++ {
+				err := os.Remove(filepath.Join(root, fmt.Sprintf("f%03d.txt", i)))
+				require.True(t, err == nil || os.IsNotExist(err), err)
 			}
-			root := tree(t, files)
 			obs, out := call(t, newExec(t, root), Action{Pattern: "match"})
 			assert.Equal(t, n, out.Count)
 			assert.Len(t, out.Matches, min(n, 100))
@@ -333,6 +339,7 @@ func TestCountMode(t *testing.T) {
 }
 
 func TestBigFileChunks(t *testing.T) {
+	t.Parallel()
 	// Lines longer than the read buffer, and matches on both sides of
 	// chunk boundaries.
 	var sb strings.Builder
@@ -363,12 +370,13 @@ func TestSymlinkLoopEnds(t *testing.T) {
 }
 
 func TestCancellation(t *testing.T) {
+	t.Parallel()
 	root := tree(t, map[string]string{"a": "x\n"})
 	ex := newExec(t, root)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	obs, err := ex.Call(ctx, Action{Pattern: "x"})
-	assert.ErrorIs(t, err, context.Canceled)
+	require.ErrorIs(t, err, context.Canceled)
 	assert.Nil(t, obs)
 
 	// A search that runs out of its own time budget returns what it has,
@@ -387,6 +395,7 @@ func TestCancellation(t *testing.T) {
 }
 
 func TestCancelDuringSearch(t *testing.T) {
+	t.Parallel()
 	files := map[string]string{}
 	for i := range 500 {
 		files[fmt.Sprintf("d%d/f%d", i%20, i)] = strings.Repeat("some text\n", 50)
@@ -403,11 +412,11 @@ func TestCancelDuringSearch(t *testing.T) {
 
 func TestNewExecutorValidates(t *testing.T) {
 	_, err := NewExecutor(Options{Workspace: "relative"})
-	assert.ErrorContains(t, err, "not an absolute path")
+	require.ErrorContains(t, err, "not an absolute path")
 	_, err = NewExecutor(Options{Workspace: "/x", Workers: -1})
-	assert.Error(t, err)
+	require.Error(t, err)
 	_, err = NewExecutor(Options{Workspace: "/x", Timeout: -time.Second})
-	assert.Error(t, err)
+	require.Error(t, err)
 	ex, err := NewExecutor(Options{})
 	require.NoError(t, err)
 	wd, _ := os.Getwd()
@@ -443,11 +452,11 @@ func TestFactoryAndDefinition(t *testing.T) {
 	}
 
 	_, err = Factory(tools.Env{Workspace: root}, json.RawMessage(`{"workers":2,"timeout_seconds":5}`))
-	assert.NoError(t, err)
+	require.NoError(t, err)
 	_, err = Factory(tools.Env{Workspace: root}, json.RawMessage(`{"bogus":1}`))
-	assert.Error(t, err)
+	require.Error(t, err)
 	_, err = Factory(tools.Env{Workspace: "rel"}, nil)
-	assert.Error(t, err)
+	require.Error(t, err)
 
 	b, err := json.Marshal(def.MCP())
 	require.NoError(t, err)
@@ -458,6 +467,7 @@ func TestFactoryAndDefinition(t *testing.T) {
 // context) stays a size a model can read: the text is cut at whole lines,
 // ending on a match's group, and says so.
 func TestContentOutputIsCapped(t *testing.T) {
+	t.Parallel()
 	files := map[string]string{}
 	for i := range 50 {
 		var b strings.Builder

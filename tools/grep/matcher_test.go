@@ -92,6 +92,7 @@ func TestMatcherAgreesWithLineByLineRegexp(t *testing.T) {
 }
 
 func TestMatcherRandomText(t *testing.T) {
+	t.Parallel()
 	// Random text over a small alphabet that makes needles and first bytes
 	// hit often, checked against the line-by-line reference.
 	rng := rand.New(rand.NewPCG(7, 9))
@@ -185,6 +186,7 @@ func TestFirstByteSetSkipsEmptyAndAny(t *testing.T) {
 }
 
 func TestDFAAgreesWithRegexp(t *testing.T) {
+	t.Parallel()
 	rng := rand.New(rand.NewPCG(3, 4))
 	patterns := []string{
 		`\bab`, `ab\b`, `\Bb`, `^a`, `b$`, `^$`, `^a*$`, `a.b`, `(a|b)*c`, `[^a]b`, `\w+\s`, `^\s*$`,
@@ -206,6 +208,7 @@ func TestDFAAgreesWithRegexp(t *testing.T) {
 }
 
 func TestDFAFallsBackWhenStatesExplode(t *testing.T) {
+	t.Parallel()
 	// The DFA of "an a 14 characters from the end" needs 2^15 states.
 	p := `(a|b)*a(a|b){14}x`
 	m, err := compilePattern(p, true)

@@ -88,6 +88,18 @@ func CompilePattern(pattern string, anchored bool) (*Pattern, error) {
 	return p, nil
 }
 
+// WalkOptions are walk options that reach every file p may match, and
+// little else: hidden and ignored entries that p names are kept,
+// directories p cannot match in are skipped.
+func (p *Pattern) WalkOptions(workers int) Options {
+	return Options{
+		Workers:     workers,
+		KeepHidden:  func(name string, _ bool) bool { return p.NamesHidden(name) },
+		KeepIgnored: func(name string, _ bool) bool { return p.NamesExactly(name) },
+		SkipDir:     func(rel string) bool { return !p.MayContain(rel) },
+	}
+}
+
 // String returns the pattern as written.
 func (p *Pattern) String() string { return p.raw }
 
@@ -213,17 +225,17 @@ func SplitPattern(pattern string) (dir, rest string) {
 // expandBraces expands "{a,b}" alternatives (nested allowed, '\' quotes,
 // braces inside [...] are literal) into brace-free patterns.
 func expandBraces(p string) ([]string, error) {
-	open, close, commas, err := findBraces(p)
+	lbrace, rbrace, commas, err := findBraces(p)
 	if err != nil {
 		return nil, err
 	}
-	if open < 0 {
+	if lbrace < 0 {
 		return []string{p}, nil
 	}
-	prefix, suffix := p[:open], p[close+1:]
+	prefix, suffix := p[:lbrace], p[rbrace+1:]
 	var out []string
-	start := open + 1
-	for _, c := range append(commas, close) {
+	start := lbrace + 1
+	for _, c := range append(commas, rbrace) {
 		sub, err := expandBraces(prefix + p[start:c] + suffix)
 		if err != nil {
 			return nil, err
@@ -238,9 +250,9 @@ func expandBraces(p string) ([]string, error) {
 }
 
 // findBraces finds the first top-level brace group of p: the index of its
-// '{' and '}' and of its top-level commas; open is -1 without braces.
-func findBraces(p string) (open, close int, commas []int, err error) {
-	open = -1
+// '{' and '}' and of its top-level commas; lbrace is -1 without braces.
+func findBraces(p string) (lbrace, rbrace int, commas []int, err error) {
+	lbrace = -1
 	depth := 0
 	for i := 0; i < len(p); i++ {
 		switch p[i] {
@@ -252,7 +264,7 @@ func findBraces(p string) (open, close int, commas []int, err error) {
 			}
 		case '{':
 			if depth == 0 {
-				open = i
+				lbrace = i
 			}
 			depth++
 		case ',':
@@ -265,7 +277,7 @@ func findBraces(p string) (open, close int, commas []int, err error) {
 			}
 			depth--
 			if depth == 0 {
-				return open, i, commas, nil
+				return lbrace, i, commas, nil
 			}
 		}
 	}

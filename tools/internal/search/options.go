@@ -1,4 +1,7 @@
-package walk
+// Package search is what the grep and glob tools share above the walk:
+// their options and factory, the time budget of a search and the order of
+// its results, and the wording of the errors a model reads.
+package search
 
 import (
 	"encoding/json"
@@ -10,13 +13,13 @@ import (
 	"github.com/sandboxd/sandboxd/tools"
 )
 
-// DefaultSearchTimeout caps one grep or glob search (OpenHands gives
-// ripgrep 30 s). When it passes, what was found so far is returned, marked
+// DefaultTimeout caps one grep or glob search (OpenHands gives ripgrep
+// 30 s). When it passes, what was found so far is returned, marked
 // incomplete.
-const DefaultSearchTimeout = 30 * time.Second
+const DefaultTimeout = 30 * time.Second
 
-// SearchOptions configure the grep and glob executors.
-type SearchOptions struct {
+// Options configure the grep and glob executors.
+type Options struct {
 	// Workspace is the directory searched when the action has no path, and
 	// the base of relative paths. Empty means the process's working
 	// directory.
@@ -24,12 +27,12 @@ type SearchOptions struct {
 	// Workers is the number of directories read (glob) or files searched
 	// (grep) at once; 0 means one per CPU.
 	Workers int
-	// Timeout caps one search; 0 means DefaultSearchTimeout.
+	// Timeout caps one search; 0 means DefaultTimeout.
 	Timeout time.Duration
 }
 
 // Normalize validates o and fills its defaults; tool names the errors.
-func (o SearchOptions) Normalize(tool string) (SearchOptions, error) {
+func (o Options) Normalize(tool string) (Options, error) {
 	if o.Workspace == "" {
 		wd, err := os.Getwd()
 		if err != nil {
@@ -48,25 +51,25 @@ func (o SearchOptions) Normalize(tool string) (SearchOptions, error) {
 		return o, fmt.Errorf("%s: timeout %v is negative", tool, o.Timeout)
 	}
 	if o.Timeout == 0 {
-		o.Timeout = DefaultSearchTimeout
+		o.Timeout = DefaultTimeout
 	}
 	return o, nil
 }
 
-// SearchParams are the factory parameters of the "grep" and "glob" specs.
-type SearchParams struct {
+// Params are the factory parameters of the "grep" and "glob" specs.
+type Params struct {
 	Workers        int     `json:"workers,omitempty"`
 	TimeoutSeconds float64 `json:"timeout_seconds,omitempty"`
 }
 
-// SearchOptionsFromParams turns a spec's params into options searching
+// OptionsFromParams turns a spec's params into options searching
 // env.Workspace by default.
-func SearchOptionsFromParams(tool string, env tools.Env, params json.RawMessage) (SearchOptions, error) {
-	var p SearchParams
+func OptionsFromParams(tool string, env tools.Env, params json.RawMessage) (Options, error) {
+	var p Params
 	if err := tools.DecodeParams(params, &p); err != nil {
-		return SearchOptions{}, fmt.Errorf("%s: params: %w", tool, err)
+		return Options{}, fmt.Errorf("%s: params: %w", tool, err)
 	}
-	return SearchOptions{
+	return Options{
 		Workspace: env.Workspace,
 		Workers:   p.Workers,
 		Timeout:   time.Duration(p.TimeoutSeconds * float64(time.Second)),
