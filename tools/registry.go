@@ -80,18 +80,18 @@ func (r *Registry) Resolve(env Env, specs []Spec) (*Toolset, error) {
 		f, ok := r.factories[spec.Name]
 		r.mu.RUnlock()
 		if !ok {
-			ts.Close()
+			_ = ts.Close() // the error that stopped the build is the one to report
 			return nil, fmt.Errorf("tools: no factory %q (have %v): %w", spec.Name, r.Names(), ErrUnknownTool)
 		}
 		made, err := f(env, spec.Params)
 		if err != nil {
-			ts.Close()
+			_ = ts.Close() // the error that stopped the build is the one to report
 			return nil, fmt.Errorf("tools: factory %q: %w", spec.Name, err)
 		}
 		for _, t := range made {
 			if err := ts.add(t); err != nil {
 				ts.closers = appendCloser(ts.closers, t.closer)
-				ts.Close()
+				_ = ts.Close() // the error that stopped the build is the one to report
 				return nil, err
 			}
 		}
@@ -113,7 +113,7 @@ func NewToolset(tools ...*Tool) (*Toolset, error) {
 	ts := &Toolset{byName: map[string]*Tool{}}
 	for _, t := range tools {
 		if err := ts.add(t); err != nil {
-			ts.Close()
+			_ = ts.Close() // the error that stopped the build is the one to report
 			return nil, err
 		}
 	}

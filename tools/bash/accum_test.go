@@ -66,7 +66,9 @@ func TestAccumLineNumberOfCut(t *testing.T) {
 	}
 	r := a.finish()
 	require.True(t, r.truncated)
-	head := r.text[:strings.Index(r.text, "<response clipped>")]
+	cut := strings.Index(r.text, "<response clipped>")
+	require.GreaterOrEqual(t, cut, 0, "the clip notice is there")
+	head := r.text[:cut]
 	line := strings.Count(head, "\n") + 1
 	assert.Contains(t, r.text, fmt.Sprintf("starts around line %d)", line))
 }

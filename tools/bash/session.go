@@ -113,7 +113,7 @@ func startSession(cfg sessionConfig) (*session, error) {
 	if err := os.WriteFile(initFile, []byte(s.initScript()), 0o600); err != nil {
 		return nil, fmt.Errorf("terminal init script: %w", err)
 	}
-	defer os.Remove(initFile)
+	defer func() { _ = os.Remove(initFile) }() // on the RunDir tmpfs: a leftover is evicted with it
 
 	master, slave, err := openPTY()
 	if err != nil {

@@ -375,7 +375,7 @@ func setContents(out *Output, oldText, newText string, hasOld bool) {
 func readAllSized(f *os.File, size, limit int64) ([]byte, error) {
 	buf := make([]byte, size, size+1)
 	n, err := io.ReadFull(f, buf)
-	if err == io.ErrUnexpectedEOF || err == io.EOF { // shrank since the Stat
+	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) { // shrank since the Stat
 		return buf[:n], nil
 	}
 	if err != nil {

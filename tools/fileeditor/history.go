@@ -38,7 +38,10 @@ func (h *history) push(key string, existed bool, data []byte) {
 		s = s[1:]
 	}
 	h.files[key] = s
-	for h.bytes > h.maxBytes && h.evictOldest(h.seq) {
+	for h.bytes > h.maxBytes {
+		if !h.evictOldest(h.seq) {
+			break
+		}
 	}
 }
 

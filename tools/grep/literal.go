@@ -276,7 +276,7 @@ func byteRank(c byte) int {
 
 // letterRank is the relative frequency of letters (both cases together).
 var letterRank = [26]int{
-	'a' - 'a': 210, 'b' - 'a': 120, 'c' - 'a': 170, 'd' - 'a': 170, 'e' - 'a': 240,
+	'a' - 'a': 210, 'b' - 'a': 120, 'c' - 'a': 170, 'd' - 'a': 170, 'e' - 'a': 240, //nolint:gocritic,staticcheck // 'a' - 'a' keeps every entry in the letter's own form
 	'f' - 'a': 140, 'g' - 'a': 130, 'h' - 'a': 150, 'i' - 'a': 210, 'j' - 'a': 50,
 	'k' - 'a': 80, 'l' - 'a': 180, 'm' - 'a': 150, 'n' - 'a': 210, 'o' - 'a': 210,
 	'p' - 'a': 140, 'q' - 'a': 40, 'r' - 'a': 210, 's' - 'a': 210, 't' - 'a': 230,

@@ -4,6 +4,7 @@ package walktest
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -142,7 +143,7 @@ func RunRipgrepIn(tb testing.TB, rg, dir string, args ...string) []string {
 	cmd := exec.Command(rg, args...)
 	cmd.Dir = dir
 	out, err := cmd.Output()
-	if ee, ok := err.(*exec.ExitError); ok && ee.ExitCode() == 1 {
+	if ee := (*exec.ExitError)(nil); errors.As(err, &ee) && ee.ExitCode() == 1 {
 		err = nil
 	}
 	if err != nil {
