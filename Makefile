@@ -10,6 +10,11 @@ GOLANGCI_LINT_VERSION := v2.15.0
 GOLANGCI_LINT         := $(CURDIR)/bin/golangci-lint
 LINTFLAGS             ?=
 
+# The race detector sleeps 1 s at every test binary's exit by default (so
+# reports from other threads can land); a found race still fails the run.
+# Without the sleep `make unit` takes ~32 s instead of ~52 s here.
+export GORACE ?= atexit_sleep_ms=0
+
 # Image targets (image, test-image, images) live in mk/images.mk.
 -include mk/images.mk
 
