@@ -36,7 +36,7 @@ func mcpConnect(t *testing.T, ts *servertest.Server, token string) (*mcp.ClientS
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	return client.Connect(ctx, transport, nil)
+	return client.Connect(ctx, transport, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"}) // the session mode (2026-07-28 is stateless)
 }
 
 func TestMCPSessionIsOneSandbox(t *testing.T) {
@@ -196,7 +196,7 @@ func TestMCPProgress(t *testing.T) {
 	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{
 		Endpoint:   ts.Base + "/mcp",
 		HTTPClient: &http.Client{Transport: bearer{ts.Token, http.DefaultTransport}},
-	}, nil)
+	}, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"}) // the session mode (2026-07-28 is stateless)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,11 @@
 // answered by a receiving middleware from the session's own sandbox, so
 // different sessions could have different tools (skills, sidecars) without
 // registering anything server-wide.
+//
+// Clients of revision 2026-07-28, which has no protocol sessions, are served
+// on the same endpoint by a second, stateless mcp.Server: they open
+// sandboxes with sandbox_open and name them by handle (stateless.go).
+// Requests are routed by their Mcp-Protocol-Version header.
 package mcpapi
 
 import (
@@ -72,6 +77,12 @@ type Handler struct {
 	sessions map[*mcp.ServerSession]*mcpSandbox
 	shut     bool
 	wg       sync.WaitGroup
+
+	// The stateless path (revision 2026-07-28): its handler, its tool
+	// list (the same for every caller) and its sandboxes by handle.
+	modernHTTP *mcp.StreamableHTTPHandler
+	modern     []*mcp.Tool
+	handles    *handles
 }
 
 // mcpSandbox is the sandbox of one MCP session.
@@ -100,7 +111,10 @@ func New(c *core.Core, opts Options) *Handler {
 	if opts.Session.IdleTimeout == 0 {
 		opts.Session.IdleTimeout = sandbox.NoIdleTimeout
 	}
-	h := &Handler{core: c, opts: opts, log: c.Logger().With("component", "mcpapi"), sessions: map[*mcp.ServerSession]*mcpSandbox{}}
+	h := &Handler{
+		core: c, opts: opts, log: c.Logger().With("component", "mcpapi"), sessions: map[*mcp.ServerSession]*mcpSandbox{},
+		modern: modernTools(opts.Session, opts.SessionTimeout), handles: newHandles(),
+	}
 	srv := mcp.NewServer(&mcp.Implementation{Name: "sandboxd", Title: "sandboxd", Version: opts.Version}, &mcp.ServerOptions{
 		Instructions: "Each MCP session of this server is one sandbox (a Linux container) with a persistent terminal, " +
 			"a file editor, grep and glob. Files live under /workspace; the sandbox ends with the session.",
@@ -118,7 +132,34 @@ func New(c *core.Core, opts Options) *Handler {
 		// Requests is the check.
 		DisableLocalhostProtection: len(opts.Requests.Hosts.Allowed) > 0,
 	})
+
+	modern := mcp.NewServer(&mcp.Implementation{Name: "sandboxd", Title: "sandboxd", Version: opts.Version}, &mcp.ServerOptions{
+		Instructions: "Open a sandbox (a Linux container with a persistent terminal, a file editor, grep and glob; files under " +
+			"/workspace) with " + ToolOpen + ", then pass the handle it returns as the \"" + HandleArg + "\" argument of every call; " +
+			"close it with " + ToolClose + ".",
+		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}},
+		Logger:       h.log,
+	})
+	modern.AddReceivingMiddleware(h.modernMiddleware)
+	h.modernHTTP = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return modern }, &mcp.StreamableHTTPOptions{
+		Stateless:           true,
+		MaxRequestBodyBytes: opts.MaxBodyBytes,
+		Logger:              h.log,
+		// Without it a client that gives up (or is cancelled) leaves its
+		// terminal command running: a notifications/cancelled reaches
+		// another request's ephemeral session, never this one.
+		PropagateRequestCancellation: true,
+		DisableLocalhostProtection:   len(opts.Requests.Hosts.Allowed) > 0,
+	})
 	return h
+}
+
+// modernRequest tells a request of revision 2026-07-28 or later: its
+// clients send the revision in this header on every request (the SDK checks
+// that it matches the request's _meta). Revisions are dates, so they
+// compare as strings.
+func modernRequest(r *http.Request) bool {
+	return r.Method == http.MethodPost && r.Header.Get("Mcp-Protocol-Version") >= ModernProtocol
 }
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -127,6 +168,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if code, msg := h.opts.Requests.Check(r); code != "" {
 		h.core.Metrics().Error(code, "mcp")
 		http.Error(w, msg, http.StatusForbidden)
+		return
+	}
+	if modernRequest(r) {
+		h.modernHTTP.ServeHTTP(w, r)
 		return
 	}
 	h.http.ServeHTTP(w, r)
@@ -291,7 +336,7 @@ func (h *Handler) callTool(ctx context.Context, ss *mcp.ServerSession, req *mcp.
 	}
 	var sink tools.StreamFunc
 	if token := req.Params.GetProgressToken(); token != nil {
-		p := newProgress(ss, token)
+		p := newProgress(ctx, ss, token)
 		defer p.stop()
 		sink = p.send
 	}
@@ -333,14 +378,18 @@ type progress struct {
 	done chan struct{}
 }
 
-func newProgress(ss *mcp.ServerSession, token any) *progress {
+// newProgress sends on ss under ctx, the request's: on the stateless path
+// a notification is only delivered while its request is open, and the
+// request's context is what names it.
+func newProgress(ctx context.Context, ss *mcp.ServerSession, token any) *progress {
+	parent := context.WithoutCancel(ctx)
 	p := &progress{ch: make(chan string, progressQueue), done: make(chan struct{})}
 	go func() {
 		defer close(p.done)
 		n := 0.0
 		for msg := range p.ch {
 			n++
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			ctx, cancel := context.WithTimeout(parent, 5*time.Second)
 			_ = ss.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: token, Progress: n, Message: msg})
 			cancel()
 		}
@@ -360,9 +409,17 @@ func (p *progress) stop() {
 	<-p.done
 }
 
-// Shutdown closes every MCP session (and with it its sandbox) and waits, or
-// ctx. Sessions initialized from now on are closed at once.
+// Shutdown closes every MCP session (and with it its sandbox) and every
+// sandbox opened by handle, and waits, or ctx. Sessions initialized from
+// now on are closed at once; sandbox_open is refused.
 func (h *Handler) Shutdown(ctx context.Context) error {
+	for _, s := range h.handles.shutdown() {
+		h.wg.Go(func() {
+			if err := s.Close(ctx); err != nil {
+				h.log.Warn("closing mcp sandbox", "session", s.ID(), "err", err)
+			}
+		})
+	}
 	h.mu.Lock()
 	h.shut = true
 	all := make([]*mcp.ServerSession, 0, len(h.sessions))
