@@ -70,8 +70,9 @@ type Options struct {
 
 	// MCPImage is the image of MCP sessions' sandboxes.
 	MCPImage string
-	// MCPSessionTimeout ends an MCP session (and its sandbox) after this
-	// long without a request.
+	// MCPSessionTimeout ends an MCP session (and its sandbox), and closes a
+	// sandbox a 2026-07-28 client opened by handle, after this long without
+	// a request (a tool call, for a handle).
 	MCPSessionTimeout time.Duration
 
 	// KeepSessions leaves sessions running at shutdown for the next daemon.

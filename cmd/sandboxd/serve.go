@@ -85,7 +85,7 @@ func runServe(ctx context.Context, std stdio, args []string) error {
 	fs.Var(&cfg.allowImgs, "allow-image", "image pattern (path.Match) clients may ask for, repeatable; default: any image")
 	fs.StringVar(&cfg.image, "image", sandbox.DefaultImage, "default image of sessions that name none")
 	fs.StringVar(&cfg.mcpImage, "mcp-image", server.DefaultMCPImage, "image of the sandbox of each MCP session")
-	fs.DurationVar(&cfg.mcpIdle, "mcp-idle-timeout", 30*time.Minute, "end an MCP session (and its sandbox) after this long without a request")
+	fs.DurationVar(&cfg.mcpIdle, "mcp-idle-timeout", 30*time.Minute, "end an MCP session (and its sandbox), or close a sandbox opened by handle (MCP 2026-07-28), after this long without a request")
 	cfg.labels = envList{}
 	fs.Var(cfg.labels, "label", "KEY=VALUE put on every container, volume and network of this server, repeatable; "+
 		"the server lists, adopts and reaps only resources made under exactly its set of labels (label sandboxd.scope), so servers with different labels, or none, share an engine safely")
