@@ -147,6 +147,13 @@ type apiServer struct {
 // test image; it is shut down, closing every session, when the test ends.
 func startServer(t *testing.T) *apiServer {
 	t.Helper()
+	return startServerWith(t, nil)
+}
+
+// startServerWith is startServer with options changed by set (nil: none),
+// e.g. a short MCPSessionTimeout.
+func startServerWith(t *testing.T, set func(*server.Options)) *apiServer {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	rt, err := docker.New(ctx, docker.Options{AgentBinary: binary, Labels: map[string]string{labelRun: runID}, Logger: slog.Default()})
@@ -159,10 +166,14 @@ func startServer(t *testing.T) *apiServer {
 		t.Fatal(err)
 	}
 	token := auth.NewToken()
-	srv, err := server.New(server.Options{
+	opts := server.Options{
 		Backend: sandboxmgr.New(m), OperatorToken: token, StateDir: t.TempDir(),
 		MCPImage: testImage, Logger: slog.Default(),
-	})
+	}
+	if set != nil {
+		set(&opts)
+	}
+	srv, err := server.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,7 +31,7 @@ func TestMCPFourToolsAndClose(t *testing.T) {
 	cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{
 		Endpoint:   s.base + "/mcp",
 		HTTPClient: &http.Client{Transport: bearer{s.token, http.DefaultTransport}},
-	}, nil)
+	}, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"}) // the session mode (2026-07-28 is stateless)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +135,7 @@ func TestMCPCancelThenNextCommand(t *testing.T) {
 	cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{
 		Endpoint:   s.base + "/mcp",
 		HTTPClient: &http.Client{Transport: bearer{s.token, http.DefaultTransport}},
-	}, nil)
+	}, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"}) // the session mode (2026-07-28 is stateless)
 	if err != nil {
 		t.Fatal(err)
 	}
