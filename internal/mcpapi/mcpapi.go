@@ -133,18 +133,22 @@ func New(c *core.Core, opts Options) *Handler {
 		DisableLocalhostProtection: len(opts.Requests.Hosts.Allowed) > 0,
 	})
 
+	// The SDK logs every stateless request's ephemeral session at INFO
+	// ("server session connected", "... disconnected"): three lines per
+	// tool call. Only its warnings and errors are kept on this path.
+	quiet := slog.New(minLevel{h.log.Handler(), slog.LevelWarn})
 	modern := mcp.NewServer(&mcp.Implementation{Name: "sandboxd", Title: "sandboxd", Version: opts.Version}, &mcp.ServerOptions{
 		Instructions: "Open a sandbox (a Linux container with a persistent terminal, a file editor, grep and glob; files under " +
 			"/workspace) with " + ToolOpen + ", then pass the handle it returns as the \"" + HandleArg + "\" argument of every call; " +
 			"close it with " + ToolClose + ".",
 		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}},
-		Logger:       h.log,
+		Logger:       quiet,
 	})
 	modern.AddReceivingMiddleware(h.modernMiddleware)
 	h.modernHTTP = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return modern }, &mcp.StreamableHTTPOptions{
 		Stateless:           true,
 		MaxRequestBodyBytes: opts.MaxBodyBytes,
-		Logger:              h.log,
+		Logger:              quiet,
 		// Without it a client that gives up (or is cancelled) leaves its
 		// terminal command running: a notifications/cancelled reaches
 		// another request's ephemeral session, never this one.
@@ -439,3 +443,18 @@ func (h *Handler) Shutdown(ctx context.Context) error {
 		return ctx.Err()
 	}
 }
+
+// minLevel drops records below min; the rest go to the wrapped handler.
+type minLevel struct {
+	slog.Handler
+	min slog.Level
+}
+
+func (m minLevel) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= m.min && m.Handler.Enabled(ctx, l)
+}
+
+func (m minLevel) WithAttrs(a []slog.Attr) slog.Handler {
+	return minLevel{m.Handler.WithAttrs(a), m.min}
+}
+func (m minLevel) WithGroup(g string) slog.Handler { return minLevel{m.Handler.WithGroup(g), m.min} }
