@@ -205,3 +205,18 @@ func TestMCPStatelessProgress(t *testing.T) {
 	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return got.String() == "progress-line\n" },
 		5*time.Second, 5*time.Millisecond, "the output came as progress")
 }
+
+// --max-sessions counts sandboxes opened by handle: at the cap sandbox_open
+// is a result the model reads, and closing one makes room.
+func TestMCPStatelessCap(t *testing.T) {
+	ts := servertest.Start(t, func(o *server.Options) { o.MaxSessions = 1 })
+	cs := mcpConnectModern(t, ts)
+	h := openHandle(t, cs)
+	res, text := callText(t, cs, "sandbox_open", map[string]any{})
+	assert.True(t, res.IsError)
+	assert.Contains(t, text, "maximum of 1 sessions")
+	assert.Equal(t, 1, ts.Backend.Live())
+	res, text = callText(t, cs, "sandbox_close", map[string]any{"sandbox": h})
+	require.False(t, res.IsError, text)
+	openHandle(t, cs)
+}
