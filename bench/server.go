@@ -25,8 +25,8 @@ import (
 func init() {
 	register(suite{
 		name: "server",
-		about: "a no-op-sized tool call through the API server (WebSocket, MCP) vs the in-process Session.Call on the same " +
-			"Docker sandbox (image: $SANDBOXD_TEST_IMAGE or sandboxd-test:latest)",
+		about: "a no-op-sized tool call through the API server (WebSocket; MCP 2025-11-25 in a session, 2026-07-28 with a handle) " +
+			"vs the in-process Session.Call on the same Docker sandbox (image: $SANDBOXD_TEST_IMAGE or sandboxd-test:latest)",
 		run: runServerSuite,
 	})
 }
@@ -90,19 +90,53 @@ func runServerSuite(ctx context.Context, e *env) ([]row, error) {
 	}
 	args, _ := json.Marshal(noopCall)
 
-	// The MCP session (its own sandbox, the same image).
-	e.logf("opening the MCP session")
+	// MCP, revision 2025-11-25: one MCP session, its own sandbox (the same image).
+	e.logf("opening the MCP session (2025-11-25)")
+	mcpTransport := func() *mcp.StreamableClientTransport {
+		return &mcp.StreamableClientTransport{
+			Endpoint:   hs.URL + "/mcp",
+			HTTPClient: &http.Client{Transport: bearerTransport{token, http.DefaultTransport}},
+		}
+	}
 	mc := mcp.NewClient(&mcp.Implementation{Name: "bench", Version: "1"}, nil)
-	cs, err := mc.Connect(ctx, &mcp.StreamableClientTransport{
-		Endpoint:   hs.URL + "/mcp",
-		HTTPClient: &http.Client{Transport: bearerTransport{token, http.DefaultTransport}},
-	}, nil)
+	cs, err := mc.Connect(ctx, mcpTransport(), &mcp.ClientSessionOptions{ProtocolVersion: legacyMCP})
 	if err != nil {
 		return nil, err
 	}
 	defer cs.Close()
+	if v := cs.InitializeResult().ProtocolVersion; v != legacyMCP {
+		return nil, fmt.Errorf("the pinned MCP client negotiated %s, not %s", v, legacyMCP)
+	}
 	if res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "file_editor", Arguments: map[string]any{"command": "create", "path": "/workspace/one.txt", "file_text": "one line\n"}}); err != nil || res.IsError {
 		return nil, fmt.Errorf("preparing the MCP file: %v", err)
+	}
+
+	// MCP, revision 2026-07-28: the go-sdk client's default (stateless, no
+	// MCP session); sandbox_open once, then every call names the handle.
+	e.logf("opening a sandbox over stateless MCP (2026-07-28)")
+	ms, err := mc.Connect(ctx, mcpTransport(), nil)
+	if err != nil {
+		return nil, err
+	}
+	defer ms.Close()
+	if v := ms.InitializeResult().ProtocolVersion; v != modernMCP {
+		return nil, fmt.Errorf("the default MCP client negotiated %s, not %s (does the server serve it?)", v, modernMCP)
+	}
+	handle, err := openSandbox(ctx, ms)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_, _ = ms.CallTool(cctx, &mcp.CallToolParams{Name: "sandbox_close", Arguments: map[string]any{"sandbox": handle}})
+	}()
+	if res, err := ms.CallTool(ctx, &mcp.CallToolParams{Name: "file_editor", Arguments: map[string]any{"command": "create", "path": "/workspace/one.txt", "file_text": "one line\n", "sandbox": handle}}); err != nil || res.IsError {
+		return nil, fmt.Errorf("preparing the stateless MCP file: %v %v", err, res)
+	}
+	handleCall := map[string]any{"sandbox": handle}
+	for k, v := range noopCall {
+		handleCall[k] = v
 	}
 
 	n := e.n(2000)
@@ -131,9 +165,17 @@ func runServerSuite(ctx context.Context, e *env) ([]row, error) {
 	if err != nil {
 		return nil, err
 	}
-	e.logf("MCP x%d", n)
+	e.logf("MCP 2025-11-25 (session) x%d", n)
 	mcpS, err := measure(n, 50, func() error {
 		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "file_editor", Arguments: noopCall})
+		return check(res != nil && res.IsError, err)
+	})
+	if err != nil {
+		return nil, err
+	}
+	e.logf("MCP 2026-07-28 (handle) x%d", n)
+	mcpH, err := measure(n, 50, func() error {
+		res, err := ms.CallTool(ctx, &mcp.CallToolParams{Name: "file_editor", Arguments: handleCall})
 		return check(res != nil && res.IsError, err)
 	})
 	if err != nil {
@@ -144,8 +186,45 @@ func runServerSuite(ctx context.Context, e *env) ([]row, error) {
 	return []row{
 		{scenario: "server: no-op call, in-process Session.Call (baseline)", s: base},
 		{scenario: "server: no-op call via WebSocket JSON-RPC (Go client)", s: wsS, baseline: baseline, base: base, target: target, met: met},
-		{scenario: "server: no-op call via MCP streamable HTTP (Go SDK client)", s: mcpS, baseline: baseline, base: base, target: target, met: met},
+		{scenario: "server: MCP no-op (2025-11-25, session)", s: mcpS, baseline: baseline, base: base, target: target, met: met},
+		{scenario: "server: MCP no-op (2026-07-28, handle)", s: mcpH, baseline: baseline, base: base, target: target, met: met},
 	}, nil
+}
+
+// The two MCP revisions the server suite measures: the pinned legacy one
+// (one sandbox per MCP session) and the go-sdk client's default (stateless,
+// sandboxes named by handles).
+const (
+	legacyMCP = "2025-11-25"
+	modernMCP = "2026-07-28"
+)
+
+// openSandbox calls sandbox_open and returns the handle from its
+// structured result.
+func openSandbox(ctx context.Context, cs *mcp.ClientSession) (string, error) {
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "sandbox_open", Arguments: map[string]any{}})
+	if err != nil {
+		return "", fmt.Errorf("sandbox_open: %w", err)
+	}
+	if res.IsError {
+		return "", fmt.Errorf("sandbox_open failed: %s", resultText(res))
+	}
+	sc, _ := res.StructuredContent.(map[string]any)
+	h, _ := sc["sandbox"].(string)
+	if !strings.HasPrefix(h, "sb_") {
+		return "", fmt.Errorf("sandbox_open returned no handle: %v", res.StructuredContent)
+	}
+	return h, nil
+}
+
+func resultText(res *mcp.CallToolResult) string {
+	var b strings.Builder
+	for _, c := range res.Content {
+		if t, ok := c.(*mcp.TextContent); ok {
+			b.WriteString(t.Text)
+		}
+	}
+	return b.String()
 }
 
 type bearerTransport struct {
