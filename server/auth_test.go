@@ -1,11 +1,16 @@
 package server_test
 
 import (
+	"errors"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gorilla/websocket"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/sandboxd/sandboxd/internal/servertest"
 	"github.com/sandboxd/sandboxd/server"
@@ -231,4 +236,33 @@ func TestRefusesRemoteListenWithoutTLS(t *testing.T) {
 	if _, err := server.New(server.Options{Backend: m, OperatorToken: "short"}); err == nil {
 		t.Fatal("a short operator token was accepted")
 	}
+}
+
+// A reconnect with the token of a session that ended (its container was
+// killed, say) is refused with why, not a bare 401; a made-up token still
+// learns nothing.
+func TestEndedSessionTokenSaysWhy(t *testing.T) {
+	ts := servertest.Start(t, nil)
+	op := dial(t, ts)
+	s := op.create()
+	ts.Backend.Sandbox(s.SessionID).Fail(errors.New("exited with code 137 (SIGKILL)"))
+	status := func(tok string) (int, string) {
+		ws, resp, err := websocket.DefaultDialer.Dial(ts.URL, http.Header{"Authorization": {"Bearer " + tok}})
+		if err == nil {
+			ws.Close()
+		}
+		if resp == nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	require.Eventually(t, func() bool {
+		code, body := status(s.SessionToken)
+		return code == http.StatusUnauthorized && strings.Contains(body, "session "+s.SessionID+" ended: ") && strings.Contains(body, "SIGKILL")
+	}, 5*time.Second, 10*time.Millisecond, "the ended session's token gets the reason")
+	code, body := status(strings.Repeat("x", 43))
+	assert.Equal(t, http.StatusUnauthorized, code)
+	assert.NotContains(t, body, "ended")
 }

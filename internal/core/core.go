@@ -212,9 +212,15 @@ func (c *Core) Authenticate(token string) (Principal, error) {
 	}
 	c.mu.Lock()
 	s := c.byToken[d] // a map lookup of a digest: timing reveals nothing of the token
+	id, reason, ended := c.ended.byTokenDigest(d, time.Now())
 	c.mu.Unlock()
 	if s != nil {
 		return Principal{SessionID: s.id, digest: d}, nil
+	}
+	if ended {
+		// Only the token's holder can learn this: the session it opened
+		// has ended, and why (its container was killed, it idled out).
+		return Principal{}, apierr.New(apierr.Unauthenticated, "session %s ended: %s; its token is no longer valid", id, reason)
 	}
 	return Principal{}, apierr.New(apierr.Unauthenticated, "invalid bearer token")
 }
@@ -439,7 +445,7 @@ func (c *Core) forget(s *Session) {
 		reason = "the server is shutting down; the session is kept and can be attached after it restarts"
 	}
 	if !keep {
-		c.ended.add(s.id, s.token, time.Now())
+		c.ended.add(s.id, s.token, reason, time.Now())
 	}
 	c.mu.Unlock()
 	if c.opts.Tokens != nil && !keep {
@@ -576,30 +582,52 @@ func (c *Core) Operator() Principal { return Principal{Operator: true, digest: c
 // endedSet remembers the token digests of recently closed sessions, bounded
 // in count and age. Guarded by Core.mu.
 type endedSet struct {
-	ttl   time.Duration
-	max   int
-	byID  map[string]endedEntry
-	order []string // oldest first
+	ttl     time.Duration
+	max     int
+	byID    map[string]endedEntry
+	byToken map[auth.Digest]string // id by token digest, for the reason a reconnect is refused
+	order   []string               // oldest first
 }
 
 type endedEntry struct {
-	token auth.Digest
-	at    time.Time
+	token  auth.Digest
+	at     time.Time
+	reason string
 }
 
-func (e *endedSet) add(id string, token auth.Digest, now time.Time) {
+func (e *endedSet) add(id string, token auth.Digest, reason string, now time.Time) {
 	if e.byID == nil {
-		e.byID = map[string]endedEntry{}
+		e.byID, e.byToken = map[string]endedEntry{}, map[auth.Digest]string{}
 	}
 	e.expire(now)
 	if _, ok := e.byID[id]; !ok {
 		e.order = append(e.order, id)
 	}
-	e.byID[id] = endedEntry{token: token, at: now}
+	e.byID[id] = endedEntry{token: token, at: now, reason: reason}
+	e.byToken[token] = id
 	for len(e.order) > e.max {
-		delete(e.byID, e.order[0])
+		e.drop(e.order[0])
 		e.order = e.order[1:]
 	}
+}
+
+// drop forgets id (its place in order is the caller's).
+func (e *endedSet) drop(id string) {
+	if en, ok := e.byID[id]; ok && e.byToken[en.token] == id {
+		delete(e.byToken, en.token)
+	}
+	delete(e.byID, id)
+}
+
+// byTokenDigest returns the session that token d belonged to and why it
+// ended, while it is remembered.
+func (e *endedSet) byTokenDigest(d auth.Digest, now time.Time) (id, reason string, ok bool) {
+	e.expire(now)
+	id, ok = e.byToken[d]
+	if !ok {
+		return "", "", false
+	}
+	return id, e.byID[id].reason, true
 }
 
 func (e *endedSet) get(id string, now time.Time) (auth.Digest, bool) {
@@ -614,7 +642,7 @@ func (e *endedSet) expire(now time.Time) {
 		if ok && now.Sub(en.at) < e.ttl {
 			return
 		}
-		delete(e.byID, e.order[0])
+		e.drop(e.order[0])
 		e.order = e.order[1:]
 	}
 }

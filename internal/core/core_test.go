@@ -179,16 +179,22 @@ func TestEndedSetBounds(t *testing.T) {
 	e := endedSet{ttl: time.Minute, max: 3}
 	now := time.Now()
 	for i, id := range []string{"a", "b", "c", "d"} {
-		e.add(id, auth.DigestOf(id), now.Add(time.Duration(i)*time.Second))
+		e.add(id, auth.DigestOf(id), "reason "+id, now.Add(time.Duration(i)*time.Second))
 	}
 	if _, ok := e.get("a", now.Add(5*time.Second)); ok {
 		t.Fatal("oldest kept beyond max")
+	}
+	if _, _, ok := e.byTokenDigest(auth.DigestOf("a"), now.Add(5*time.Second)); ok {
+		t.Fatal("oldest token kept beyond max")
 	}
 	d, ok := e.get("d", now.Add(5*time.Second))
 	if !ok || !d.Matches("d") {
 		t.Fatal("newest lost")
 	}
-	if _, ok := e.get("d", now.Add(2*time.Minute)); ok || len(e.order) != 0 || len(e.byID) != 0 {
+	if id, reason, ok := e.byTokenDigest(auth.DigestOf("d"), now.Add(5*time.Second)); !ok || id != "d" || reason != "reason d" {
+		t.Fatalf("by token: %q %q %v", id, reason, ok)
+	}
+	if _, ok := e.get("d", now.Add(2*time.Minute)); ok || len(e.order) != 0 || len(e.byID) != 0 || len(e.byToken) != 0 {
 		t.Fatalf("kept past the ttl: %v", e.order)
 	}
 }
