@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/gorilla/websocket"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/sandboxd/sandboxd/internal/servertest"
 	"github.com/sandboxd/sandboxd/server"
@@ -213,4 +215,21 @@ func TestInFlightBytesBounded(t *testing.T) {
 	for _, c := range append(clients, op) {
 		c.answerClose()
 	}
+}
+
+// RFC 6455: a text frame that is not UTF-8 fails the connection with 1007
+// and is never run; the same bytes in a binary frame are JSON like any other.
+func TestInvalidUTF8TextFrameCloses1007(t *testing.T) {
+	t.Parallel()
+	ts := servertest.Start(t, nil)
+	c := dial(t, ts)
+	msg := []byte("{\"jsonrpc\":\"2.0\",\"id\":\"\xff\xfe\",\"method\":\"session.list\"}")
+	require.NoError(t, c.ws.WriteMessage(websocket.TextMessage, msg))
+	assert.Equal(t, websocket.CloseInvalidFramePayloadData, c.closeCode())
+
+	b := dial(t, ts)
+	require.NoError(t, b.ws.WriteMessage(websocket.BinaryMessage, msg))
+	m, err := b.read()
+	require.NoError(t, err)
+	assert.Nil(t, m.Error, "a binary frame carries bytes, not text")
 }

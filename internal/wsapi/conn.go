@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gorilla/websocket"
 
@@ -97,7 +98,14 @@ func (c *conn) readLoop() {
 	deadline()
 	c.ws.SetPongHandler(func(string) error { deadline(); return nil })
 	for {
-		_, msg, err := c.ws.ReadMessage()
+		kind, msg, err := c.ws.ReadMessage()
+		if err == nil && kind == websocket.TextMessage && !utf8.Valid(msg) {
+			// RFC 6455 8.1: a text frame that is not UTF-8 fails the
+			// connection with 1007 (gorilla leaves the check to us).
+			c.h.core.Metrics().Error("invalid_utf8", "ws")
+			c.abort(websocket.CloseInvalidFramePayloadData, "text frame is not valid UTF-8")
+			return
+		}
 		if err != nil {
 			var ce *websocket.CloseError
 			switch {
