@@ -2,6 +2,8 @@ package agent
 
 import (
 	"archive/tar"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -32,7 +34,11 @@ type extractLimits struct {
 //   - permission bits (0777 and sticky) and file mtimes are kept; setuid and
 //     setgid are dropped; owners are not changed (the agent is not root);
 //   - an existing file, link or empty slot is replaced; an existing
-//     directory is kept and merged into.
+//     directory is kept and merged into;
+//   - a file is written under a temporary name beside it and renamed into
+//     place once its last byte arrived: an archive that ends early, or whose
+//     header announces more than it carries, leaves no partial file (and
+//     the file it would have replaced stays as it was).
 //
 // Entries extracted before an error stay on disk; the error names the entry.
 // After the end-of-archive marker the rest of r is drained, so the sender
@@ -86,7 +92,7 @@ func extractTar(dst *os.Root, r io.Reader, lim extractLimits) (UploadResult, err
 			dirs = append(dirs, dirMode{name, mode})
 			res.Dirs++
 		case tar.TypeReg, tar.TypeRegA: //nolint:staticcheck // TypeRegA is still written by old tars
-			if err := prepare(dst, name); err != nil {
+			if err := prepareFile(dst, name); err != nil {
 				return fail(err)
 			}
 			n, err := writeFile(dst, name, tr, mode)
@@ -200,8 +206,32 @@ func prepare(dst *os.Root, name string) error {
 	return dst.Remove(name)
 }
 
+// prepareFile makes the parent directories of name and checks that no
+// directory is in the way; a file or link there is replaced by the rename
+// that ends writeFile.
+func prepareFile(dst *os.Root, name string) error {
+	if dir := path.Dir(name); dir != "." {
+		if err := dst.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+	}
+	fi, err := dst.Lstat(name)
+	if err == nil && fi.IsDir() {
+		return fmt.Errorf("%w: a directory is in the way", fs.ErrExist)
+	}
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+// writeFile writes r to a temporary file beside name and renames it over
+// name when r has ended cleanly; on any error the temporary file goes.
 func writeFile(dst *os.Root, name string, r io.Reader, mode fs.FileMode) (int64, error) {
-	f, err := dst.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	var rnd [8]byte
+	_, _ = rand.Read(rnd[:]) // crypto/rand.Read never fails (Go 1.24+)
+	tmp := path.Join(path.Dir(name), ".sandboxd-upload-"+hex.EncodeToString(rnd[:]))
+	f, err := dst.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return 0, err
 	}
@@ -211,6 +241,12 @@ func writeFile(dst *os.Root, name string, r io.Reader, mode fs.FileMode) (int64,
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
+	}
+	if err == nil {
+		err = dst.Rename(tmp, name)
+	}
+	if err != nil {
+		_ = dst.Remove(tmp) // best effort: the error that stopped the write is the one to report
 	}
 	return n, err
 }
