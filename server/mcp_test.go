@@ -208,3 +208,37 @@ func TestMCPProgress(t *testing.T) {
 	}
 	waitFor(t, func() bool { mu.Lock(); defer mu.Unlock(); return got.String() == strings.Repeat("x", 15) }, "all progress messages")
 }
+
+// At --max-sessions a new MCP session is refused at initialize with the
+// server's limit, instead of being accepted and held without a sandbox; a
+// session that ends makes room.
+func TestMCPInitializeRefusedAtCap(t *testing.T) {
+	ts := servertest.Start(t, func(o *server.Options) { o.MaxSessions = 2 })
+	var live []*mcp.ClientSession
+	for range 2 {
+		cs, err := mcpConnect(t, ts, ts.Token)
+		if err != nil {
+			t.Fatal(err)
+		}
+		live = append(live, cs)
+	}
+	waitFor(t, func() bool { return ts.Backend.Live() == 2 }, "both sandboxes")
+	for range 3 {
+		cs, err := mcpConnect(t, ts, ts.Token)
+		if err == nil {
+			_ = cs.Close()
+			t.Fatal("a third MCP session was accepted at a cap of 2")
+		}
+		if !strings.Contains(err.Error(), "maximum of 2 sessions") {
+			t.Fatalf("refusal: %v", err)
+		}
+	}
+	_ = live[0].Close()
+	waitFor(t, func() bool { return ts.Backend.Live() == 1 }, "the closed session's sandbox gone")
+	cs, err := mcpConnect(t, ts, ts.Token)
+	if err != nil {
+		t.Fatalf("after a close: %v", err)
+	}
+	_ = cs.Close()
+	_ = live[1].Close()
+}

@@ -364,15 +364,30 @@ func (c *Core) checkImage(image string) error {
 	return apierr.New(apierr.PermissionDenied, "image %q is not allowed on this server (allowed: %v)", image, c.opts.AllowedImages)
 }
 
-func (c *Core) create(ctx context.Context, api string, opts sandbox.SessionOptions) (CreateResult, error) {
+// Admit says whether a new session could start now, with pending sessions
+// that hold no sandbox yet (MCP sessions whose create is to come) counted as
+// live: the error is the one a create would get.
+func (c *Core) Admit(pending int) error {
 	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.admitLocked(pending)
+}
+
+func (c *Core) admitLocked(pending int) error {
 	switch {
 	case c.draining || c.closed:
+		return apierr.New(apierr.Unavailable, "the server is shutting down")
+	case c.opts.MaxSessions > 0 && len(c.sessions)+c.creating+pending >= c.opts.MaxSessions:
+		return apierr.New(apierr.Busy, "the server runs its maximum of %d sessions; close one or retry later", c.opts.MaxSessions)
+	}
+	return nil
+}
+
+func (c *Core) create(ctx context.Context, api string, opts sandbox.SessionOptions) (CreateResult, error) {
+	c.mu.Lock()
+	if err := c.admitLocked(0); err != nil {
 		c.mu.Unlock()
-		return CreateResult{}, apierr.New(apierr.Unavailable, "the server is shutting down")
-	case c.opts.MaxSessions > 0 && len(c.sessions)+c.creating >= c.opts.MaxSessions:
-		c.mu.Unlock()
-		return CreateResult{}, apierr.New(apierr.Busy, "the server runs its maximum of %d sessions; close one or retry later", c.opts.MaxSessions)
+		return CreateResult{}, err
 	}
 	c.creating++
 	c.mu.Unlock()

@@ -188,6 +188,11 @@ func (h *Handler) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 		case ss == nil:
 			return next(ctx, method, req)
 		case method == "initialize":
+			// Each MCP session is a sandbox to be: at --max-sessions a new
+			// one is refused here, not accepted and held without a sandbox.
+			if err := h.core.Admit(h.sandboxless()); err != nil {
+				return nil, h.protocolError(err)
+			}
 			res, err := next(ctx, method, req)
 			if err == nil {
 				h.start(ss)
@@ -208,6 +213,28 @@ func (h *Handler) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 		}
 		return next(ctx, method, req)
 	}
+}
+
+// sandboxless counts MCP sessions that hold no sandbox yet (starting, or
+// whose create failed and waits for a retry): the core does not count them.
+func (h *Handler) sandboxless() int {
+	h.mu.Lock()
+	all := make([]*mcpSandbox, 0, len(h.sessions))
+	for _, sb := range h.sessions {
+		all = append(all, sb)
+	}
+	h.mu.Unlock()
+	n := 0
+	for _, sb := range all {
+		if !sb.mu.TryLock() {
+			continue // a create is running: the core counts it as creating
+		}
+		if sb.sess == nil && !sb.ended {
+			n++
+		}
+		sb.mu.Unlock()
+	}
+	return n
 }
 
 // protocolError turns an error into a JSON-RPC error of the same code the
