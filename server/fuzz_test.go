@@ -2,10 +2,12 @@ package server_test
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gorilla/websocket"
 
@@ -76,6 +78,20 @@ func FuzzJSONRPC(f *testing.F) {
 		}
 		if len(msg) > fuzzMaxMessage {
 			return // closes with 1009: TestOversizedMessageCloses1009
+		}
+		if !utf8.Valid(msg) {
+			// RFC 6455: such a text frame fails the connection with 1007.
+			if err := ws.WriteMessage(websocket.TextMessage, msg); err != nil {
+				t.Fatalf("write: %v", err)
+			}
+			_ = ws.SetReadDeadline(time.Now().Add(10 * time.Second))
+			_, _, err := ws.ReadMessage()
+			var ce *websocket.CloseError
+			if !errors.As(err, &ce) || ce.Code != websocket.CloseInvalidFramePayloadData {
+				t.Fatalf("a text frame of invalid UTF-8 %q: %v, want close 1007", msg, err)
+			}
+			redial(t)
+			return
 		}
 		n++
 		sentinel := fmt.Sprintf(`"sentinel-%d"`, n)
