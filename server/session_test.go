@@ -565,22 +565,27 @@ func TestMaxSessionsByDefault(t *testing.T) {
 	if code := c.code("over", wsproto.MethodSessionCreate, map[string]any{}); code != wsproto.CodeBusy {
 		t.Fatalf("session %d: code %d, want %d", server.DefaultMaxSessions+1, code, wsproto.CodeBusy)
 	}
-	cs, err := mcpConnect(t, ts, ts.Token)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cs.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "x"}}); err == nil && !res.IsError {
-		t.Fatal("an MCP session beyond the cap got a sandbox")
+	// An MCP session beyond the cap is refused at initialize (it would
+	// hold no sandbox), with the limit in the error.
+	if cs, err := mcpConnect(t, ts, ts.Token); err == nil {
+		_ = cs.Close()
+		t.Fatal("an MCP session beyond the cap was accepted")
+	} else if !strings.Contains(err.Error(), fmt.Sprintf("maximum of %d sessions", server.DefaultMaxSessions)) {
+		t.Fatalf("MCP refusal: %v", err)
 	}
 	if ts.Backend.Created() != server.DefaultMaxSessions {
 		t.Fatalf("%d sandboxes created", ts.Backend.Created())
 	}
 	c.ok("close", wsproto.MethodSessionClose, map[string]any{"session_id": last.SessionID}, nil)
-	// The refused MCP session is not lost: its next call creates its
-	// sandbox once there is room.
+	// Once there is room, an MCP session starts and gets its sandbox.
+	var cs *mcp.ClientSession
+	waitFor(t, func() bool {
+		var err error
+		cs, err = mcpConnect(t, ts, ts.Token)
+		return err == nil
+	}, "an MCP session after a close")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
 	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "x"}})
 	if err != nil || res.IsError {
 		t.Fatalf("the MCP session's call after a close: %+v %v", res, err)

@@ -7,9 +7,10 @@
 // of the client's handshake; tools/list and tools/call wait for it. When the
 // MCP session ends (HTTP DELETE, the idle SessionTimeout, or server
 // shutdown) its sandbox is closed; a session closed while its sandbox is
-// still starting cancels the start. A create that failed (the server was
-// at --max-sessions, the engine refused) is tried again by the session's
-// next tools/list or tools/call, so the MCP session is not lost to it.
+// still starting cancels the start. At --max-sessions initialize itself is
+// refused. A create that failed anyway (the engine refused, the cap was
+// reached meanwhile) is tried again by the session's next tools/list or
+// tools/call, so the MCP session is not lost to it.
 //
 // One mcp.Server serves every session. tools/list and tools/call are
 // answered by a receiving middleware from the session's own sandbox, so
