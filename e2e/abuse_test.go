@@ -176,6 +176,33 @@ func TestAbuseForkBomb(t *testing.T) {
 	assert.Equal(t, sandbox.StateReady, s.State())
 }
 
+// At the default limits (512 pids, a whole CPU) a bomb grows faster than a
+// kill round takes it down: a reset must still give the session a shell
+// (it failed every time with "fork/exec: resource temporarily unavailable"
+// in the attack run of 2026-11-25, R2). The reset freezes the bomb before
+// killing it and retries the shell's start while the pids drain.
+func TestAbuseForkBombResetAtDefaultLimits(t *testing.T) {
+	t.Parallel()
+	m := newManager(t, newRuntime(t), sandbox.ManagerOptions{})
+	s, err := m.Create(ctxT(t), sandbox.SessionOptions{Image: "sandboxd-default:latest"})
+	require.NoError(t, err)
+	text, _ := abuseRun(t, s, ":(){ :|:& };:", 10)
+	require.Contains(t, text, "[The command completed with exit code 0.]", abuseTail(text))
+	for end := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		text, _ = abuseRun(t, s, abusePids, 10)
+		if abuseInt(t, text, "hits") > 0 {
+			break // the bomb fills the limit
+		}
+		require.True(t, time.Now().Before(end), "the bomb never reached pids.max: %s", abuseTail(text))
+	}
+	time.Sleep(3 * time.Second) // let it churn at the limit, as an agent's bomb would
+	text = abuseReset(t, s)
+	assert.NotContains(t, text, "Terminal reset failed", abuseTail(text))
+	text, _ = abuseRun(t, s, "echo ok; ls /workspace >/dev/null && echo forked", 10)
+	assert.Contains(t, text, "ok\nforked\n", abuseTail(text))
+	assert.Equal(t, sandbox.StateReady, s.State())
+}
+
 // With a small memory limit, the OOM killer takes the runaway processes,
 // never the agent: the terminal's processes score 1000, the agent keeps
 // the container's score (500). Many processes each smaller than the agent (the case

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/sandboxd/sandboxd/tools"
@@ -341,6 +342,14 @@ func (e *Executor) Call(ctx context.Context, a Action) (*tools.Observation, erro
 // restart replaces the session (the old one is already terminated).
 func (e *Executor) restart() (*session, error) {
 	s, err := startSession(e.cfg)
+	// EAGAIN: the pids limit is still full, of processes that are dying
+	// (a fork bomb's, killed by terminate: the container's init reaps them)
+	// or that escaped the shell's session. Try again for a few seconds
+	// rather than leave the session without a shell.
+	for wait := 50 * time.Millisecond; err != nil && errors.Is(err, syscall.EAGAIN) && wait <= 2*time.Second; wait *= 2 {
+		time.Sleep(wait)
+		s, err = startSession(e.cfg)
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed {

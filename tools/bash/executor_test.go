@@ -276,9 +276,11 @@ func TestWallClockCap(t *testing.T) {
 	// Never silent for the soft timeout: only the cap ends the call. The
 	// loop forks nothing (read -t on a pipe nobody writes to is its 0.05 s
 	// wait): a fork of the shell that has not yet exec'd sleep could miss
-	// the C-c below.
+	// the C-c below. It runs in a subshell that exits 130 on SIGINT: a
+	// C-c that lands as read -t times out would otherwise end the loop
+	// with read's status, 142 (seen under load).
 	g := newGate(t)
-	text, out, _ := do(t, e, cmd("while :; do echo tick; read -t 0.05 -r _ <>"+string(g)+"; done"))
+	text, out, _ := do(t, e, cmd("( trap 'exit 130' INT; while :; do echo tick; read -t 0.05 -r _ <>"+string(g)+"; done )"))
 	assert.Equal(t, -1, out.ExitCode)
 	assert.Equal(t, TimeoutLimit, out.TimeoutKind)
 	assert.Contains(t, body(text), "tick\ntick")

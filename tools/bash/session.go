@@ -548,8 +548,17 @@ func (s *session) terminate() {
 			time.Sleep(min(wait, time.Until(deadline)))
 		}
 	}
+	// Freeze first: a stopped process cannot fork, so a fork bomb stops
+	// growing while it is rounded up; rounds until one finds nobody new.
+	for end, seen := time.Now().Add(killRounds), -1; time.Now().Before(end); {
+		n := signal(unix.SIGSTOP)
+		if n == seen || n == 0 {
+			break
+		}
+		seen = n
+	}
 	// Until none is left: members that forked between a scan and the kill
-	// of their parent (a fork bomb) are caught by the next round.
+	// of their parent are caught by the next round.
 	for end := time.Now().Add(killRounds); signal(unix.SIGKILL) > 0 && time.Now().Before(end); {
 		time.Sleep(time.Millisecond)
 	}
