@@ -53,6 +53,7 @@ func TestSecuritySettings(t *testing.T) {
 	require.NotNil(t, h.Init)
 	assert.True(t, *h.Init)
 	assert.Equal(t, "none", string(h.NetworkMode))
+	assert.Equal(t, "private", string(h.CgroupnsMode), "a cgroup namespace of its own")
 	assert.Empty(t, h.PortBindings)
 	assert.False(t, h.PublishAllPorts)
 	assert.Equal(t, "json-file", h.LogConfig.Type)
@@ -100,6 +101,12 @@ func TestSecuritySettings(t *testing.T) {
 	assert.Contains(t, out, "tmp_write=0")
 	assert.Contains(t, out, "\n128", "pids.max")
 	assert.Contains(t, out, "268435456", "memory limit")
+
+	// The cgroup namespace is private: the host's cgroup path (with the
+	// full container id) is not visible inside.
+	out = sh(t, s, "cat /proc/self/cgroup")
+	assert.NotContains(t, out, info.ID, "the container id in /proc/self/cgroup")
+	assert.NotContains(t, out, "/docker/")
 
 	// No network but loopback.
 	out = sh(t, s, "cat /proc/net/dev | awk 'NR>2{print $1}'")

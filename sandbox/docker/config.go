@@ -92,7 +92,11 @@ func (r *Runtime) buildContainer(spec sandbox.Spec, netName string, l layout) (c
 		Init:        &init,
 		OomScoreAdj: oomScoreAdj,
 		IpcMode:     container.IPCModePrivate,
-		ShmSize:     shmSize(o),
+		// A cgroup namespace of its own: /proc/self/cgroup shows "/", not
+		// the host's /docker/<full container id> (Docker 20.10 on cgroup
+		// v1 defaults to the host's).
+		CgroupnsMode: container.CgroupnsModePrivate,
+		ShmSize:      shmSize(o),
 		// No PortBindings, no PublishAllPorts: nothing is published on
 		// the host; the agent is reached over stdio.
 		RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyDisabled},

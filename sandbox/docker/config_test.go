@@ -281,3 +281,14 @@ func TestScopeSeparatesLabelSets(t *testing.T) {
 	_, err := New(context.Background(), Options{Labels: map[string]string{LabelScope: "x"}})
 	assert.ErrorContains(t, err, "set by sandboxd itself")
 }
+
+func TestSecurityWarnings(t *testing.T) {
+	assert.Empty(t, securityWarnings([]string{"name=seccomp,profile=default", "name=apparmor"}))
+	assert.Empty(t, securityWarnings([]string{"name=seccomp,profile=default", "name=selinux"}))
+	w := securityWarnings([]string{"name=seccomp,profile=default", "name=cgroupns"})
+	require.Len(t, w, 1)
+	assert.Contains(t, w[0], "no AppArmor")
+	w = securityWarnings(nil)
+	require.Len(t, w, 2)
+	assert.Contains(t, w[0], "WITHOUT a syscall filter")
+}

@@ -138,6 +138,7 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 		return nil, fmt.Errorf("docker runtime: %w", err)
 	}
 	r.agent = ab
+	r.warnSecurity(pctx)
 	r.log.Info("docker runtime ready", "engine", r.cli.DaemonHost(), "api", r.cli.ClientVersion(),
 		"agent", ab.path, "agent_delivery", map[bool]string{true: "copied volume", false: "bind mount"}[r.opts.CopyAgent])
 	return r, nil
@@ -241,3 +242,36 @@ func isNotFound(err error) bool {
 }
 
 var errNotFound = errors.New("not found")
+
+// warnSecurity says at start what the engine cannot enforce. Seccomp is the
+// line sandboxes rely on (every container gets sandboxd's profile: without
+// engine support it would be silently absent); AppArmor adds a second one
+// where the host has it.
+func (r *Runtime) warnSecurity(ctx context.Context) {
+	info, err := r.cli.Info(ctx)
+	if err != nil {
+		r.log.Warn("docker runtime: cannot read the engine's security options", "err", err)
+		return
+	}
+	for _, w := range securityWarnings(info.SecurityOptions) {
+		r.log.Warn("docker runtime: " + w)
+	}
+}
+
+// securityWarnings reads the engine's SecurityOptions ("name=seccomp,
+// profile=default", "name=apparmor", ...).
+func securityWarnings(opts []string) []string {
+	has := func(name string) bool {
+		return slices.ContainsFunc(opts, func(o string) bool {
+			return o == "name="+name || strings.HasPrefix(o, "name="+name+",")
+		})
+	}
+	var out []string
+	if !has("seccomp") {
+		out = append(out, "the engine reports no seccomp support: sandboxes run WITHOUT a syscall filter; do not run untrusted code on this host")
+	}
+	if !has("apparmor") && !has("selinux") {
+		out = append(out, "the host has no AppArmor or SELinux: sandboxes rely on seccomp, dropped capabilities and no-new-privileges alone (see docs/security.md)")
+	}
+	return out
+}
