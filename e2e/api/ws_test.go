@@ -367,3 +367,47 @@ func dialGoClient(t *testing.T, ctx context.Context, s *apiServer) *client.Clien
 	t.Cleanup(func() { c.Close() })
 	return c
 }
+
+// An upload whose archive lies (a header announcing 100 GiB, then nothing)
+// or ends inside a file is an invalid-params error and leaves nothing
+// behind, and the file it would have replaced keeps its content (F8, F9 of
+// the attack run of 2026-11-25).
+func TestGoClientUploadTruncatedArchive(t *testing.T) {
+	t.Parallel()
+	s := startServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c := dialGoClient(t, ctx, s)
+	sess, err := c.CreateSession(ctx, client.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close(ctx)
+	if _, err := sess.Call(ctx, "terminal", map[string]any{"command": "mkdir -p /workspace/tr && echo old > /workspace/tr/f.bin"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name       string
+		size, sent int
+		format     tar.Format
+	}{
+		{"100 GiB announced in a PAX header, nothing sent", 100 << 30, 0, tar.FormatPAX},
+		{"cut inside the data", 100_000, 50_000, tar.FormatUSTAR},
+	} {
+		var b bytes.Buffer
+		tw := tar.NewWriter(&b)
+		if err := tw.WriteHeader(&tar.Header{Name: "f.bin", Mode: 0o644, Size: int64(tc.size), Format: tc.format}); err != nil {
+			t.Fatal(err)
+		}
+		_, _ = tw.Write(bytes.Repeat([]byte("x"), tc.sent)) // short on purpose: the archive lies
+		err := sess.Upload(ctx, "/workspace/tr", &b)
+		var ce *client.Error
+		if !errors.As(err, &ce) || ce.Code != wsproto.CodeInvalidParams || !strings.Contains(ce.Message, "archive ends inside this file") {
+			t.Fatalf("%s: %v, want an invalid-params error", tc.name, err)
+		}
+		obs, err := sess.Call(ctx, "terminal", map[string]any{"command": "ls -A /workspace/tr; cat /workspace/tr/f.bin"}, nil)
+		if err != nil || strings.TrimSpace(strings.Split(obs.Text(), "[")[0]) != "f.bin\nold" {
+			t.Fatalf("%s: left behind: %v %q", tc.name, err, obs.Text())
+		}
+	}
+}
