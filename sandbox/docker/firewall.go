@@ -334,20 +334,33 @@ func ParseRules(text string) []Rule {
 		if len(f) < 2 || f[0] != "-A" {
 			continue
 		}
+		for i := range f { // iptables quotes comments even without spaces
+			if len(f[i]) >= 2 && f[i][0] == '"' && f[i][len(f[i])-1] == '"' {
+				f[i] = f[i][1 : len(f[i])-1]
+			}
+		}
 		r := Rule{Args: f[1:]}
 		if i := slices.Index(f, "--comment"); i >= 0 && i+1 < len(f) {
-			r.Tag = strings.Trim(f[i+1], `"`)
+			r.Tag = f[i+1]
 		}
 		out = append(out, r)
 	}
 	return out
 }
 
-// SandboxdRules lists the sessions of sandboxd's firewall rules on this
-// host, as "scope:session" for each rule, for leftover checks: nil when
-// the chains do not exist or iptables cannot be run.
-func SandboxdRules(ctx context.Context) []string {
-	var out []string
+// FirewallRule is one of sandboxd's rules on this host, of any scope.
+type FirewallRule struct {
+	Cmd       string   // iptables or ip6tables
+	Args      []string // after -A: the chain first
+	Scope     string   // the LabelScope of the runtime that installed it
+	SessionID string
+}
+
+// FirewallRules lists sandboxd's firewall rules on this host, of every
+// scope, for leftover checks; none when the chains do not exist or
+// iptables cannot be run.
+func FirewallRules(ctx context.Context) []FirewallRule {
+	var out []FirewallRule
 	for _, c := range []string{"iptables", "ip6tables"} {
 		for _, chain := range []string{ChainInput, ChainForward} {
 			text, err := runIPTables(ctx, c, "-S", chain)
@@ -356,13 +369,21 @@ func SandboxdRules(ctx context.Context) []string {
 			}
 			for _, r := range ParseRules(text) {
 				if scope, id, ok := parseTag(r.Tag); ok {
-					out = append(out, c+" "+chain+" "+scope+":"+id)
+					out = append(out, FirewallRule{Cmd: c, Args: r.Args, Scope: scope, SessionID: id})
 				}
 			}
 		}
 	}
 	return out
 }
+
+// Delete removes the rule.
+func (r FirewallRule) Delete(ctx context.Context) error {
+	_, err := runIPTables(ctx, r.Cmd, append([]string{"-D"}, r.Args...)...)
+	return err
+}
+
+func (r FirewallRule) String() string { return r.Cmd + " " + strings.Join(r.Args, " ") }
 
 // resolveEgress turns a bridge session's allow_hosts into the prefixes its
 // rules allow and the /etc/hosts lines that pin each name to the addresses

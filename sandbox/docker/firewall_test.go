@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/docker/docker/api/types/network"
 	"github.com/stretchr/testify/assert"
@@ -69,6 +70,7 @@ func TestParseRules(t *testing.T) {
 	rules := ParseRules(out)
 	require.Len(t, rules, 3)
 	assert.Equal(t, "sandboxd:sc:s1", rules[1].Tag)
+	assert.Contains(t, rules[1].Args, "sandboxd:sc:s1", "unquoted, as -D wants it")
 	assert.Equal(t, "SANDBOXD-INPUT", rules[1].Args[0])
 	assert.Empty(t, rules[2].Tag)
 	scope, id, ok := parseTag(rules[0].Tag)
@@ -204,4 +206,50 @@ func TestFirewallLifecycle(t *testing.T) {
 	for _, c := range ft.calls[n:] {
 		assert.NotRegexp(t, ` -[AD] `, c, "nothing changes when the rules are in place")
 	}
+}
+
+// Without the host firewall, private networks fail closed: refused with
+// what to do, unless the operator accepted the risk; allow_hosts always.
+func TestNoFirewallRefuses(t *testing.T) {
+	r := testRuntime(false)
+	r.fwErr = errors.New("sandboxd does not run as root, so it cannot install firewall rules")
+	for _, o := range []sandbox.SessionOptions{{Network: sandbox.NetworkBridge}, {Network: sandbox.NetworkInternal}} {
+		_, _, err := r.createNetwork(context.Background(), "s", o, nil)
+		require.ErrorIs(t, err, sandbox.ErrInvalidOptions)
+		assert.Contains(t, err.Error(), `"`+o.Network+`" sessions are refused on this server`)
+		assert.Contains(t, err.Error(), "does not run as root")
+		assert.Contains(t, err.Error(), "--insecure-bridge-host-access")
+	}
+	r.opts.InsecureBridge = true
+	_, _, err := r.createNetwork(context.Background(), "s", sandbox.SessionOptions{Network: sandbox.NetworkBridge, AllowHosts: []string{"pypi.org"}}, nil)
+	require.ErrorIs(t, err, sandbox.ErrInvalidOptions)
+	assert.Contains(t, err.Error(), "allow_hosts: this server cannot enforce an egress allowlist")
+	name, _, err := r.createNetwork(context.Background(), "s", sandbox.SessionOptions{Network: sandbox.NetworkNone}, nil)
+	require.NoError(t, err)
+	assert.Equal(t, "none", name, "network none needs no firewall")
+	ok, why := r.HostFirewall()
+	assert.False(t, ok)
+	assert.Contains(t, why, "root")
+}
+
+func TestResolveEgress(t *testing.T) {
+	r := testRuntime(false)
+	r.opts.CallTimeout = time.Second
+	r.opts.LookupHost = func(_ context.Context, host string) ([]netip.Addr, error) {
+		switch host {
+		case "pkgs.test":
+			return []netip.Addr{netip.MustParseAddr("192.0.2.9"), netip.MustParseAddr("2001:db8::9"), netip.MustParseAddr("192.0.2.8")}, nil
+		case "v6only.test":
+			return []netip.Addr{netip.MustParseAddr("2001:db8::1")}, nil
+		}
+		return nil, errors.New("no such host")
+	}
+	p, pins, err := r.resolveEgress(context.Background(), []string{"pkgs.test", "192.0.2.8", "10.0.0.0/8"})
+	require.NoError(t, err)
+	assert.Equal(t, "10.0.0.0/8,192.0.2.8/32,192.0.2.9/32", formatEgress(p), "sorted, duplicates once, IPv4 of names")
+	assert.Equal(t, []string{"pkgs.test:192.0.2.9", "pkgs.test:192.0.2.8"}, pins)
+	_, _, err = r.resolveEgress(context.Background(), []string{"gone.test", "v6only.test"})
+	require.ErrorIs(t, err, sandbox.ErrInvalidOptions)
+	assert.Contains(t, err.Error(), `"gone.test" does not resolve on the host: no such host`)
+	assert.Contains(t, err.Error(), `"v6only.test" has no IPv4 address`)
 }
