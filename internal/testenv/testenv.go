@@ -84,7 +84,8 @@ func EnsureTestImage(ctx context.Context, cli *client.Client) (string, error) {
 }
 
 // Leftovers lists, and removes, every container, volume and network that
-// carries the label key=value: what a run left behind.
+// carries the label key=value, and sandboxd's host firewall rules of their
+// sessions or of sessions without a network: what a run left behind.
 func Leftovers(ctx context.Context, cli *client.Client, key, value string) []string {
 	f := filters.NewArgs(filters.Arg("label", key+"="+value))
 	left := firewallLeftovers(ctx, cli, key, value)
