@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -174,16 +175,23 @@ func newFirewall(ctx context.Context, scope string, localEngine bool) (*firewall
 	return f, nil
 }
 
+// setupMu serializes setup within the process (parallel runtimes, tests).
+var setupMu sync.Mutex
+
 // setup makes sandboxd's chains and the jumps to them (first in INPUT, first
-// in DOCKER-USER or else FORWARD), if they are not there yet.
+// in DOCKER-USER or else FORWARD), if they are not there yet. Another
+// process doing the same at once may win a race: a chain made meanwhile is
+// fine, and a jump inserted twice is deleted again.
 func (f *firewall) setup(ctx context.Context) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
+	setupMu.Lock()
+	defer setupMu.Unlock()
 	for _, c := range f.cmds {
 		for _, chain := range []string{ChainInput, ChainForward} {
 			if _, err := f.run(ctx, c, "-S", chain); err != nil {
-				if _, err := f.run(ctx, c, "-N", chain); err != nil {
-					return err
+				if _, nerr := f.run(ctx, c, "-N", chain); nerr != nil {
+					if _, err := f.run(ctx, c, "-S", chain); err != nil {
+						return nerr
+					}
 				}
 			}
 		}
@@ -194,6 +202,21 @@ func (f *firewall) setup(ctx context.Context) error {
 		for _, j := range [][2]string{{"INPUT", ChainInput}, {from, ChainForward}} {
 			if _, err := f.run(ctx, c, "-C", j[0], "-j", j[1]); err != nil {
 				if _, err := f.run(ctx, c, "-I", j[0], "1", "-j", j[1]); err != nil {
+					return err
+				}
+			}
+			text, err := f.run(ctx, c, "-S", j[0])
+			if err != nil {
+				return err
+			}
+			var at []int // rule numbers of the jump
+			for i, r := range ParseRules(text) {
+				if slices.Equal(r.Args, []string{j[0], "-j", j[1]}) {
+					at = append(at, i+1)
+				}
+			}
+			for i := len(at) - 1; i > 0; i-- { // keep the first, delete from the end
+				if _, err := f.run(ctx, c, "-D", j[0], strconv.Itoa(at[i])); err != nil {
 					return err
 				}
 			}

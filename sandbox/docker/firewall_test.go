@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -154,6 +155,9 @@ func (f *fakeTables) run(_ context.Context, cmd string, args ...string) (string,
 		}
 	case "-D":
 		i := slices.Index(rules, rule)
+		if n, err := strconv.Atoi(rule); err == nil {
+			i = n - 1
+		}
 		if i < 0 {
 			return "", errors.New("no such rule")
 		}
@@ -168,6 +172,8 @@ func TestFirewallLifecycle(t *testing.T) {
 	fw := &firewall{scope: "sc", cmds: []string{"iptables"}, run: ft.run}
 	require.NoError(t, fw.setup(ctx))
 	require.NoError(t, fw.setup(ctx), "idempotent")
+	ft.chains["INPUT"] = append(ft.chains["INPUT"], "-j SANDBOXD-INPUT") // another process raced us
+	require.NoError(t, fw.setup(ctx))
 	assert.Equal(t, []string{"-j SANDBOXD-INPUT", "-j ACCEPT"}, ft.chains["INPUT"], "the jump comes first, once")
 	assert.Equal(t, []string{"-j SANDBOXD-FORWARD", "-j RETURN"}, ft.chains["DOCKER-USER"])
 
