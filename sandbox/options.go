@@ -122,6 +122,14 @@ type SessionOptions struct {
 	// Network is NetworkNone (default), NetworkBridge, NetworkInternal, or
 	// the name of an existing engine network.
 	Network string `json:"network,omitempty"`
+	// AllowHosts, with NetworkBridge only, limits the session's egress to
+	// these hosts: names (resolved to IPv4 addresses on the host when the
+	// session starts, and pinned in the sandbox's /etc/hosts; a later DNS
+	// change is not followed), IP addresses and CIDR prefixes. Everything
+	// else, DNS to the outside included, is refused. Empty: any egress
+	// (the host itself is never reachable from a bridge session either
+	// way). At most MaxAllowHosts entries.
+	AllowHosts []string `json:"allow_hosts,omitempty"`
 	// IdleTimeout closes the session when no call was made for that long.
 	// Default 30 minutes; NoIdleTimeout keeps it until closed.
 	IdleTimeout time.Duration `json:"idle_timeout,omitempty"`

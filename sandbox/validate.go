@@ -3,6 +3,7 @@ package sandbox
 import (
 	"encoding/json"
 	"fmt"
+	"net/netip"
 	"path"
 	"regexp"
 	"strconv"
@@ -25,6 +26,9 @@ const (
 	maxEnvBytes       = 128 << 10
 	maxLabelBytes     = 16 << 10
 	maxToolsBytes     = 64 << 10
+	// MaxAllowHosts bounds SessionOptions.AllowHosts: each entry becomes
+	// firewall rules on the host (a name one per address).
+	MaxAllowHosts = 64
 )
 
 // Options that other problems' texts name (see Field).
@@ -44,6 +48,7 @@ var (
 	networkNameRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*$`)
 	labelKeyRe    = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/-]*$`)
 	toolNameRe    = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_.-]{0,63}$`)
+	hostLabelRe   = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$`)
 )
 
 // Validate checks resolved options (see Resolve) and reports every problem
@@ -66,6 +71,7 @@ func (o SessionOptions) Validate() error {
 		p.add("writable_rootfs", "cannot be combined with limits.disk: writes to the root filesystem land on the engine's disk, which limits.disk cannot bound")
 	}
 	o.validateNetwork(&p)
+	o.validateAllowHosts(&p)
 	if o.IdleTimeout >= 0 && o.IdleTimeout < MinIdleTimeout {
 		p.add("idle_timeout", "%v is below the minimum of %v (use NoIdleTimeout to never close an idle session)", o.IdleTimeout, MinIdleTimeout)
 	}
@@ -250,6 +256,80 @@ func (o SessionOptions) validateNetwork(p *problems) {
 			p.add("network", "%q is neither %q, %q, %q nor a network name", o.Network, NetworkNone, NetworkBridge, NetworkInternal)
 		}
 	}
+}
+
+func (o SessionOptions) validateAllowHosts(p *problems) {
+	if len(o.AllowHosts) == 0 {
+		return
+	}
+	if o.Network != NetworkBridge {
+		p.add("allow_hosts", "needs network %q (network %q is not a private bridge with egress that sandboxd's firewall rules could narrow)", NetworkBridge, o.Network)
+	}
+	if len(o.AllowHosts) > MaxAllowHosts {
+		p.add("allow_hosts", "%d entries, above the limit of %d", len(o.AllowHosts), MaxAllowHosts)
+		return
+	}
+	seen := map[string]bool{}
+	for i, h := range o.AllowHosts {
+		if _, err := ParseAllowHost(h); err != nil {
+			p.add("allow_hosts", "[%d]: %v", i, err)
+			continue
+		}
+		if k := strings.ToLower(h); seen[k] {
+			p.add("allow_hosts", "%q is listed twice", h)
+		} else {
+			seen[k] = true
+		}
+	}
+}
+
+// AllowHost is one parsed entry of SessionOptions.AllowHosts: a host name
+// (Name set) or an address or prefix (Prefix valid; an address is a
+// single-address prefix).
+type AllowHost struct {
+	Name   string
+	Prefix netip.Prefix
+}
+
+// ParseAllowHost parses an entry of SessionOptions.AllowHosts: an IP
+// address, a CIDR prefix ("10.1.2.0/24"; host bits are ignored, /0 is
+// refused) or a DNS host name.
+func ParseAllowHost(s string) (AllowHost, error) {
+	if s == "" {
+		return AllowHost{}, fmt.Errorf("is empty")
+	}
+	if strings.Contains(s, "://") {
+		return AllowHost{}, fmt.Errorf("%q is a URL: give the host name alone", s)
+	}
+	if strings.Contains(s, "/") {
+		pfx, err := netip.ParsePrefix(s)
+		if err != nil {
+			return AllowHost{}, fmt.Errorf("%q is not a CIDR prefix (e.g. 192.0.2.0/24)", s)
+		}
+		if pfx.Bits() == 0 {
+			return AllowHost{}, fmt.Errorf("%q allows every address: leave allow_hosts empty for unrestricted egress", s)
+		}
+		return AllowHost{Prefix: pfx.Masked()}, nil
+	}
+	if a, err := netip.ParseAddr(s); err == nil {
+		if a.Zone() != "" {
+			return AllowHost{}, fmt.Errorf("%q: an address with a zone cannot be allowed", s)
+		}
+		return AllowHost{Prefix: netip.PrefixFrom(a, a.BitLen())}, nil
+	}
+	if len(s) > 253 {
+		return AllowHost{}, fmt.Errorf("%q is longer than a host name may be (253)", s[:32]+"...")
+	}
+	labels := strings.Split(s, ".")
+	for _, l := range labels {
+		if !hostLabelRe.MatchString(l) {
+			return AllowHost{}, fmt.Errorf("%q is neither an IP address, a CIDR prefix nor a host name (letters, digits and -, dot-separated)", s)
+		}
+	}
+	if _, err := strconv.Atoi(labels[len(labels)-1]); err == nil {
+		return AllowHost{}, fmt.Errorf("%q is not an IP address, and a host name cannot end in a number", s)
+	}
+	return AllowHost{Name: strings.ToLower(s)}, nil
 }
 
 func (o SessionOptions) validateLabels(p *problems) {

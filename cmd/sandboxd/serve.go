@@ -49,6 +49,7 @@ as underscores (SANDBOXD_LISTEN, SANDBOXD_MCP_IMAGE, ...); flags win.`
 type serveConfig struct {
 	listen, stateDir, tlsCert, tlsKey   string
 	insecureRemote, keepSessions        bool
+	insecureBridge                      bool
 	allowOrigins, allowHosts, allowImgs listFlag
 	image, mcpImage, agentBinary        string
 	mcpIdle, drainTimeout, shutdownTime time.Duration
@@ -80,6 +81,9 @@ func runServe(ctx context.Context, std stdio, args []string) error {
 	fs.StringVar(&cfg.tlsCert, "tls-cert", "", "serve HTTPS/WSS with this certificate (PEM)")
 	fs.StringVar(&cfg.tlsKey, "tls-key", "", "the key of --tls-cert (PEM)")
 	fs.BoolVar(&cfg.insecureRemote, "insecure-allow-remote", false, "allow a non-loopback --listen without TLS (only behind a TLS-terminating proxy)")
+	fs.BoolVar(&cfg.insecureBridge, "insecure-bridge-host-access", false, "where sandboxd cannot install its host firewall rules (not root, no iptables, "+
+		"a remote engine), start network bridge and internal sessions anyway, although their code can then reach every host service not bound to loopback; "+
+		"without it they are refused there (allow_hosts is refused either way)")
 	fs.Var(&cfg.allowOrigins, "allow-origin", "browser origin allowed to call the API (scheme://host[:port]), repeatable; '*' allows any")
 	fs.Var(&cfg.allowHosts, "allow-host", "Host name accepted besides the loopback names (for a remote or proxied server), repeatable; '*' allows any")
 	fs.Var(&cfg.allowImgs, "allow-image", "image pattern (path.Match) clients may ask for, repeatable; default: any image")
@@ -138,7 +142,8 @@ func runServe(ctx context.Context, std stdio, args []string) error {
 		return usageErrorf("%v", err)
 	}
 
-	rt, err := docker.New(ctx, docker.Options{AgentBinary: cfg.agentBinary, Labels: cfg.labels, Logger: log})
+	rt, err := docker.New(ctx, docker.Options{AgentBinary: cfg.agentBinary, Labels: cfg.labels, Logger: log,
+		InsecureBridge: cfg.insecureBridge})
 	if err != nil {
 		return err
 	}

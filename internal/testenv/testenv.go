@@ -9,13 +9,18 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
+	"time"
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/api/types/volume"
 	"github.com/docker/docker/client"
+
+	"github.com/sandboxd/sandboxd/sandbox"
+	sdocker "github.com/sandboxd/sandboxd/sandbox/docker"
 )
 
 // DefaultTestImage is the tiny image the suites run (images/build-test-image.sh).
@@ -79,10 +84,11 @@ func EnsureTestImage(ctx context.Context, cli *client.Client) (string, error) {
 }
 
 // Leftovers lists, and removes, every container, volume and network that
-// carries the label key=value: what a run left behind.
+// carries the label key=value, and sandboxd's host firewall rules of their
+// sessions or of sessions without a network: what a run left behind.
 func Leftovers(ctx context.Context, cli *client.Client, key, value string) []string {
 	f := filters.NewArgs(filters.Arg("label", key+"="+value))
-	var left []string
+	left := firewallLeftovers(ctx, cli, key, value)
 	if ctrs, err := cli.ContainerList(ctx, container.ListOptions{All: true, Filters: f}); err == nil {
 		for _, c := range ctrs {
 			left = append(left, "container "+strings.Join(c.Names, ","))
@@ -106,6 +112,60 @@ func Leftovers(ctx context.Context, cli *client.Client, key, value string) []str
 		}
 	} else {
 		left = append(left, "listing networks: "+err.Error())
+	}
+	return left
+}
+
+// firewallLeftovers lists, and deletes, sandboxd's host firewall rules that
+// a run left behind: those of a session whose network carries key=value (a
+// leftover itself), and those of a session that has no network at all
+// (whatever run made it). Rules of other runs' live sessions are theirs. A
+// rule seen without a network is checked again, so a session another suite
+// is removing right now does not count.
+func firewallLeftovers(ctx context.Context, cli *client.Client, key, value string) []string {
+	sessions := func(f filters.Args) (map[string]bool, error) {
+		nets, err := cli.NetworkList(ctx, network.ListOptions{Filters: f})
+		ids := map[string]bool{}
+		for _, n := range nets {
+			ids[n.Labels[sandbox.LabelSession]] = true
+		}
+		return ids, err
+	}
+	suspects := func() ([]sdocker.FirewallRule, error) {
+		run, err := sessions(filters.NewArgs(filters.Arg("label", key+"="+value)))
+		if err != nil {
+			return nil, err
+		}
+		live, err := sessions(filters.NewArgs(filters.Arg("label", sandbox.LabelManaged+"=true")))
+		if err != nil {
+			return nil, err
+		}
+		var out []sdocker.FirewallRule
+		for _, r := range sdocker.FirewallRules(ctx) {
+			if run[r.SessionID] || !live[r.SessionID] {
+				out = append(out, r)
+			}
+		}
+		return out, nil
+	}
+	first, err := suspects()
+	if err != nil || len(first) == 0 {
+		if err != nil {
+			return []string{"listing networks for the firewall check: " + err.Error()}
+		}
+		return nil
+	}
+	time.Sleep(time.Second)
+	again, err := suspects()
+	if err != nil {
+		return []string{"listing networks for the firewall check: " + err.Error()}
+	}
+	var left []string
+	for _, r := range again {
+		if slices.ContainsFunc(first, func(f sdocker.FirewallRule) bool { return f.String() == r.String() }) {
+			left = append(left, "firewall rule "+r.String())
+			_ = r.Delete(ctx)
+		}
 	}
 	return left
 }

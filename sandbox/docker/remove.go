@@ -58,6 +58,14 @@ func (r *Runtime) Remove(ctx context.Context, sessionID string) error {
 	if err != nil {
 		errs = append(errs, fmt.Errorf("listing networks: %w", err))
 	} else {
+		// The rules go first: a network left without them (the daemon
+		// stopped in between) is removed at the next start, while rules
+		// left without a network would wait for that start's sync.
+		if len(nets) > 0 && r.fw != nil {
+			if err := r.fw.remove(cctx, sessionID); err != nil {
+				errs = append(errs, fmt.Errorf("removing firewall rules: %w", err))
+			}
+		}
 		for _, n := range nets {
 			if err := r.cli.NetworkRemove(cctx, n.ID); err != nil && !isNotFound(err) {
 				errs = append(errs, fmt.Errorf("removing network %s: %w", n.Name, err))

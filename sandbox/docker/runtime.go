@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net/netip"
 	"os"
 	"slices"
 	"strings"
@@ -70,6 +71,16 @@ type Options struct {
 	// Logger receives structured logs (component=docker); nil is
 	// slog.Default().
 	Logger *slog.Logger
+	// InsecureBridge starts bridge and internal sessions even when the
+	// host firewall cannot be managed (not root, no iptables, a remote
+	// engine), although their code can then reach every service the host
+	// listens on beyond loopback. Without it such sessions are refused
+	// there. allow_hosts is refused there either way.
+	InsecureBridge bool
+	// LookupHost resolves the host names of allow_hosts when a session
+	// starts; nil is the host's resolver (IPv4 addresses). Tests map names
+	// to addresses they control with it.
+	LookupHost func(ctx context.Context, host string) ([]netip.Addr, error)
 }
 
 // Runtime is the Docker implementation of sandbox.Runtime.
@@ -79,6 +90,10 @@ type Runtime struct {
 	opts      Options
 	log       *slog.Logger
 	agent     *agentBinary
+	// fw manages the host firewall rules of private networks (firewall.go);
+	// nil when it cannot, fwErr says why.
+	fw    *firewall
+	fwErr error
 }
 
 var _ sandbox.Runtime = (*Runtime)(nil)
@@ -123,6 +138,22 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 	if !strings.HasPrefix(r.cli.DaemonHost(), "unix://") {
 		r.opts.CopyAgent = true
 	}
+	if r.opts.LookupHost == nil {
+		r.opts.LookupHost = lookupIPv4
+	}
+	r.fw, r.fwErr = newFirewall(ctx, ScopeOf(opts.Labels), strings.HasPrefix(r.cli.DaemonHost(), "unix://"))
+	switch {
+	case r.fw != nil:
+		if err := r.syncFirewall(ctx); err != nil {
+			r.Close()
+			return nil, fmt.Errorf("docker runtime: host firewall: %w", err)
+		}
+	case r.opts.InsecureBridge:
+		r.log.Warn("host firewall unavailable: bridge and internal sessions can reach every service the host listens on beyond loopback "+
+			"(accepted by --insecure-bridge-host-access); allow_hosts is refused", "why", r.fwErr)
+	default:
+		r.log.Warn("host firewall unavailable: bridge and internal sessions are refused (--insecure-bridge-host-access accepts them unguarded)", "why", r.fwErr)
+	}
 	path := opts.AgentBinary
 	if path == "" {
 		exe, err := os.Executable()
@@ -140,7 +171,8 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 	r.agent = ab
 	r.warnSecurity(pctx)
 	r.log.Info("docker runtime ready", "engine", r.cli.DaemonHost(), "api", r.cli.ClientVersion(),
-		"agent", ab.path, "agent_delivery", map[bool]string{true: "copied volume", false: "bind mount"}[r.opts.CopyAgent])
+		"agent", ab.path, "agent_delivery", map[bool]string{true: "copied volume", false: "bind mount"}[r.opts.CopyAgent],
+		"host_firewall", r.fw != nil)
 	return r, nil
 }
 

@@ -51,7 +51,7 @@ func (r *Runtime) Start(ctx context.Context, spec sandbox.Spec) (_ io.ReadWriteC
 	}
 	l := planLayout(spec.Options, img)
 
-	netName, err := r.createNetwork(ctx, id, spec.Options.Network, resLabels)
+	netName, pins, err := r.createNetwork(ctx, id, spec.Options, resLabels)
 	if err != nil {
 		return nil, err
 	}
@@ -78,6 +78,7 @@ func (r *Runtime) Start(ctx context.Context, spec sandbox.Spec) (_ io.ReadWriteC
 	if err != nil {
 		return nil, err
 	}
+	cs.host.ExtraHosts = pins
 	// The create is not cancelled with ctx: an engine finishes a create
 	// whose caller gave up, and the rollback would then miss the container
 	// (which re-creates its volumes, unlabelled, once they are removed).
@@ -115,24 +116,40 @@ func (r *Runtime) Start(ctx context.Context, spec sandbox.Spec) (_ io.ReadWriteC
 }
 
 // createNetwork makes the session's private network for the bridge and
-// internal modes and returns the network mode for the container.
-func (r *Runtime) createNetwork(ctx context.Context, id, mode string, labels map[string]string) (string, error) {
+// internal modes, with its host firewall rules (firewall.go), and returns
+// the network mode for the container and, for allow_hosts, the
+// "name:address" pins of its /etc/hosts.
+func (r *Runtime) createNetwork(ctx context.Context, id string, o sandbox.SessionOptions, labels map[string]string) (string, []string, error) {
+	mode := o.Network
 	switch mode {
 	case sandbox.NetworkNone:
-		return "none", nil
+		return "none", nil, nil
 	case sandbox.NetworkBridge, sandbox.NetworkInternal:
 	default: // an existing network, not ours
 		cctx, cancel := r.call(ctx)
 		defer cancel()
 		if _, err := r.cli.NetworkInspect(cctx, mode, network.InspectOptions{}); err != nil {
 			if cerrdefs.IsNotFound(err) {
-				return "", &sandbox.OptionsError{Problems: []string{fmt.Sprintf(
+				return "", nil, &sandbox.OptionsError{Problems: []string{fmt.Sprintf(
 					"network: the engine has no network %q; use %q, %q, %q or the name of an existing network",
 					mode, sandbox.NetworkNone, sandbox.NetworkBridge, sandbox.NetworkInternal)}}
 			}
-			return "", fmt.Errorf("inspecting network %s: %w", mode, err)
+			return "", nil, fmt.Errorf("inspecting network %s: %w", mode, err)
 		}
-		return mode, nil
+		return mode, nil, nil
+	}
+	if r.fw == nil && (!r.opts.InsecureBridge || len(o.AllowHosts) > 0) {
+		return "", nil, r.errNoFirewall(o)
+	}
+	rules := netRules{sessionID: id, iface: bridgeName(id), internal: mode == sandbox.NetworkInternal}
+	var pins []string
+	if len(o.AllowHosts) > 0 {
+		var err error
+		if rules.egress, pins, err = r.resolveEgress(ctx, o.AllowHosts); err != nil {
+			return "", nil, err
+		}
+		labels = maps.Clone(labels)
+		labels[LabelEgress] = formatEgress(rules.egress)
 	}
 	cctx, cancel := r.call(ctx)
 	defer cancel()
@@ -141,11 +158,17 @@ func (r *Runtime) createNetwork(ctx context.Context, id, mode string, labels map
 		Driver:   "bridge",
 		Internal: mode == sandbox.NetworkInternal,
 		Labels:   labels,
+		Options:  map[string]string{bridgeNameOption: rules.iface},
 	})
 	if err != nil {
-		return "", fmt.Errorf("creating network %s: %w", name, err)
+		return "", nil, fmt.Errorf("creating network %s: %w", name, err)
 	}
-	return name, nil
+	if r.fw != nil {
+		if err := r.fw.install(ctx, rules); err != nil {
+			return "", nil, err
+		}
+	}
+	return name, pins, nil
 }
 
 // errdefsMessage is an engine error's message without the client's

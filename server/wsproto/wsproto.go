@@ -177,12 +177,15 @@ type Limits struct {
 // invalid-params error, so a client asking for a feature this server lacks
 // (skills, MCP sidecars) learns it at once instead of silently not getting it.
 type CreateParams struct {
-	Image       string            `json:"image,omitempty"`
-	Env         map[string]string `json:"env,omitempty"`
-	Cwd         string            `json:"cwd,omitempty"`
-	User        string            `json:"user,omitempty"`
-	Limits      *Limits           `json:"limits,omitempty"`
-	Network     string            `json:"network,omitempty"` // "none" (default) or "bridge"
+	Image   string            `json:"image,omitempty"`
+	Env     map[string]string `json:"env,omitempty"`
+	Cwd     string            `json:"cwd,omitempty"`
+	User    string            `json:"user,omitempty"`
+	Limits  *Limits           `json:"limits,omitempty"`
+	Network string            `json:"network,omitempty"` // "none" (default), "bridge", "internal" or a network's name
+	// AllowHosts limits a "bridge" session's egress to these host names
+	// (resolved when the session starts), IP addresses and CIDR prefixes.
+	AllowHosts  []string          `json:"allow_hosts,omitempty"`
 	IdleTimeout Duration          `json:"idle_timeout,omitempty"`
 	Labels      map[string]string `json:"labels,omitempty"`
 	// IdempotencyKey makes a retried create return the first create's

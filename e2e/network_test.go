@@ -1,0 +1,390 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/docker/docker/api/types/network"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandboxd/sandbox"
+	sdocker "github.com/sandboxd/sandboxd/sandbox/docker"
+)
+
+// The network tests send traffic only to listeners they open themselves: on
+// the host (to prove it unreachable) and in a network namespace they make,
+// behind a veth pair with addresses of a small subnet that no interface or
+// route of the machine uses (freeSubnet).
+
+// listener accepts TCP connections and counts them by the address they
+// reached.
+type listener struct {
+	ln   net.Listener
+	mu   sync.Mutex
+	seen map[string]int // local address (host part) → connections
+}
+
+func newListener(t *testing.T, ln net.Listener) *listener {
+	l := &listener{ln: ln, seen: map[string]int{}}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			host, _, _ := net.SplitHostPort(c.LocalAddr().String())
+			l.mu.Lock()
+			l.seen[host]++
+			l.mu.Unlock()
+			c.Close()
+		}
+	}()
+	t.Cleanup(func() { ln.Close(); <-done })
+	return l
+}
+
+func (l *listener) port() int { return l.ln.Addr().(*net.TCPAddr).Port }
+
+func (l *listener) count(host string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.seen[host]
+}
+
+func (l *listener) total() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, v := range l.seen {
+		n += v
+	}
+	return n
+}
+
+// probe tries a TCP connection from inside the session: "OPEN" or "CLOSED".
+func probe(t *testing.T, s *sandbox.Session, host string, port int) string {
+	t.Helper()
+	out := sh(t, s, fmt.Sprintf(`timeout 3 bash -c 'exec 3<>/dev/tcp/%s/%d' 2>/dev/null && echo OPEN || echo CLOSED`, host, port))
+	switch {
+	case strings.Contains(out, "OPEN"):
+		return "OPEN"
+	case strings.Contains(out, "CLOSED"):
+		return "CLOSED"
+	}
+	t.Fatalf("probe %s:%d: %q", host, port, out)
+	return ""
+}
+
+// needFirewall skips a test that needs sandboxd's host firewall where it
+// cannot work (not root); as root it must.
+func needFirewall(t *testing.T, rt *sdocker.Runtime) {
+	t.Helper()
+	ok, why := rt.HostFirewall()
+	if !ok && os.Geteuid() != 0 {
+		t.Skipf("the host firewall needs root: %s", why)
+	}
+	require.True(t, ok, "host firewall: %s", why)
+}
+
+// gateway is the host's address on a session's private network.
+func gateway(t *testing.T, sessionID string) string {
+	t.Helper()
+	n, err := docker.NetworkInspect(ctxT(t), "sandboxd-"+sessionID, network.InspectOptions{})
+	require.NoError(t, err)
+	require.NotEmpty(t, n.IPAM.Config)
+	require.NotEmpty(t, n.IPAM.Config[0].Gateway)
+	return n.IPAM.Config[0].Gateway
+}
+
+// rulesOf lists sandboxd's firewall rules of a session.
+func rulesOf(sessionID string) []sdocker.FirewallRule {
+	var out []sdocker.FirewallRule
+	for _, r := range sdocker.FirewallRules(context.Background()) {
+		if r.SessionID == sessionID {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// Attack N3: code in a bridge session connects to a host listener on
+// 0.0.0.0 through its own gateway, another session's gateway, and the
+// engine's default bridge address. All are refused by sandboxd's INPUT
+// rules, and the listener saw no connection; an internal session is held the
+// same way. A restart re-installs rules that went missing and deletes rules
+// of sessions that are gone.
+func TestNetworkBridgeCannotReachHost(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp4", "0.0.0.0:0")
+	require.NoError(t, err)
+	host := newListener(t, ln)
+	rt := newRuntime(t)
+	needFirewall(t, rt)
+	m := newManager(t, rt, sandbox.ManagerOptions{})
+
+	a, err := m.Create(ctxT(t), sandbox.SessionOptions{Network: sandbox.NetworkBridge})
+	require.NoError(t, err)
+	b, err := m.Create(ctxT(t), sandbox.SessionOptions{Network: sandbox.NetworkBridge})
+	require.NoError(t, err)
+	c, err := m.Create(ctxT(t), sandbox.SessionOptions{Network: sandbox.NetworkInternal})
+	require.NoError(t, err)
+	gwA, gwB, gwC := gateway(t, a.ID()), gateway(t, b.ID()), gateway(t, c.ID())
+
+	// The probe works: a listener inside the session is reached.
+	assert.Contains(t, sh(t, a, `(nc -l -p 7999 -e true &); sleep 0.3; timeout 3 bash -c 'exec 3<>/dev/tcp/127.0.0.1/7999' && echo OPEN`), "OPEN\n")
+
+	targets := []string{gwA, gwB, gwC}
+	if n, err := docker.NetworkInspect(ctxT(t), "bridge", network.InspectOptions{}); err == nil && len(n.IPAM.Config) > 0 {
+		targets = append(targets, n.IPAM.Config[0].Gateway) // docker0: the host too
+	}
+	addrs, err := net.InterfaceAddrs()
+	require.NoError(t, err)
+	for _, a := range addrs { // the host's LAN address and every other one
+		if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && !n.IP.IsLoopback() && !slices.Contains(targets, n.IP.String()) {
+			targets = append(targets, n.IP.String())
+		}
+	}
+	for _, s := range []*sandbox.Session{a, b, c} {
+		for _, ip := range targets {
+			assert.Equal(t, "CLOSED", probe(t, s, ip, host.port()), "%s session → host %s:%d", s.Options().Network, ip, host.port())
+		}
+	}
+	assert.Zero(t, host.total(), "the host's listener saw no connection from a session")
+
+	// The rules are there, tagged with the session; a restart puts back
+	// what a firewall reload took and drops what no network explains.
+	ra := rulesOf(a.ID())
+	require.NotEmpty(t, ra)
+	for _, r := range ra {
+		require.NoError(t, r.Delete(context.Background()))
+	}
+	scope := sdocker.ScopeOf(testLabels(t))
+	ghost := []string{"-A", sdocker.ChainInput, "-i", "sbx-ghost", "-m", "comment", "--comment", "sandboxd:" + scope + ":ghost", "-j", "REJECT"}
+	require.NoError(t, exec.Command("iptables", append([]string{"-w"}, ghost...)...).Run())
+	assert.Equal(t, "OPEN", probe(t, a, gwA, host.port()), "without its rules the session reaches the host (the attack)")
+	newRuntime(t) // a restarted daemon's runtime: same labels
+	assert.Len(t, rulesOf(a.ID()), len(ra), "re-installed at start")
+	assert.Empty(t, rulesOf("ghost"), "a rule of a session without a network is deleted at start")
+	assert.Equal(t, "CLOSED", probe(t, a, gwA, host.port()))
+	assert.Equal(t, 1, host.total())
+
+	// Closing a session removes its rules with its network.
+	for _, s := range []*sandbox.Session{a, b, c} {
+		require.NoError(t, s.Close(ctxT(t)))
+		assert.Empty(t, rulesOf(s.ID()), "rules go with the session")
+		assert.Zero(t, sessionResources(t, s.ID()))
+	}
+}
+
+// testNet is a network namespace with two addresses (.2 and .3 of a free
+// /29) behind a veth pair whose host end is .1, and a TCP listener on both:
+// a place outside the engine that sessions reach through the host's
+// forwarding and NAT, like any egress, but that the test made.
+type testNet struct {
+	allowed, other string
+	ln             *listener
+}
+
+func newTestNet(t *testing.T) *testNet {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("making a network namespace needs root")
+	}
+	suffix := runID[:6]
+	ns, hostIf, nsIf := "sbxe2e-"+suffix, "sbxe"+suffix+"h", "sbxe"+suffix+"n"
+	ip := func(args ...string) {
+		t.Helper()
+		out, err := exec.Command("ip", args...).CombinedOutput()
+		require.NoError(t, err, "ip %s: %s", strings.Join(args, " "), out)
+	}
+	ip("netns", "add", ns)
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
+	ip("link", "add", hostIf, "type", "veth", "peer", "name", nsIf)
+	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", hostIf).Run() })
+	ip("link", "set", nsIf, "netns", ns)
+	subnet := freeSubnet(t)
+	addr := func(n int) netip.Addr {
+		a := subnet.Addr()
+		for range n {
+			a = a.Next()
+		}
+		return a
+	}
+	ip("addr", "add", netip.PrefixFrom(addr(1), 29).String(), "dev", hostIf)
+	ip("link", "set", hostIf, "up")
+	for _, n := range []int{2, 3} {
+		ip("-n", ns, "addr", "add", netip.PrefixFrom(addr(n), 29).String(), "dev", nsIf)
+	}
+	ip("-n", ns, "link", "set", nsIf, "up")
+	ip("-n", ns, "link", "set", "lo", "up")
+
+	ln, err := listenIn(ns, "tcp4", "0.0.0.0:0")
+	require.NoError(t, err)
+	return &testNet{allowed: addr(2).String(), other: addr(3).String(), ln: newListener(t, ln)}
+}
+
+// freeSubnet picks a /29 that overlaps no address and no route of this
+// machine (whose own network may be any private or documentation range).
+func freeSubnet(t *testing.T) netip.Prefix {
+	t.Helper()
+	var used []netip.Prefix
+	addrs, err := net.InterfaceAddrs()
+	require.NoError(t, err)
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok {
+			if p, err := netip.ParsePrefix(n.String()); err == nil {
+				used = append(used, p.Masked())
+			}
+		}
+	}
+	out, err := exec.Command("ip", "-4", "route", "show", "table", "all").Output()
+	require.NoError(t, err)
+	for line := range strings.Lines(string(out)) {
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		if f[0] == "local" || f[0] == "broadcast" || f[0] == "unicast" {
+			f = f[1:]
+		}
+		if len(f) == 0 {
+			continue
+		}
+		if p, err := netip.ParsePrefix(f[0]); err == nil && p.Bits() > 0 {
+			used = append(used, p.Masked())
+		} else if a, err := netip.ParseAddr(f[0]); err == nil {
+			used = append(used, netip.PrefixFrom(a, 32))
+		}
+	}
+	for _, c := range []string{"198.18.213.0/29", "198.19.213.0/29", "100.127.213.0/29", "10.213.77.0/29"} {
+		p := netip.MustParsePrefix(c)
+		if !slices.ContainsFunc(used, p.Overlaps) {
+			return p
+		}
+	}
+	t.Skipf("no free subnet for the test's namespace among the candidates (machine uses %v)", used)
+	return netip.Prefix{}
+}
+
+// listenIn opens a listener in the named network namespace: the socket
+// belongs to the namespace of the thread that made it.
+func listenIn(ns, network, addr string) (net.Listener, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	orig, err := os.Open("/proc/thread-self/ns/net")
+	if err != nil {
+		return nil, err
+	}
+	defer orig.Close()
+	target, err := os.Open("/run/netns/" + ns)
+	if err != nil {
+		return nil, err
+	}
+	defer target.Close()
+	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
+		return nil, err
+	}
+	ln, lerr := net.Listen(network, addr)
+	if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
+		// This thread stays in the wrong namespace: never unlock it, so
+		// it dies with the goroutine instead of serving others.
+		runtime.Goexit()
+	}
+	return ln, lerr
+}
+
+// allow_hosts lets a bridge session reach only the named hosts: a name
+// (resolved by the runtime's lookup, here mapped by the test to an address
+// of its namespace, and pinned in the sandbox's /etc/hosts), or a prefix.
+// Without it the same session reaches both addresses; with it, the other
+// address and the link-local range are refused, and the listener confirms
+// which connections arrived.
+func TestNetworkEgressAllowHosts(t *testing.T) {
+	t.Parallel()
+	tn := newTestNet(t)
+	const name = "allowed.sandboxd.test"
+	rt := newRuntime(t, func(o *sdocker.Options) {
+		o.LookupHost = func(_ context.Context, host string) ([]netip.Addr, error) {
+			if host == name {
+				return []netip.Addr{netip.MustParseAddr(tn.allowed)}, nil
+			}
+			return nil, errors.New("no such host (test resolver)")
+		}
+	})
+	needFirewall(t, rt)
+	m := newManager(t, rt, sandbox.ManagerOptions{})
+	port := tn.ln.port()
+
+	free, err := m.Create(ctxT(t), sandbox.SessionOptions{Network: sandbox.NetworkBridge})
+	require.NoError(t, err)
+	assert.Equal(t, "OPEN", probe(t, free, tn.allowed, port), "egress works without allow_hosts")
+	assert.Equal(t, "OPEN", probe(t, free, tn.other, port))
+	require.Equal(t, 1, tn.ln.count(tn.other))
+
+	byName, err := m.Create(ctxT(t), sandbox.SessionOptions{Network: sandbox.NetworkBridge, AllowHosts: []string{name}})
+	require.NoError(t, err)
+	assert.Contains(t, sh(t, byName, "cat /etc/hosts"), tn.allowed+"\t"+name, "the name is pinned to the address allowed")
+	assert.Equal(t, "OPEN", probe(t, byName, name, port))
+	assert.Equal(t, "CLOSED", probe(t, byName, tn.other, port))
+	assert.Equal(t, "CLOSED", probe(t, byName, "169.254.169.254", 80))
+	assert.Equal(t, 2, tn.ln.count(tn.allowed))
+	assert.Equal(t, 1, tn.ln.count(tn.other), "nothing of the restricted session arrived at the other address")
+
+	byPrefix, err := m.Create(ctxT(t), sandbox.SessionOptions{Network: sandbox.NetworkBridge, AllowHosts: []string{tn.other + "/32"}})
+	require.NoError(t, err)
+	assert.Equal(t, "OPEN", probe(t, byPrefix, tn.other, port))
+	assert.Equal(t, "CLOSED", probe(t, byPrefix, tn.allowed, port))
+	assert.Equal(t, 2, tn.ln.count(tn.allowed))
+	assert.Equal(t, 2, tn.ln.count(tn.other))
+
+	// The allowlist holds for the host too: the host stays closed.
+	gw := gateway(t, byPrefix.ID())
+	hostLn, err := net.Listen("tcp4", "0.0.0.0:0")
+	require.NoError(t, err)
+	hl := newListener(t, hostLn)
+	allowGw, err := m.Create(ctxT(t), sandbox.SessionOptions{Network: sandbox.NetworkBridge, AllowHosts: []string{gw}})
+	require.NoError(t, err)
+	assert.Equal(t, "CLOSED", probe(t, allowGw, gw, hl.port()), "allow_hosts never opens the host")
+	assert.Zero(t, hl.total())
+
+	// A name that does not resolve is the client's error, and nothing is
+	// left of the session.
+	_, err = m.Create(ctxT(t), sandbox.SessionOptions{Network: sandbox.NetworkBridge, AllowHosts: []string{"nowhere.sandboxd.test"}})
+	require.ErrorIs(t, err, sandbox.ErrInvalidOptions)
+	assert.Contains(t, err.Error(), `allow_hosts: "nowhere.sandboxd.test" does not resolve on the host`)
+	for _, s := range m.List() {
+		assert.NotEmpty(t, rulesOf(s.ID()))
+	}
+	assert.Len(t, m.List(), 4)
+}
+
+// Where the firewall cannot be managed, bridge sessions are refused unless
+// the operator accepted the risk; allow_hosts is refused either way.
+func TestNetworkBridgeWithoutFirewall(t *testing.T) {
+	t.Parallel()
+	if os.Geteuid() == 0 {
+		t.Skip("as root the host firewall is available (TestNoFirewallRefuses in sandbox/docker covers the refusal)")
+	}
+	rt := newRuntime(t)
+	ok, why := rt.HostFirewall()
+	require.False(t, ok)
+	m := newManager(t, rt, sandbox.ManagerOptions{})
+	_, err := m.Create(ctxT(t), sandbox.SessionOptions{Network: sandbox.NetworkBridge})
+	require.ErrorIs(t, err, sandbox.ErrInvalidOptions)
+	assert.Contains(t, err.Error(), "--insecure-bridge-host-access")
+	assert.Contains(t, err.Error(), why)
+}

@@ -1,0 +1,556 @@
+package docker
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/docker/docker/api/types/network"
+
+	"github.com/sandboxd/sandboxd/sandbox"
+)
+
+// The host firewall for sessions on a private network (bridge and
+// internal): see docs/decisions/0023-network-egress.md.
+//
+// A packet from a sandbox's bridge to any address of the host (its own
+// gateway, another session's gateway, the host's LAN address) is INPUT on
+// the host, which Docker leaves open; a packet to anywhere else is FORWARD,
+// where Docker already isolates its bridges from each other. So sandboxd
+// keeps two chains of its own in the filter table of iptables and
+// ip6tables:
+//
+//   - ChainInput, jumped to first from INPUT: per session, replies to
+//     connections the host opened pass, everything else from the session's
+//     bridge is rejected;
+//   - ChainForward, jumped to first from DOCKER-USER (FORWARD where Docker
+//     made none): per bridge session, the link-local range (cloud metadata
+//     at 169.254.169.254) is rejected, and with allow_hosts only the
+//     allowed prefixes pass and the rest is rejected.
+//
+// Every rule carries the comment ruleTag(scope, session), so a session's
+// rules are found and deleted with it, and a starting runtime re-installs
+// the rules of its live networks and deletes those of networks that are
+// gone (syncFirewall).
+const (
+	ChainInput   = "SANDBOXD-INPUT"
+	ChainForward = "SANDBOXD-FORWARD"
+	// LabelEgress on a session's network lists the prefixes its allow_hosts
+	// resolved to when it started (comma-separated; absent: unrestricted),
+	// so that the rules can be rebuilt after a restart exactly as they were.
+	LabelEgress = "sandboxd.egress"
+	// bridgeNameOption names the Linux bridge of a Docker bridge network.
+	bridgeNameOption = "com.docker.network.bridge.name"
+	// tagPrefix starts the comment of every rule sandboxd installs.
+	tagPrefix = "sandboxd:"
+	// linkLocal4 is never reachable from a bridge session without
+	// allow_hosts: cloud metadata services live there.
+	linkLocal4 = "169.254.0.0/16"
+	// maxAddrsPerName bounds the addresses one allowed name may add.
+	maxAddrsPerName = 16
+)
+
+// bridgeName is the Linux bridge of a session's private network: "sbx-"
+// and 11 hex digits of a hash of the session id (an interface name has at
+// most 15 bytes), so the firewall rules can name it before it exists.
+func bridgeName(sessionID string) string {
+	sum := sha256.Sum256([]byte(sessionID))
+	return "sbx-" + hex.EncodeToString(sum[:])[:11]
+}
+
+// ruleTag is the comment on every rule of a session of a runtime scope.
+func ruleTag(scope, sessionID string) string { return tagPrefix + scope + ":" + sessionID }
+
+// parseTag splits a rule's comment; ok is false if it is not sandboxd's.
+func parseTag(tag string) (scope, sessionID string, ok bool) {
+	rest, ok := strings.CutPrefix(strings.Trim(tag, `"`), tagPrefix)
+	if !ok {
+		return "", "", false
+	}
+	scope, sessionID, ok = strings.Cut(rest, ":")
+	return scope, sessionID, ok && sessionID != ""
+}
+
+// netRules are the firewall rules of one session's network.
+type netRules struct {
+	sessionID string
+	iface     string
+	// egress: nil for unrestricted egress (bridge), else the only
+	// prefixes a bridge session may reach.
+	egress []netip.Prefix
+	// internal: an internal network; Docker gives it no egress, so only
+	// the host is closed.
+	internal bool
+}
+
+// rules returns the rule specs (arguments after "-A") of r for one address
+// family, in order.
+func (r netRules) rules(scope string, v6 bool) [][]string {
+	tag := []string{"-m", "comment", "--comment", ruleTag(scope, r.sessionID)}
+	rule := func(chain string, args ...string) []string {
+		return append(append([]string{chain, "-i", r.iface}, args...), tag...)
+	}
+	reject := func(chain string, args ...string) []string {
+		return append(rule(chain, args...), "-j", "REJECT")
+	}
+	out := [][]string{
+		append(rule(ChainInput, "-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED"), "-j", "RETURN"),
+		reject(ChainInput),
+	}
+	switch {
+	case r.internal:
+	case r.egress != nil:
+		for _, p := range r.egress {
+			if p.Addr().Is6() == v6 {
+				out = append(out, append(rule(ChainForward, "-d", p.String()), "-j", "RETURN"))
+			}
+		}
+		out = append(out, reject(ChainForward))
+	case !v6:
+		out = append(out, reject(ChainForward, "-d", linkLocal4))
+	}
+	return out
+}
+
+// firewall runs iptables and ip6tables. Nil when the host firewall is not
+// available (see Runtime.HostFirewall).
+type firewall struct {
+	scope string
+	cmds  []string // "iptables", and "ip6tables" unless the host has no IPv6
+	mu    sync.Mutex
+	run   func(ctx context.Context, cmd string, args ...string) (string, error)
+}
+
+// runIPTables runs one iptables command, waiting for the xtables lock.
+func runIPTables(ctx context.Context, cmd string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	var out, errb bytes.Buffer
+	c := exec.CommandContext(ctx, cmd, append([]string{"-w", "-t", "filter"}, args...)...)
+	c.Stdout, c.Stderr = &out, &errb
+	if err := c.Run(); err != nil {
+		msg := strings.TrimSpace(errb.String())
+		if msg == "" {
+			msg = err.Error()
+		}
+		return out.String(), fmt.Errorf("%s %s: %s", cmd, strings.Join(args, " "), msg)
+	}
+	return out.String(), nil
+}
+
+// newFirewall checks that sandboxd can manage the host firewall of the
+// engine's bridges and sets up its chains; the error says why it cannot.
+func newFirewall(ctx context.Context, scope string, localEngine bool) (*firewall, error) {
+	if !localEngine {
+		return nil, errors.New("the engine is not on this host (DOCKER_HOST is not a unix socket), so this host's firewall does not guard its bridges")
+	}
+	if os.Geteuid() != 0 {
+		return nil, errors.New("sandboxd does not run as root, so it cannot install firewall rules")
+	}
+	cmds := []string{"iptables"}
+	if _, err := os.Stat("/proc/net/if_inet6"); err == nil {
+		cmds = append(cmds, "ip6tables")
+	}
+	for _, c := range cmds {
+		if _, err := exec.LookPath(c); err != nil {
+			return nil, fmt.Errorf("%s is not installed: %w", c, err)
+		}
+	}
+	f := &firewall{scope: scope, cmds: cmds, run: runIPTables}
+	if err := f.setup(ctx); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// setupMu serializes setup within the process (parallel runtimes, tests).
+var setupMu sync.Mutex
+
+// setup makes sandboxd's chains and the jumps to them (first in INPUT, first
+// in DOCKER-USER or else FORWARD), if they are not there yet. Another
+// process doing the same at once may win a race: a chain made meanwhile is
+// fine, and a jump inserted twice is deleted again.
+func (f *firewall) setup(ctx context.Context) error {
+	setupMu.Lock()
+	defer setupMu.Unlock()
+	for _, c := range f.cmds {
+		for _, chain := range []string{ChainInput, ChainForward} {
+			if _, err := f.run(ctx, c, "-S", chain); err != nil {
+				if _, nerr := f.run(ctx, c, "-N", chain); nerr != nil {
+					if _, err := f.run(ctx, c, "-S", chain); err != nil {
+						return nerr
+					}
+				}
+			}
+		}
+		from := "DOCKER-USER"
+		if _, err := f.run(ctx, c, "-S", from); err != nil {
+			from = "FORWARD"
+		}
+		for _, j := range [][2]string{{"INPUT", ChainInput}, {from, ChainForward}} {
+			if _, err := f.run(ctx, c, "-C", j[0], "-j", j[1]); err != nil {
+				if _, err := f.run(ctx, c, "-I", j[0], "1", "-j", j[1]); err != nil {
+					return err
+				}
+			}
+			text, err := f.run(ctx, c, "-S", j[0])
+			if err != nil {
+				return err
+			}
+			var at []int // rule numbers of the jump
+			for i, r := range ParseRules(text) {
+				if slices.Equal(r.Args, []string{j[0], "-j", j[1]}) {
+					at = append(at, i+1)
+				}
+			}
+			for i := len(at) - 1; i > 0; i-- { // keep the first, delete from the end
+				if _, err := f.run(ctx, c, "-D", j[0], strconv.Itoa(at[i])); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// install appends the rules of a session's network.
+func (f *firewall) install(ctx context.Context, r netRules) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.installLocked(ctx, r)
+}
+
+func (f *firewall) installLocked(ctx context.Context, r netRules) error {
+	for _, c := range f.cmds {
+		for _, rule := range r.rules(f.scope, c == "ip6tables") {
+			if _, err := f.run(ctx, c, append([]string{"-A"}, rule...)...); err != nil {
+				return fmt.Errorf("installing the firewall rules of session %s: %w", r.sessionID, err)
+			}
+		}
+	}
+	return nil
+}
+
+// listed is one sandboxd rule as iptables -S prints it.
+type listed struct {
+	cmd       string
+	args      []string // after "-A"
+	sessionID string
+}
+
+// list returns the rules of this firewall's scope in its chains.
+func (f *firewall) list(ctx context.Context) ([]listed, error) {
+	var out []listed
+	for _, c := range f.cmds {
+		for _, chain := range []string{ChainInput, ChainForward} {
+			text, err := f.run(ctx, c, "-S", chain)
+			if err != nil {
+				return nil, err
+			}
+			for _, rule := range ParseRules(text) {
+				if scope, id, ok := parseTag(rule.Tag); ok && scope == f.scope {
+					out = append(out, listed{cmd: c, args: rule.Args, sessionID: id})
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
+// remove deletes every rule of a session.
+func (f *firewall) remove(ctx context.Context, sessionID string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.removeLocked(ctx, func(id string) bool { return id == sessionID })
+}
+
+func (f *firewall) removeLocked(ctx context.Context, match func(sessionID string) bool) error {
+	rules, err := f.list(ctx)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, r := range rules {
+		if match(r.sessionID) {
+			if _, err := f.run(ctx, r.cmd, append([]string{"-D"}, r.args...)...); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// sync makes the firewall match the networks: the rules of each are
+// re-installed unless all of them are in place (a firewall reload or a
+// host reboot drops them), and rules of sessions without a network are
+// deleted (the daemon stopped between the two).
+func (f *firewall) sync(ctx context.Context, nets []netRules) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	have, err := f.list(ctx)
+	if err != nil {
+		return err
+	}
+	count := map[string]int{}
+	for _, r := range have {
+		count[r.sessionID]++
+	}
+	live := map[string]bool{}
+	var errs []error
+	for _, n := range nets {
+		live[n.sessionID] = true
+		want := 0
+		ok := true
+		for _, c := range f.cmds {
+			for _, rule := range n.rules(f.scope, c == "ip6tables") {
+				want++
+				if ok {
+					if _, err := f.run(ctx, c, append([]string{"-C"}, rule...)...); err != nil {
+						ok = false
+					}
+				}
+			}
+		}
+		if ok && count[n.sessionID] == want {
+			continue
+		}
+		if err := f.removeLocked(ctx, func(id string) bool { return id == n.sessionID }); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if err := f.installLocked(ctx, n); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := f.removeLocked(ctx, func(id string) bool { return !live[id] }); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// Rule is one rule of `iptables -S CHAIN`: its arguments after -A (the
+// chain first) and its comment.
+type Rule struct {
+	Args []string
+	Tag  string
+}
+
+// ParseRules parses the output of `iptables -S CHAIN`, keeping the rules
+// (not the -N or -P lines). The comments sandboxd writes have no spaces,
+// so splitting on white space is exact for them.
+func ParseRules(text string) []Rule {
+	var out []Rule
+	for line := range strings.SplitSeq(text, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 || f[0] != "-A" {
+			continue
+		}
+		for i := range f { // iptables quotes comments even without spaces
+			if len(f[i]) >= 2 && f[i][0] == '"' && f[i][len(f[i])-1] == '"' {
+				f[i] = f[i][1 : len(f[i])-1]
+			}
+		}
+		r := Rule{Args: f[1:]}
+		if i := slices.Index(f, "--comment"); i >= 0 && i+1 < len(f) {
+			r.Tag = f[i+1]
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// FirewallRule is one of sandboxd's rules on this host, of any scope.
+type FirewallRule struct {
+	Cmd       string   // iptables or ip6tables
+	Args      []string // after -A: the chain first
+	Scope     string   // the LabelScope of the runtime that installed it
+	SessionID string
+}
+
+// FirewallRules lists sandboxd's firewall rules on this host, of every
+// scope, for leftover checks; none when the chains do not exist or
+// iptables cannot be run.
+func FirewallRules(ctx context.Context) []FirewallRule {
+	var out []FirewallRule
+	for _, c := range []string{"iptables", "ip6tables"} {
+		for _, chain := range []string{ChainInput, ChainForward} {
+			text, err := runIPTables(ctx, c, "-S", chain)
+			if err != nil {
+				continue
+			}
+			for _, r := range ParseRules(text) {
+				if scope, id, ok := parseTag(r.Tag); ok {
+					out = append(out, FirewallRule{Cmd: c, Args: r.Args, Scope: scope, SessionID: id})
+				}
+			}
+		}
+	}
+	return out
+}
+
+// Delete removes the rule.
+func (r FirewallRule) Delete(ctx context.Context) error {
+	_, err := runIPTables(ctx, r.Cmd, append([]string{"-D"}, r.Args...)...)
+	return err
+}
+
+func (r FirewallRule) String() string { return r.Cmd + " " + strings.Join(r.Args, " ") }
+
+// resolveEgress turns a bridge session's allow_hosts into the prefixes its
+// rules allow and the /etc/hosts lines that pin each name to the addresses
+// allowed for it. Names resolve to IPv4 only: a session's network has no
+// IPv6 unless the engine's is configured for it.
+func (r *Runtime) resolveEgress(ctx context.Context, hosts []string) ([]netip.Prefix, []string, error) {
+	var (
+		prefixes []netip.Prefix
+		pins     []string
+		problems []string
+	)
+	for _, h := range hosts {
+		ah, err := sandbox.ParseAllowHost(h)
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("allow_hosts: %v", err))
+			continue
+		}
+		if ah.Name == "" {
+			prefixes = append(prefixes, ah.Prefix)
+			continue
+		}
+		cctx, cancel := r.call(ctx)
+		addrs, err := r.opts.LookupHost(cctx, ah.Name)
+		cancel()
+		var v4 []netip.Addr
+		for _, a := range addrs {
+			if a = a.Unmap(); a.Is4() && len(v4) < maxAddrsPerName {
+				v4 = append(v4, a)
+			}
+		}
+		switch {
+		case err != nil:
+			problems = append(problems, fmt.Sprintf("allow_hosts: %q does not resolve on the host: %v", h, err))
+		case len(v4) == 0:
+			problems = append(problems, fmt.Sprintf("allow_hosts: %q has no IPv4 address", h))
+		}
+		for _, a := range v4 {
+			prefixes = append(prefixes, netip.PrefixFrom(a, 32))
+			pins = append(pins, ah.Name+":"+a.String())
+		}
+	}
+	if len(problems) > 0 {
+		return nil, nil, &sandbox.OptionsError{Problems: problems}
+	}
+	slices.SortFunc(prefixes, func(a, b netip.Prefix) int {
+		if c := a.Addr().Compare(b.Addr()); c != 0 {
+			return c
+		}
+		return a.Bits() - b.Bits()
+	})
+	return slices.Compact(prefixes), pins, nil
+}
+
+// lookupIPv4 is the default Options.LookupHost: the host's resolver.
+func lookupIPv4(ctx context.Context, host string) ([]netip.Addr, error) {
+	return net.DefaultResolver.LookupNetIP(ctx, "ip4", host)
+}
+
+// formatEgress and parseEgress are the LabelEgress value.
+func formatEgress(p []netip.Prefix) string {
+	s := make([]string, len(p))
+	for i, x := range p {
+		s[i] = x.String()
+	}
+	return strings.Join(s, ",")
+}
+
+func parseEgress(s string) ([]netip.Prefix, error) {
+	out := []netip.Prefix{}
+	for x := range strings.SplitSeq(s, ",") {
+		if x == "" {
+			continue
+		}
+		p, err := netip.ParsePrefix(x)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// rulesOf rebuilds the rules of one of sandboxd's session networks from
+// what the engine reports of it; ok is false for a network that is not a
+// session's private bridge.
+func rulesOf(n network.Summary) (netRules, bool, error) {
+	id := n.Labels[sandbox.LabelSession]
+	if id == "" || n.Driver != "bridge" || n.Name != networkName(id) {
+		return netRules{}, false, nil
+	}
+	iface := n.Options[bridgeNameOption]
+	if iface == "" { // made before sandboxd named its bridges
+		iface = "br-" + n.ID[:12]
+	}
+	r := netRules{sessionID: id, iface: iface, internal: n.Internal}
+	if v, ok := n.Labels[LabelEgress]; ok {
+		p, err := parseEgress(v)
+		if err != nil {
+			return netRules{}, false, fmt.Errorf("network %s: label %s: %w", n.Name, LabelEgress, err)
+		}
+		r.egress = p
+	}
+	return r, true, nil
+}
+
+// syncFirewall brings the firewall in line with this runtime's networks
+// (see firewall.sync).
+func (r *Runtime) syncFirewall(ctx context.Context) error {
+	cctx, cancel := r.call(ctx)
+	defer cancel()
+	nets, err := r.cli.NetworkList(cctx, network.ListOptions{Filters: r.filter("")})
+	if err != nil {
+		return fmt.Errorf("listing networks: %w", err)
+	}
+	var want []netRules
+	for _, n := range nets {
+		nr, ok, err := rulesOf(n)
+		if err != nil {
+			return err
+		}
+		if ok {
+			want = append(want, nr)
+		}
+	}
+	return r.fw.sync(ctx, want)
+}
+
+// HostFirewall says whether sandboxd guards the host from sessions on
+// private networks; if not, why, and whether such sessions start anyway
+// (Options.InsecureBridge).
+func (r *Runtime) HostFirewall() (ok bool, why string) {
+	if r.fw != nil {
+		return true, ""
+	}
+	return false, r.fwErr.Error()
+}
+
+// errNoFirewall is the refusal of a session the host firewall would guard.
+func (r *Runtime) errNoFirewall(o sandbox.SessionOptions) error {
+	if len(o.AllowHosts) > 0 {
+		return &sandbox.OptionsError{Problems: []string{fmt.Sprintf(
+			"allow_hosts: this server cannot enforce an egress allowlist: %v", r.fwErr)}}
+	}
+	return &sandbox.OptionsError{Problems: []string{fmt.Sprintf(
+		"network: %q sessions are refused on this server: it cannot keep them from the host's services (%v); "+
+			"the operator can accept that with --insecure-bridge-host-access", o.Network, r.fwErr)}}
+}
