@@ -84,6 +84,9 @@ const (
 	KindContainer ResourceKind = "container"
 	KindVolume    ResourceKind = "volume"
 	KindNetwork   ResourceKind = "network"
+	// KindDisk is a file of the runtime's behind a session's volume (a
+	// quota-bound volume's backing file); Remove deletes it with the rest.
+	KindDisk ResourceKind = "disk"
 )
 
 // Resource is one labelled thing in the engine.
