@@ -1,10 +1,12 @@
 package e2e
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -219,4 +221,41 @@ func TestQuotaWarmPool(t *testing.T) {
 	require.NoError(t, s.Close(ctxT(t)))
 	assertReleased(t, rt, s.ID())
 	assertReleased(t, rt, other.ID())
+}
+
+// BenchmarkColdStartQuota is a cold session create (until the agent
+// answers) without and with 10 GiB quota-bound volumes, alternated.
+// go test ./e2e -run '^$' -bench ColdStartQuota -benchtime 10x
+func BenchmarkColdStartQuota(b *testing.B) {
+	rt, err := sdocker.New(context.Background(), sdocker.Options{AgentBinary: agentBinary,
+		Labels: map[string]string{labelRun: runID, labelTest: "bench"}, Logger: logger(), DiskDir: diskDir})
+	require.NoError(b, err)
+	defer rt.Close()
+	if err := rt.DiskQuota(); err != nil {
+		b.Skip(err)
+	}
+	m, err := sandbox.NewManager(context.Background(), rt, sandbox.ManagerOptions{Defaults: sandbox.SessionOptions{Image: testImage}, Logger: logger()})
+	require.NoError(b, err)
+	defer func() { _ = m.Shutdown(context.Background(), false) }()
+	var plain, quota []time.Duration
+	for b.Loop() {
+		for i, o := range []sandbox.SessionOptions{{}, {Limits: sandbox.Limits{DiskQuota: 10 << 30}}} {
+			start := time.Now()
+			s, err := m.Create(context.Background(), o)
+			require.NoError(b, err)
+			took := time.Since(start)
+			if i == 0 {
+				plain = append(plain, took)
+			} else {
+				quota = append(quota, took)
+			}
+			require.NoError(b, s.Close(context.Background()))
+		}
+	}
+	p50 := func(d []time.Duration) float64 {
+		slices.Sort(d)
+		return float64(d[len(d)/2].Microseconds()) / 1000
+	}
+	b.ReportMetric(p50(plain), "ms-plain-p50")
+	b.ReportMetric(p50(quota), "ms-quota-p50")
 }
