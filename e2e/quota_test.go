@@ -129,7 +129,7 @@ func TestQuotaWorkspaceENOSPC(t *testing.T) {
 	assert.LessOrEqual(t, allocated(t, ws), int64(quota), "the backing file holds at most the quota")
 
 	// Files persist across calls.
-	out = sh(t, s, "echo kept > /workspace/keep; ls -l /workspace/big | awk '{print $5}'")
+	sh(t, s, "echo kept > /workspace/keep")
 	assert.Contains(t, sh(t, s, "cat /workspace/keep"), "kept")
 
 	// Deleting gives the blocks back to the host (discard punches holes).

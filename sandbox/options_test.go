@@ -104,7 +104,11 @@ func TestValidate(t *testing.T) {
 		{"disk quota negative", func(o *SessionOptions) { o.Limits.DiskQuota = -1 }, "limits.disk_quota"},
 		{"disk quota huge", func(o *SessionOptions) { o.Limits.DiskQuota = 17 << 40 }, "above the maximum of 16384 GiB"},
 		{"disk quota and tmpfs disk", func(o *SessionOptions) { o.Limits.DiskQuota = 1 << 30; o.Limits.Disk = 64 << 20 }, "limits.disk_quota: cannot be combined with limits.disk"},
-		{"disk quota is not memory", func(o *SessionOptions) { o.Limits.Memory = MinMemory; o.Limits.Tmpfs = 16 << 20; o.Limits.DiskQuota = 1 << 40 }, ""},
+		{"disk quota is not memory", func(o *SessionOptions) {
+			o.Limits.Memory = MinMemory
+			o.Limits.Tmpfs = 16 << 20
+			o.Limits.DiskQuota = 1 << 40
+		}, ""},
 		{"writable rootfs with disk quota", func(o *SessionOptions) { o.WritableRootfs = true; o.Limits.DiskQuota = 1 << 30 }, ""},
 	}
 	for _, tt := range tests {

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // Bad numbers are refused before anything starts (no token file, no Docker).
@@ -43,7 +44,7 @@ func TestSizeFlag(t *testing.T) {
 	}
 	for _, bad := range []string{"", "10", "GiB", "x GiB", "-1GiB", "1e30TiB", "10Gi"} {
 		var s sizeFlag
-		assert.Error(t, s.Set(bad), bad)
+		require.Error(t, s.Set(bad), bad)
 	}
 	for v, want := range map[int64]string{0: "0", 10 << 30: "10GiB", 1536 << 20: "1536MiB", 1000: "1000"} {
 		s := sizeFlag(v)

@@ -8,9 +8,9 @@ package testenv
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
-	"io/fs"
 	"path/filepath"
 	"strings"
 

@@ -68,7 +68,7 @@ func TestListDisks(t *testing.T) {
 	assert.Equal(t, map[string]int{"s1": 2, "s2": 1}, got)
 	gone := &Runtime{quota: quota{dir: filepath.Join(dir, "missing")}}
 	res, err = gone.listDisks()
-	assert.NoError(t, err)
+	require.NoError(t, err)
 	assert.Empty(t, res)
 }
 
