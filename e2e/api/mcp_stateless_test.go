@@ -341,7 +341,7 @@ func TestMCPThreeClientsOneSandboxEach(t *testing.T) {
 
 	t.Run("go-sdk 2025-11-25 session", func(t *testing.T) {
 		c := connectGoSDK(ctx, t, s, legacyVersion)
-		defer c.close()
+		defer func() { _ = c.close() }()
 		if v := c.version(); v != legacyVersion {
 			t.Fatalf("negotiated %q, want %q", v, legacyVersion)
 		}
@@ -360,7 +360,7 @@ func TestMCPThreeClientsOneSandboxEach(t *testing.T) {
 
 	stateless := func(t *testing.T, c mcpClient, want string) {
 		t.Helper()
-		defer c.close()
+		defer func() { _ = c.close() }()
 		if v := c.version(); v != want {
 			t.Fatalf("negotiated %q, want %q", v, want)
 		}
