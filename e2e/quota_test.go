@@ -86,9 +86,10 @@ func assertReleased(t *testing.T, rt *sdocker.Runtime, id string) {
 // Writing twice the quota into /workspace fails with ENOSPC and the host's
 // free space moves by at most the quota; the inodes are bounded; files
 // persist across calls; deleted files give their blocks back to the host;
-// Close leaves no volume, loop device or file.
+// Close leaves no volume, loop device or file. Not parallel: the host's
+// free space is measured, and the suite's other tests write to the same
+// disk (volumes, image builds).
 func TestQuotaWorkspaceENOSPC(t *testing.T) {
-	t.Parallel()
 	const quota = 64 << 20
 	rt := quotaRuntime(t)
 	m := newManager(t, rt, sandbox.ManagerOptions{Defaults: sandbox.SessionOptions{Limits: sandbox.Limits{DiskQuota: quota}}})
