@@ -154,11 +154,9 @@ func runServe(ctx context.Context, std stdio, args []string) error {
 	if cfg.diskDir == "" {
 		cfg.diskDir = filepath.Join(cfg.stateDir, "disks")
 	}
-	dopts := docker.Options{AgentBinary: cfg.agentBinary, Labels: cfg.labels, Logger: log}
-	if cfg.diskBackend == diskAuto || cfg.diskBackend == diskLoop {
-		dopts.DiskDir = cfg.diskDir
-	}
-	rt, err := docker.New(ctx, dopts)
+	// The disk directory is given whatever the backend, so that a server
+	// started with tmpfs or none still releases the disks of an earlier one.
+	rt, err := docker.New(ctx, docker.Options{AgentBinary: cfg.agentBinary, Labels: cfg.labels, Logger: log, DiskDir: cfg.diskDir})
 	if err != nil {
 		return err
 	}
