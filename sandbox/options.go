@@ -88,7 +88,7 @@ type Limits struct {
 	// less when Memory (and Disk) leave less (see Resolve).
 	Tmpfs int64 `json:"tmpfs,omitempty"`
 	// Disk caps /workspace and the home volume in bytes (each). 0 leaves
-	// them ordinary engine volumes bounded only by the host's disk. When
+	// them ordinary engine volumes (bounded by DiskQuota, if set). When
 	// set, both are size-limited tmpfs volumes owned by the session user:
 	// they survive daemon restarts but not engine or host restarts, they are
 	// charged to Memory, and they start empty (the engine cannot seed a

@@ -42,7 +42,8 @@ type Runtime interface {
 	// List returns every resource carrying this runtime's labels.
 	List(ctx context.Context) ([]Resource, error)
 	// Remove deletes everything of a session (container, its processes,
-	// volumes, networks). Removing what is already gone is no error.
+	// volumes, networks, and the runtime's files behind volumes, such as
+	// KindDisk). Removing what is already gone is no error.
 	Remove(ctx context.Context, sessionID string) error
 }
 
