@@ -43,7 +43,7 @@ func logger() *slog.Logger {
 // newRuntime makes a Docker runtime scoped to the test.
 func newRuntime(t *testing.T, change ...func(*sdocker.Options)) *sdocker.Runtime {
 	t.Helper()
-	opts := sdocker.Options{AgentBinary: agentBinary, Labels: testLabels(t), Logger: logger()}
+	opts := sdocker.Options{AgentBinary: agentBinary, Labels: testLabels(t), Logger: logger(), DiskDir: diskDir}
 	for _, c := range change {
 		c(&opts)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -23,6 +24,7 @@ var (
 	testImage   string         // image every session runs
 	runID       string         // value of labelRun on everything this run makes
 	docker      *client.Client // for inspecting and killing from outside
+	diskDir     string         // every runtime's DiskDir (quota-bound volumes)
 )
 
 // labelRun scopes every resource of a run (runtimes add it and filter by it).
@@ -70,6 +72,7 @@ func run(m *testing.M) (int, error) {
 		return 0, err
 	}
 	defer os.RemoveAll(tmp)
+	diskDir = filepath.Join(tmp, "disks")
 	if agentBinary, err = testenv.BuildBinary(ctx, tmp); err != nil {
 		return 0, err
 	}
@@ -82,6 +85,10 @@ func run(m *testing.M) (int, error) {
 	// Nothing of this run may be left, whatever the tests did.
 	if left := testenv.Leftovers(ctx, docker, labelRun, runID); len(left) > 0 {
 		fmt.Fprintf(os.Stderr, "e2e: resources left behind: %s\n", strings.Join(left, ", "))
+		code = 1
+	}
+	if left := testenv.DiskLeftovers(diskDir); len(left) > 0 {
+		fmt.Fprintf(os.Stderr, "e2e: disks left behind: %s\n", strings.Join(left, ", "))
 		code = 1
 	}
 	removeBuiltImages(ctx)

@@ -88,12 +88,21 @@ type Limits struct {
 	// less when Memory (and Disk) leave less (see Resolve).
 	Tmpfs int64 `json:"tmpfs,omitempty"`
 	// Disk caps /workspace and the home volume in bytes (each). 0 leaves
-	// them ordinary engine volumes bounded only by the host's disk. When
+	// them ordinary engine volumes (bounded by DiskQuota, if set). When
 	// set, both are size-limited tmpfs volumes owned by the session user:
 	// they survive daemon restarts but not engine or host restarts, they are
 	// charged to Memory, and they start empty (the engine cannot seed a
 	// tmpfs volume with the image's content).
 	Disk int64 `json:"disk,omitempty"`
+	// DiskQuota caps /workspace and the home volume in bytes (each) on the
+	// host's disk: each is an ext4 filesystem of that size in a sparse file
+	// of the runtime's, mounted through a loop device (decision 0022), so a
+	// write past it fails with ENOSPC, its inodes are bounded too (one per
+	// DiskBytesPerInode), and the host pays only for what is written. The
+	// volumes are seeded from the image like ordinary ones and survive
+	// daemon restarts. 0: no quota. Exclusive with Disk (a tmpfs limit); a
+	// session that sets Disk takes no DiskQuota from the defaults.
+	DiskQuota int64 `json:"disk_quota,omitempty"`
 }
 
 // SessionOptions describe a session. The zero value is valid: every zero
@@ -184,8 +193,10 @@ func (o SessionOptions) withDefaults(d SessionOptions) SessionOptions {
 	if o.Limits.Tmpfs == 0 {
 		o.Limits.Tmpfs = d.Limits.Tmpfs
 	}
-	if o.Limits.Disk == 0 {
-		o.Limits.Disk = d.Limits.Disk
+	// Disk (tmpfs) and DiskQuota (loop ext4) are two ways to bound the same
+	// volumes: a session that asks for one takes neither from d.
+	if o.Limits.Disk == 0 && o.Limits.DiskQuota == 0 {
+		o.Limits.Disk, o.Limits.DiskQuota = d.Limits.Disk, d.Limits.DiskQuota
 	}
 	if len(o.Tools) == 0 {
 		o.Tools = d.Tools

@@ -99,6 +99,17 @@ func TestValidate(t *testing.T) {
 		{"tool params", func(o *SessionOptions) { o.Tools = []tools.Spec{{Name: "grep", Params: json.RawMessage(`[1]`)}} }, "not a JSON object"},
 		{"writable rootfs", func(o *SessionOptions) { o.WritableRootfs = true }, ""},
 		{"writable rootfs with disk", func(o *SessionOptions) { o.WritableRootfs = true; o.Limits.Disk = 1 << 30 }, "writable_rootfs: cannot be combined with limits.disk"},
+		{"disk quota", func(o *SessionOptions) { o.Limits.DiskQuota = 10 << 30 }, ""},
+		{"disk quota small", func(o *SessionOptions) { o.Limits.DiskQuota = 1 << 20 }, "limits.disk_quota: 1 MiB is below the minimum of 16 MiB"},
+		{"disk quota negative", func(o *SessionOptions) { o.Limits.DiskQuota = -1 }, "limits.disk_quota"},
+		{"disk quota huge", func(o *SessionOptions) { o.Limits.DiskQuota = 17 << 40 }, "above the maximum of 16384 GiB"},
+		{"disk quota and tmpfs disk", func(o *SessionOptions) { o.Limits.DiskQuota = 1 << 30; o.Limits.Disk = 64 << 20 }, "limits.disk_quota: cannot be combined with limits.disk"},
+		{"disk quota is not memory", func(o *SessionOptions) {
+			o.Limits.Memory = MinMemory
+			o.Limits.Tmpfs = 16 << 20
+			o.Limits.DiskQuota = 1 << 40
+		}, ""},
+		{"writable rootfs with disk quota", func(o *SessionOptions) { o.WritableRootfs = true; o.Limits.DiskQuota = 1 << 30 }, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -211,6 +222,7 @@ func TestKey(t *testing.T) {
 		"idle":    func(o *SessionOptions) { o.IdleTimeout = time.Minute },
 		"tools":   func(o *SessionOptions) { o.Tools = []tools.Spec{{Name: "grep"}} },
 		"rootfs":  func(o *SessionOptions) { o.WritableRootfs = true },
+		"quota":   func(o *SessionOptions) { o.Limits.DiskQuota = 1 << 30 },
 	} {
 		o := base
 		change(&o)
@@ -254,6 +266,26 @@ func TestWritableRootfsDefaults(t *testing.T) {
 	assert.True(t, r.WritableRootfs)
 	_, err = SessionOptions{Limits: Limits{Disk: 64 << 20}}.Resolve(SessionOptions{Image: "img", WritableRootfs: true})
 	assert.ErrorIs(t, err, ErrInvalidOptions, "a default cannot lift the disk bound of a session")
+}
+
+// A session that bounds its volumes one way takes no bound of the other way
+// from the defaults.
+func TestDiskQuotaDefaults(t *testing.T) {
+	d := SessionOptions{Image: "img", Limits: Limits{DiskQuota: 10 << 30}}
+	r, err := SessionOptions{}.Resolve(d)
+	require.NoError(t, err)
+	assert.Equal(t, int64(10<<30), r.Limits.DiskQuota)
+	assert.Zero(t, r.Limits.Disk)
+	r, err = SessionOptions{Limits: Limits{Disk: 64 << 20}}.Resolve(d)
+	require.NoError(t, err)
+	assert.Equal(t, Limits{Disk: 64 << 20}, Limits{Disk: r.Limits.Disk, DiskQuota: r.Limits.DiskQuota})
+	r, err = SessionOptions{Limits: Limits{DiskQuota: 1 << 30}}.Resolve(SessionOptions{Image: "img", Limits: Limits{Disk: 64 << 20}})
+	require.NoError(t, err)
+	assert.Equal(t, Limits{DiskQuota: 1 << 30}, Limits{Disk: r.Limits.Disk, DiskQuota: r.Limits.DiskQuota})
+	assert.NotContains(t, SessionOptions{}.encode(), "disk_quota", "no quota is left out: older labels and pool keys stay as they were")
+	back, err := decodeOptions(r.encode())
+	require.NoError(t, err)
+	assert.Equal(t, r.Limits.DiskQuota, back.Limits.DiskQuota, "adoption gets it back from the label")
 }
 
 func TestParseUser(t *testing.T) {

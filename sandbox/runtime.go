@@ -42,7 +42,8 @@ type Runtime interface {
 	// List returns every resource carrying this runtime's labels.
 	List(ctx context.Context) ([]Resource, error)
 	// Remove deletes everything of a session (container, its processes,
-	// volumes, networks). Removing what is already gone is no error.
+	// volumes, networks, and the runtime's files behind volumes, such as
+	// KindDisk). Removing what is already gone is no error.
 	Remove(ctx context.Context, sessionID string) error
 }
 
@@ -84,6 +85,9 @@ const (
 	KindContainer ResourceKind = "container"
 	KindVolume    ResourceKind = "volume"
 	KindNetwork   ResourceKind = "network"
+	// KindDisk is a file of the runtime's behind a session's volume (a
+	// quota-bound volume's backing file); Remove deletes it with the rest.
+	KindDisk ResourceKind = "disk"
 )
 
 // Resource is one labelled thing in the engine.

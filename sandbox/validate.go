@@ -14,11 +14,18 @@ import (
 // Bounds checked by Validate. The minimums are what the agent and a shell
 // need to start; the maximums of sizes guard the daemon, not the sandbox.
 const (
-	MinMemory      = 64 << 20
-	MinCPUs        = 0.01
-	MinPids        = 32
-	MinTmpfs       = 1 << 20
-	MinDisk        = 16 << 20
+	MinMemory = 64 << 20
+	MinCPUs   = 0.01
+	MinPids   = 32
+	MinTmpfs  = 1 << 20
+	MinDisk   = 16 << 20
+	// MinDiskQuota is the smallest Limits.DiskQuota: an ext4 filesystem
+	// that size keeps most of it for files (its journal and tables take
+	// about 2 MiB).
+	MinDiskQuota = 16 << 20
+	// MaxDiskQuota bounds Limits.DiskQuota (16 TiB, ext4's limit for a
+	// file with 4 KiB blocks is far above; this guards against typos).
+	MaxDiskQuota   = 16 << 40
 	MinIdleTimeout = 100 * time.Millisecond
 	// MinMemoryHeadroom is the least memory that Limits.Memory keeps
 	// beyond the tmpfs mounts (see MemoryHeadroom).
@@ -36,6 +43,8 @@ const (
 	fieldMemory Field = "limits.memory"
 	fieldTmpfs  Field = "limits.tmpfs"
 	fieldDisk   Field = "limits.disk"
+	// fieldDiskQuota: Limits.DiskQuota.
+	fieldDiskQuota Field = "limits.disk_quota"
 )
 
 // ReservedLabelPrefix is the label namespace sandboxd uses for its own
@@ -155,6 +164,16 @@ func (l Limits) validate(p *problems) {
 	}
 	if l.Disk != 0 && l.Disk < MinDisk {
 		p.add("limits.disk", "%s is below the minimum of %d MiB (0 means no limit)", mib(l.Disk), MinDisk>>20)
+	}
+	switch {
+	case l.DiskQuota < 0 || (l.DiskQuota != 0 && l.DiskQuota < MinDiskQuota):
+		p.add(string(fieldDiskQuota), "%s is below the minimum of %d MiB (0 means no quota)", mib(l.DiskQuota), MinDiskQuota>>20)
+	case l.DiskQuota > MaxDiskQuota:
+		p.add(string(fieldDiskQuota), "%s is above the maximum of %d GiB", mib(l.DiskQuota), MaxDiskQuota>>30)
+	}
+	if l.Disk != 0 && l.DiskQuota != 0 {
+		p.add(string(fieldDiskQuota), "cannot be combined with %s: the volumes are either tmpfs (%s) or quota-bound ext4 on the host's disk (%s)",
+			fieldDisk, fieldDisk, fieldDiskQuota)
 	}
 }
 

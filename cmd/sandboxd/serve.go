@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"runtime/debug"
 	"strings"
 	"time"
@@ -55,6 +56,8 @@ type serveConfig struct {
 	mcpIdle, drainTimeout, shutdownTime time.Duration
 	maxSessions, pool, maxStarts        int
 	diskMB                              int
+	diskQuota                           sizeFlag
+	diskBackend, diskDir                string
 	maxMessage                          int64
 	logLevel, logFormat                 string
 	labels                              envList
@@ -94,8 +97,15 @@ func runServe(ctx context.Context, std stdio, args []string) error {
 	fs.Var(cfg.labels, "label", "KEY=VALUE put on every container, volume and network of this server, repeatable; "+
 		"the server lists, adopts and reaps only resources made under exactly its set of labels (label sandboxd.scope), so servers with different labels, or none, share an engine safely")
 	fs.StringVar(&cfg.agentBinary, "agent-binary", "", "static sandboxd binary to run as the agent in sandboxes (default: this binary)")
+	cfg.diskQuota = defaultDiskQuota
+	fs.Var(&cfg.diskQuota, "disk-quota", "cap /workspace and the home folder of every session at this size each (10GiB, 512MiB, ...; 0: none), "+
+		"on the host's disk: a sparse ext4 file per volume on a loop device (--disk-backend loop)")
+	fs.StringVar(&cfg.diskBackend, "disk-backend", "auto", "how --disk-quota / --disk-mb bound the volumes: loop (ext4 file on a loop device: needs root "+
+		"and a local engine; refused at start if unavailable), tmpfs (--disk-mb, charged to memory), none, or auto: "+
+		"tmpfs if --disk-mb is set, else loop where available, else none with a warning")
+	fs.StringVar(&cfg.diskDir, "disk-dir", "", "where the sparse files of --disk-backend loop live (default <state-dir>/disks)")
 	fs.IntVar(&cfg.diskMB, "disk-mb", 0, "cap /workspace and the home folder of every session at this many MiB each, as tmpfs charged to the "+
-		"session's memory (they start empty and do not survive an engine restart); 0: engine volumes bounded only by the host's disk")
+		"session's memory (they start empty and do not survive an engine restart); 0: no tmpfs (see --disk-quota)")
 	fs.IntVar(&cfg.pool, "pool", 0, "keep this many started sandboxes of the default image ready (warm pool)")
 	fs.IntVar(&cfg.maxStarts, "max-concurrent-starts", sandbox.DefaultMaxConcurrentStarts,
 		"sandboxes being started at once (client creates go before pool refills); on 2 cores 4 gave the best ready latency")
@@ -117,6 +127,9 @@ func runServe(ctx context.Context, std stdio, args []string) error {
 	}
 	if cfg.diskMB < 0 {
 		return usageErrorf("--disk-mb %d: want 0 (no limit) or a size in MiB", cfg.diskMB)
+	}
+	if err := checkDiskFlags(&cfg); err != nil {
+		return err
 	}
 	if cfg.maxMessage < minMaxMessage {
 		return usageErrorf("--max-message-bytes %d: want at least %d (1 MiB): tool results and transfer chunks must fit (the Go client moves files in %d MiB chunks; set its ChunkSize below the limit)", cfg.maxMessage, minMaxMessage, client.ChunkSize>>20)
@@ -142,13 +155,22 @@ func runServe(ctx context.Context, std stdio, args []string) error {
 		return usageErrorf("%v", err)
 	}
 
-	rt, err := docker.New(ctx, docker.Options{AgentBinary: cfg.agentBinary, Labels: cfg.labels, Logger: log,
+	if cfg.diskDir == "" {
+		cfg.diskDir = filepath.Join(cfg.stateDir, "disks")
+	}
+	// The disk directory is given whatever the backend, so that a server
+	// started with tmpfs or none still releases the disks of an earlier one.
+	rt, err := docker.New(ctx, docker.Options{AgentBinary: cfg.agentBinary, Labels: cfg.labels, Logger: log, DiskDir: cfg.diskDir,
 		InsecureBridge: cfg.insecureBridge})
 	if err != nil {
 		return err
 	}
 	defer rt.Close()
-	defaults := sandbox.SessionOptions{Image: cfg.image, Limits: sandbox.Limits{Disk: int64(cfg.diskMB) << 20}}
+	limits, err := diskLimits(cfg, rt.DiskQuota(), log)
+	if err != nil {
+		return err
+	}
+	defaults := sandbox.SessionOptions{Image: cfg.image, Limits: limits}
 	mopts := sandbox.ManagerOptions{Defaults: defaults, MaxConcurrentStarts: cfg.maxStarts, Logger: log}
 	if cfg.pool > 0 {
 		mopts.Pools = []sandbox.PoolOptions{{Size: cfg.pool}}
@@ -199,6 +221,72 @@ func runServe(ctx context.Context, std stdio, args []string) error {
 			"  MCP clients: %s/mcp with the header \"Authorization: Bearer <token>\"\n",
 			version(), addr, wsURL(base), base, where, who, flags, flags, base)
 	})
+}
+
+// Disk backends (--disk-backend).
+const (
+	diskAuto  = "auto"
+	diskLoop  = "loop"
+	diskTmpfs = "tmpfs"
+	diskNone  = "none"
+)
+
+// defaultDiskQuota is --disk-quota's default.
+const defaultDiskQuota = 10 << 30
+
+// checkDiskFlags refuses disk flags that contradict each other, before
+// anything starts.
+func checkDiskFlags(cfg *serveConfig) error {
+	q := int64(cfg.diskQuota)
+	switch cfg.diskBackend {
+	case diskAuto:
+	case diskLoop:
+		if cfg.diskMB != 0 {
+			return usageErrorf("--disk-backend loop with --disk-mb %d: --disk-mb sizes tmpfs volumes; give the size with --disk-quota", cfg.diskMB)
+		}
+		if q == 0 {
+			return usageErrorf("--disk-backend loop with --disk-quota 0: give a size, or --disk-backend none")
+		}
+	case diskTmpfs:
+		if cfg.diskMB == 0 {
+			return usageErrorf("--disk-backend tmpfs needs --disk-mb N (the size of each volume in MiB)")
+		}
+	case diskNone:
+		if cfg.diskMB != 0 {
+			return usageErrorf("--disk-backend none with --disk-mb %d: drop one of them", cfg.diskMB)
+		}
+	default:
+		return usageErrorf("--disk-backend %q: want auto, loop, tmpfs or none", cfg.diskBackend)
+	}
+	if q != 0 && (q < sandbox.MinDiskQuota || q > sandbox.MaxDiskQuota) {
+		return usageErrorf("--disk-quota %s: want 0 (none) or %d MiB to %d GiB", cfg.diskQuota.String(), sandbox.MinDiskQuota>>20, sandbox.MaxDiskQuota>>30)
+	}
+	return nil
+}
+
+// diskLimits are the sessions' default disk limits for the checked flags,
+// given whether the runtime can make quota-bound volumes (loopErr). auto
+// says at start what it chose when it is not the quota asked for.
+func diskLimits(cfg serveConfig, loopErr error, log *slog.Logger) (sandbox.Limits, error) {
+	q := int64(cfg.diskQuota)
+	tmpfs := sandbox.Limits{Disk: int64(cfg.diskMB) << 20}
+	switch {
+	case cfg.diskBackend == diskTmpfs, cfg.diskBackend == diskAuto && cfg.diskMB != 0:
+		log.Info("disk limit: tmpfs volumes charged to memory", "disk_mb", cfg.diskMB)
+		return tmpfs, nil
+	case cfg.diskBackend == diskNone, q == 0:
+		log.Warn("no disk quota: /workspace and the home folder are bounded only by the engine's disk", "disk_backend", cfg.diskBackend)
+		return sandbox.Limits{}, nil
+	case loopErr == nil:
+		log.Info("disk quota: an ext4 file on a loop device per volume", "disk_quota", cfg.diskQuota.String(), "disk_dir", cfg.diskDir)
+		return sandbox.Limits{DiskQuota: q}, nil
+	case cfg.diskBackend == diskLoop:
+		return sandbox.Limits{}, fmt.Errorf("--disk-backend loop: disk quotas are unavailable here: %w", loopErr)
+	}
+	log.Warn("no disk quota: this daemon cannot make one, so /workspace and the home folder are bounded only by the engine's disk; "+
+		"--disk-backend tmpfs --disk-mb N caps them as tmpfs charged to memory, --disk-backend none silences this",
+		"reason", loopErr.Error())
+	return sandbox.Limits{}, nil
 }
 
 // minMaxMessage is the smallest --max-message-bytes: below it ordinary

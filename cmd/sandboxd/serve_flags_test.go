@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // Bad numbers are refused before anything starts (no token file, no Docker).
@@ -16,6 +17,14 @@ func TestServeRefusesBadNumbers(t *testing.T) {
 		{[]string{"--pool", "-1"}, "--pool -1"},
 		{[]string{"--disk-mb", "-1"}, "--disk-mb -1: want 0 (no limit) or a size in MiB"},
 		{[]string{"--max-concurrent-starts", "0"}, "--max-concurrent-starts 0"},
+		{[]string{"--disk-quota", "10"}, "want a size with a unit"},
+		{[]string{"--disk-quota", "-1GiB"}, "want a size with a unit"},
+		{[]string{"--disk-quota", "1MiB"}, "--disk-quota 1MiB: want 0 (none) or 16 MiB to 16384 GiB"},
+		{[]string{"--disk-backend", "zfs"}, `--disk-backend "zfs": want auto, loop, tmpfs or none`},
+		{[]string{"--disk-backend", "loop", "--disk-mb", "64"}, "--disk-mb sizes tmpfs volumes"},
+		{[]string{"--disk-backend", "loop", "--disk-quota", "0"}, "give a size, or --disk-backend none"},
+		{[]string{"--disk-backend", "tmpfs"}, "--disk-backend tmpfs needs --disk-mb N"},
+		{[]string{"--disk-backend", "none", "--disk-mb", "64"}, "drop one of them"},
 		{[]string{"--max-message-bytes", "100"}, "--max-message-bytes 100: want at least 1048576"},
 		{[]string{"--max-message-bytes", "-1"}, "--max-message-bytes -1"},
 	} {
@@ -23,5 +32,22 @@ func TestServeRefusesBadNumbers(t *testing.T) {
 		code := run(append([]string{"serve", "--state-dir", t.TempDir()}, c.args...), stdio{in: &bytes.Buffer{}, out: &out, err: &errb})
 		assert.Equal(t, exitUsage, code, errb.String())
 		assert.Contains(t, errb.String(), c.want)
+	}
+}
+
+func TestSizeFlag(t *testing.T) {
+	for in, want := range map[string]int64{"0": 0, "10GiB": 10 << 30, "10G": 10 << 30, "512MiB": 512 << 20, "1.5GiB": 3 << 29, "2TiB": 2 << 40, "64 MiB": 64 << 20} {
+		var s sizeFlag
+		if assert.NoError(t, s.Set(in), in) {
+			assert.Equal(t, want, int64(s), in)
+		}
+	}
+	for _, bad := range []string{"", "10", "GiB", "x GiB", "-1GiB", "1e30TiB", "10Gi"} {
+		var s sizeFlag
+		require.Error(t, s.Set(bad), bad)
+	}
+	for v, want := range map[int64]string{0: "0", 10 << 30: "10GiB", 1536 << 20: "1536MiB", 1000: "1000"} {
+		s := sizeFlag(v)
+		assert.Equal(t, want, s.String())
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -145,7 +146,8 @@ type serveProc struct {
 func startServe(t *testing.T, state string, extra ...string) *serveProc {
 	t.Helper()
 	args := append([]string{"serve", "--listen", "127.0.0.1:0", "--state-dir", state,
-		"--image", testImage, "--mcp-image", testImage, "--label", labelRun + "=" + runID, "--log-level", "warn"}, extra...)
+		"--image", testImage, "--mcp-image", testImage, "--label", labelRun + "=" + runID, "--log-level", "warn",
+		"--disk-dir", diskDir}, extra...)
 	cmd := exec.Command(binary, args...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -267,6 +269,35 @@ func TestCLIServeDiskLimit(t *testing.T) {
 	}
 	if got := strings.Fields(string(out)); len(got) != 2 || got[0] != "64" || got[1] != "64" {
 		t.Fatalf("sizes of /workspace and home: %q, want 64 64", out)
+	}
+	serve.stop(t)
+}
+
+// serve puts a disk quota on /workspace and the home folder by default
+// (10 GiB each, an ext4 file on a loop device) where it can, and says so.
+func TestCLIServeDiskQuotaByDefault(t *testing.T) {
+	state := t.TempDir()
+	serve := startServe(t, state, "--log-level", "info")
+	if strings.Contains(serve.logs(), "no disk quota") {
+		t.Skipf("disk quotas are unavailable here:\n%s", serve.logs())
+	}
+	if !strings.Contains(serve.logs(), "disk quota: an ext4 file on a loop device per volume") {
+		t.Fatalf("serve does not say which disk bound it uses:\n%s", serve.logs())
+	}
+	cmd := exec.Command(binary, "run", "--server", serve.url, "--state-dir", state, "--",
+		`df -k /workspace "$HOME" | tail -n +2 | awk '{print $1, $2}'`)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("run: %v: %s", err, out)
+	}
+	f := strings.Fields(string(out))
+	if len(f) != 4 || !strings.HasPrefix(f[0], "/dev/loop") || !strings.HasPrefix(f[2], "/dev/loop") {
+		t.Fatalf("df of /workspace and home: %q, want two loop devices", out)
+	}
+	for _, kb := range []string{f[1], f[3]} {
+		if n, _ := strconv.Atoi(kb); n < 10<<20*95/100 || n > 10<<20 {
+			t.Fatalf("df of /workspace and home: %q, want about 10 GiB each", out)
+		}
 	}
 	serve.stop(t)
 }

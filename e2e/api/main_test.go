@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -42,6 +43,7 @@ var (
 	testImage string
 	runID     string
 	engine    *client.Client
+	diskDir   string // --disk-dir of every serve process (quota-bound volumes)
 )
 
 func TestMain(m *testing.M) {
@@ -84,6 +86,7 @@ func setup(m *testing.M) (int, error) {
 		return 0, err
 	}
 	defer os.RemoveAll(tmp)
+	diskDir = filepath.Join(tmp, "disks")
 	if binary, err = testenv.BuildBinary(ctx, tmp); err != nil {
 		return 0, err
 	}
@@ -96,6 +99,10 @@ func setup(m *testing.M) (int, error) {
 
 	if left := testenv.Leftovers(context.Background(), engine, labelRun, runID); len(left) > 0 {
 		fmt.Fprintf(os.Stderr, "e2e/api: resources left behind: %s\n", strings.Join(left, ", "))
+		code = 1
+	}
+	if left := testenv.DiskLeftovers(diskDir); len(left) > 0 {
+		fmt.Fprintf(os.Stderr, "e2e/api: disks left behind: %s\n", strings.Join(left, ", "))
 		code = 1
 	}
 	if code == 0 {

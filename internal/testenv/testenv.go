@@ -1,11 +1,14 @@
 // Package testenv is what the real-Docker suites (e2e, e2e/api) and the
 // benchmarks share to set themselves up: the static sandboxd binary, the
-// test image, and the check that a run left nothing in the engine.
+// test image, and the check that a run left nothing in the engine, or on
+// the host (the backing files of quota-bound volumes and their loop
+// devices).
 package testenv
 
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -168,4 +171,40 @@ func firewallLeftovers(ctx context.Context, cli *client.Client, key, value strin
 		}
 	}
 	return left
+}
+
+// DiskLeftovers lists, and removes, the files under dir (a runtime's
+// DiskDir) and the loop devices backed by a file under it: what a run's
+// quota-bound volumes left behind.
+func DiskLeftovers(dir string) []string {
+	var left []string
+	for _, dev := range LoopsUnder(dir) {
+		left = append(left, "loop device "+dev)
+		_ = exec.Command("losetup", "-d", dev).Run()
+	}
+	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			left = append(left, "file "+p)
+			_ = os.Remove(p)
+		}
+		return nil
+	})
+	return left
+}
+
+// LoopsUnder returns the loop devices whose backing file lies under dir
+// (read from /sys/block/loop*/loop/backing_file).
+func LoopsUnder(dir string) []string {
+	files, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	var devs []string
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		if strings.HasPrefix(strings.TrimSpace(string(b)), dir+"/") {
+			devs = append(devs, "/dev/"+filepath.Base(filepath.Dir(filepath.Dir(f))))
+		}
+	}
+	return devs
 }

@@ -13,7 +13,8 @@ import (
 )
 
 // List returns every container, volume and network under this runtime's
-// labels, sessions' and shared ones alike.
+// labels, sessions' and shared ones alike, and the backing files of
+// quota-bound volumes in its disk directory (sandbox.KindDisk).
 func (r *Runtime) List(ctx context.Context) ([]sandbox.Resource, error) {
 	cctx, cancel := r.call(ctx)
 	defer cancel()
@@ -56,7 +57,11 @@ func (r *Runtime) List(ctx context.Context) ([]sandbox.Resource, error) {
 			SessionID: n.Labels[sandbox.LabelSession], Labels: n.Labels,
 		})
 	}
-	return out, nil
+	disks, err := r.listDisks()
+	if err != nil {
+		return nil, err
+	}
+	return append(out, disks...), nil
 }
 
 // outdated says how a container's labels differ from what this runtime

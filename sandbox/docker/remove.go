@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -14,7 +15,11 @@ import (
 )
 
 // Remove deletes a session's container (killing its processes), then its
-// volumes and networks, all found by the session label. What is gone
+// volumes and networks, all found by the session label, then the backing
+// files of its quota-bound volumes (detaching their loop devices): those
+// named by the removed volumes' LabelDiskFile, and those named after the
+// session in the disk directory (a start cut off before the volume). A
+// file whose volume could not be removed is kept for the next try. What is gone
 // already is no error, so Remove is idempotent and safe to repeat after a
 // partial failure.
 func (r *Runtime) Remove(ctx context.Context, sessionID string) error {
@@ -45,12 +50,29 @@ func (r *Runtime) Remove(ctx context.Context, sessionID string) error {
 		}
 	}
 	vols, err := r.cli.VolumeList(cctx, volume.ListOptions{Filters: f})
+	var disks, keep []string // backing files of removed volumes, of volumes still there
 	if err != nil {
 		errs = append(errs, fmt.Errorf("listing volumes: %w", err))
 	} else {
 		for _, v := range vols.Volumes {
+			file := v.Labels[LabelDiskFile]
 			if err := r.cli.VolumeRemove(cctx, v.Name, true); err != nil && !isNotFound(err) {
 				errs = append(errs, fmt.Errorf("removing volume %s: %w", v.Name, err))
+				keep = append(keep, file)
+				continue
+			}
+			if file != "" {
+				disks = append(disks, file)
+			}
+		}
+	}
+	if err == nil {
+		for _, p := range r.sessionDisks(sessionID, disks) {
+			if slices.Contains(keep, p) {
+				continue
+			}
+			if err := releaseDisk(p); err != nil {
+				errs = append(errs, fmt.Errorf("releasing disk %s: %w", p, err))
 			}
 		}
 	}

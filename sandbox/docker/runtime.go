@@ -7,8 +7,9 @@
 // config.go, where the workspace and home volumes go and whether their
 // owner needs fixing is decided in layout.go, the fix itself (for images
 // that are not sandboxd's own) is chown.go, the agent binary is checked and
-// (remote engines) copied in agentbin.go, and stream.go turns hijacked
-// connections into the agent's byte stream.
+// (remote engines) copied in agentbin.go, quota-bound volumes (a sparse
+// ext4 file on a loop device) are made and released in quota.go, and
+// stream.go turns hijacked connections into the agent's byte stream.
 package docker
 
 import (
@@ -81,6 +82,10 @@ type Options struct {
 	// starts; nil is the host's resolver (IPv4 addresses). Tests map names
 	// to addresses they control with it.
 	LookupHost func(ctx context.Context, host string) ([]netip.Addr, error)
+	// DiskDir holds the sparse files behind quota-bound volumes
+	// (sandbox.Limits.DiskQuota), in a folder per scope; empty: this
+	// runtime makes no quota-bound volumes. DiskQuota says whether it can.
+	DiskDir string
 }
 
 // Runtime is the Docker implementation of sandbox.Runtime.
@@ -94,6 +99,7 @@ type Runtime struct {
 	// nil when it cannot, fwErr says why.
 	fw    *firewall
 	fwErr error
+	quota quota
 }
 
 var _ sandbox.Runtime = (*Runtime)(nil)
@@ -170,9 +176,14 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 	}
 	r.agent = ab
 	r.warnSecurity(pctx)
+	r.quota = r.probeQuota(ctx)
+	quotas := "available, in " + r.quota.dir
+	if r.quota.err != nil {
+		quotas = "unavailable: " + r.quota.err.Error()
+	}
 	r.log.Info("docker runtime ready", "engine", r.cli.DaemonHost(), "api", r.cli.ClientVersion(),
 		"agent", ab.path, "agent_delivery", map[bool]string{true: "copied volume", false: "bind mount"}[r.opts.CopyAgent],
-		"host_firewall", r.fw != nil)
+		"host_firewall", r.fw != nil, "disk_quotas", quotas)
 	return r, nil
 }
 

@@ -2,10 +2,14 @@ package docker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
+	"slices"
 	"strings"
+	"sync"
+	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
@@ -16,8 +20,9 @@ import (
 )
 
 // Start creates the session's network (if it asks for a private one), its
-// workspace and home volumes (handing their roots to the session user when
-// the image does not, see layout.go and chown.go) and its container,
+// workspace and home volumes (each on a filesystem of its own with a disk
+// quota, see quota.go; handing their roots to the session user when the
+// image does not, see layout.go and chown.go) and its container,
 // attaches to the container's stdio and only then starts it, so that not a
 // byte of the agent's output is missed. On any failure everything of the
 // session is removed again.
@@ -61,9 +66,21 @@ func (r *Runtime) Start(ctx context.Context, spec sandbox.Spec) (_ io.ReadWriteC
 	if l.home != "" {
 		vols[homeVolume(id)] = "home"
 	}
+	var devs map[string]string
+	if spec.Options.Limits.DiskQuota > 0 {
+		if devs, err = r.makeDisks(ctx, spec.Options, slices.Collect(maps.Keys(vols))); err != nil {
+			return nil, err
+		}
+	}
 	for name, what := range vols {
+		labels, opts := resLabels, volumeOptions(spec.Options)
+		if dev, ok := devs[name]; ok {
+			labels = maps.Clone(resLabels)
+			labels[LabelDiskFile] = diskFile(r.quota.dir, name)
+			opts = diskDriverOptions(dev)
+		}
 		if _, err := r.cli.VolumeCreate(cctx, volume.CreateOptions{
-			Name: name, Labels: resLabels, Driver: "local", DriverOpts: volumeOptions(spec.Options),
+			Name: name, Labels: labels, Driver: "local", DriverOpts: opts,
 		}); err != nil {
 			return nil, fmt.Errorf("creating %s volume: %w", what, err)
 		}
@@ -175,4 +192,43 @@ func (r *Runtime) createNetwork(ctx context.Context, id string, o sandbox.Sessio
 // "Error response from daemon: " prefix.
 func errdefsMessage(err error) string {
 	return strings.TrimPrefix(err.Error(), "Error response from daemon: ")
+}
+
+// makeDisks makes the backing filesystems of the quota-bound volumes
+// (names), at once, and returns their loop devices by volume. On error the
+// caller's rollback (Remove) releases what was made: the files are named
+// after the session.
+func (r *Runtime) makeDisks(ctx context.Context, o sandbox.SessionOptions, names []string) (map[string]string, error) {
+	if r.quota.err != nil {
+		return nil, fmt.Errorf("limits.disk_quota: this daemon cannot make disk quotas: %w", r.quota.err)
+	}
+	uid, gid, err := sandbox.ParseUser(o.User)
+	if err != nil {
+		return nil, fmt.Errorf("user: %w", err)
+	}
+	start := time.Now()
+	devs := make(map[string]string, len(names))
+	errs := make([]error, len(names))
+	var (
+		mu sync.Mutex
+		wg sync.WaitGroup
+	)
+	for i, name := range names {
+		wg.Go(func() {
+			dev, err := makeDisk(ctx, diskFile(r.quota.dir, name), o.Limits.DiskQuota, uid, gid)
+			if err != nil {
+				errs[i] = fmt.Errorf("%s volume: %w", name, err)
+				return
+			}
+			mu.Lock()
+			devs[name] = dev
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	r.log.Debug("disk quotas made", "volumes", devs, "bytes", o.Limits.DiskQuota, "took", time.Since(start).Round(time.Millisecond))
+	return devs, nil
 }
