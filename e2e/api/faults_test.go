@@ -421,3 +421,226 @@ func TestEngineOutageSessionsComeBack(t *testing.T) {
 	s.waitNothingLeft(t, "after shutdown")
 }
 
+// The engine stays away longer than the manager waits for it: the session
+// fails with a reason naming the engine, and once the engine is back its
+// container and volumes are removed (the removal is retried).
+func TestEngineOutageLongerThanWaitFails(t *testing.T) {
+	t.Parallel()
+	const wait = 2 * time.Second
+	s := startFaultServer(t, func(o *sandbox.ManagerOptions) { o.EngineOutage = wait }, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c, err := client.Dial(ctx, s.ws, s.token, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	sess, err := c.CreateSession(ctx, client.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ctrs, vols, _ := s.counts(t); ctrs != 1 || vols == 0 {
+		t.Fatalf("%d containers and %d volumes, want 1 and some", ctrs, vols)
+	}
+
+	s.proxy.cut()
+	cutAt := time.Now()
+	select {
+	case <-sess.Done():
+	case <-time.After(hangBound):
+		t.Fatalf("the session did not end within %v of an engine away longer than %v", hangBound, wait)
+	}
+	if d := time.Since(cutAt); d < wait {
+		t.Errorf("the session ended %v after the engine went, before the %v it waits", d, wait)
+	}
+	if r := sess.Reason(); !strings.Contains(r, "engine") {
+		t.Errorf("the session ended with %q, want a reason naming the engine", r)
+	} else {
+		t.Logf("ended: %s", r)
+	}
+	err = timed(t, "a call on the failed session", hangBound, func() error {
+		_, err := term(ctx, sess, "true")
+		return err
+	})
+	if err == nil {
+		t.Error("a call on the failed session succeeded")
+	}
+	if ctrs, _, _ := s.counts(t); ctrs != 1 {
+		t.Fatalf("%d containers while the engine is away, want the 1 that could not be removed yet", ctrs)
+	}
+
+	s.proxy.restore()
+	s.waitNothingLeft(t, "after the engine came back") // nothing else closes it: the retried removal does
+}
+
+// An MCP client that never ends its session and sends nothing more (no
+// keepalive): its sandbox is removed at the MCP session timeout. The same
+// for a sandbox a 2026-07-28 client opened by handle and left.
+func TestMCPClientNeverEndsItsSession(t *testing.T) {
+	t.Parallel()
+	const idle = 2 * time.Second
+	s := startFaultServer(t, nil, func(o *server.Options) { o.MCPSessionTimeout = idle })
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	waitGone := func(what string, since time.Time) {
+		t.Helper()
+		for {
+			ctrs, vols, nets := s.counts(t)
+			if ctrs+vols+nets == 0 {
+				break
+			}
+			if time.Since(since) > hangBound {
+				t.Fatalf("%s: %d containers, %d volumes, %d networks %v after the last request (timeout %v)", what, ctrs, vols, nets, time.Since(since), idle)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if d := time.Since(since); d < idle-500*time.Millisecond {
+			t.Fatalf("%s: removed %v after the last request, before the timeout %v", what, d, idle)
+		}
+	}
+
+	legacy := connectGoSDK(ctx, t, s.apiServer, legacyVersion) // KeepAlive unset: no pings
+	t.Cleanup(func() { _ = legacy.close() })
+	res := mustOK(ctx, t, legacy, "terminal", map[string]any{"command": "echo hi"})
+	last := time.Now()
+	if !strings.Contains(res.text, "hi") {
+		t.Fatalf("terminal: %q", res.text)
+	}
+	if ctrs, _, _ := s.counts(t); ctrs != 1 {
+		t.Fatalf("%d containers for one MCP session, want 1", ctrs)
+	}
+	waitGone("a 2025-11-25 session never ended", last)
+
+	stateless := connectGoSDK(ctx, t, s.apiServer, "")
+	t.Cleanup(func() { _ = stateless.close() })
+	h := openSandbox(ctx, t, stateless, idle)
+	last = time.Now()
+	if ctrs, _, _ := s.counts(t); ctrs != 1 {
+		t.Fatalf("%d containers for one handle, want 1", ctrs)
+	}
+	waitGone("a 2026-07-28 handle never closed", last)
+	res = mustCall(ctx, t, stateless, "terminal", withHandle(h, map[string]any{"command": "true"}))
+	if !res.isError || !strings.HasPrefix(res.text, "unknown sandbox") {
+		t.Errorf("a call on the expired handle: isError=%v %q", res.isError, res.text)
+	}
+}
+
+// Shutdown under load: eight sessions, each with a call running; the short
+// calls finish with their results during the drain, the long ones are
+// cancelled with a clear error when it ends, Shutdown returns in bounded
+// time and nothing of the server is left in the engine.
+func TestShutdownUnderLoad(t *testing.T) {
+	t.Parallel()
+	const (
+		n     = 8
+		drain = 4 * time.Second
+	)
+	s := startFaultServer(t, nil, func(o *server.Options) { o.DrainTimeout = drain })
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	sessions := make([]*client.Session, n)
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range sessions {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := client.Dial(ctx, s.ws, s.token, client.Options{})
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			t.Cleanup(func() { c.Close() })
+			sessions[i], errs[i] = c.CreateSession(ctx, client.CreateOptions{})
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	if ctrs, _, _ := s.counts(t); ctrs != n {
+		t.Fatalf("%d containers, want %d", ctrs, n)
+	}
+
+	type result struct {
+		obs *tools.Observation
+		err error
+		at  time.Time
+	}
+	results := make([]chan result, n)
+	started := make(chan int, n)
+	long := func(i int) bool { return i%2 == 1 }
+	for i, sess := range sessions {
+		results[i] = make(chan result, 1)
+		cmd := fmt.Sprintf("echo started; sleep 2; echo short-%d", i)
+		if long(i) {
+			cmd = "echo started; sleep 30; echo long"
+		}
+		go func() {
+			var once sync.Once
+			obs, err := sess.Call(ctx, "terminal", map[string]any{"command": cmd, "timeout": 60}, func(b []byte) {
+				if strings.Contains(string(b), "started") {
+					once.Do(func() { started <- i })
+				}
+			})
+			results[i] <- result{obs, err, time.Now()}
+		}()
+	}
+	for range n {
+		select {
+		case <-started:
+		case <-ctx.Done():
+			t.Fatal("the calls did not all start")
+		}
+	}
+
+	begun := time.Now()
+	shutErr := make(chan error, 1)
+	go func() { shutErr <- s.shutdown() }()
+	for i := range sessions {
+		var r result
+		select {
+		case r = <-results[i]:
+		case <-time.After(drain + hangBound):
+			t.Fatalf("call %d did not return within %v of the shutdown", i, drain+hangBound)
+		}
+		d := r.at.Sub(begun)
+		if !long(i) {
+			if err := expect(r.obs, r.err, shellText(fmt.Sprintf("started\nshort-%d\n", i), "/workspace")); err != nil {
+				t.Errorf("short call %d during the drain: %v", i, err)
+			}
+			if d > drain {
+				t.Errorf("short call %d returned %v after the shutdown began, after the drain (%v)", i, d, drain)
+			}
+			continue
+		}
+		if r.err == nil {
+			t.Errorf("long call %d was not cancelled: %q", i, r.obs.Text())
+			continue
+		}
+		if msg := r.err.Error(); !strings.Contains(msg, "cancelled") || !strings.Contains(msg, "shutting down") {
+			t.Errorf("long call %d: %v, want an error saying it was cancelled by the shutdown", i, r.err)
+		}
+		if d < drain-time.Second || d > drain+hangBound {
+			t.Errorf("long call %d cancelled %v after the shutdown began (drain %v)", i, d, drain)
+		}
+		if i == 1 {
+			t.Logf("long call: %v (after %v)", r.err, d.Round(time.Millisecond))
+		}
+	}
+	select {
+	case err := <-shutErr:
+		if err != nil {
+			t.Fatalf("shutdown: %v", err)
+		}
+	case <-time.After(drain + hangBound):
+		t.Fatalf("Shutdown did not return within %v", drain+hangBound)
+	}
+	t.Logf("shutdown took %v (drain %v)", time.Since(begun).Round(time.Millisecond), drain)
+	if d := time.Since(begun); d > drain+hangBound {
+		t.Errorf("shutdown took %v", d)
+	}
+	if ctrs, vols, nets := s.counts(t); ctrs+vols+nets != 0 {
+		t.Errorf("after Shutdown returned: %d containers, %d volumes, %d networks left", ctrs, vols, nets)
+	}
+}
