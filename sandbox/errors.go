@@ -21,6 +21,10 @@ var (
 	ErrNotReady = errors.New("session is still starting")
 	// ErrFailed: the session's sandbox died or its agent stopped answering.
 	ErrFailed = errors.New("sandbox failed")
+	// ErrReconnecting: the session's agent stream broke and the container
+	// engine does not answer; the session reconnects when it does (or
+	// fails after ManagerOptions.EngineOutage).
+	ErrReconnecting = errors.New("sandbox is reconnecting")
 	// ErrManagerClosed: the Manager is shut down.
 	ErrManagerClosed = errors.New("session manager is shut down")
 	// ErrStart: a sandbox could not be started (engine error, bad image,

@@ -28,7 +28,10 @@ type fakeRuntime struct {
 	onStart   func(Spec)    // called as Start begins (when set)
 	removed   []string
 	claimWait time.Duration // Claim takes this long, like an engine round trip (when set)
+	away      atomic.Bool   // the engine does not answer: Inspect, Connect and Remove fail
 }
+
+var errEngineAway = errors.New("cannot connect to the Docker daemon (fake)")
 
 type fakeBox struct {
 	spec    Spec
@@ -142,6 +145,9 @@ func (f *fakeRuntime) box(id string) (*fakeBox, error) {
 }
 
 func (f *fakeRuntime) Connect(ctx context.Context, id string) (io.ReadWriteCloser, error) {
+	if f.away.Load() {
+		return nil, errEngineAway
+	}
 	b, err := f.box(id)
 	if err != nil {
 		return nil, err
@@ -176,6 +182,9 @@ func (f *fakeRuntime) Claim(ctx context.Context, id string) error {
 }
 
 func (f *fakeRuntime) Inspect(ctx context.Context, id string) (Status, error) {
+	if f.away.Load() {
+		return Status{}, errEngineAway
+	}
 	b, err := f.box(id)
 	if err != nil {
 		return Status{}, err
@@ -198,6 +207,9 @@ func (f *fakeRuntime) List(ctx context.Context) ([]Resource, error) {
 }
 
 func (f *fakeRuntime) Remove(ctx context.Context, id string) error {
+	if f.away.Load() {
+		return errEngineAway
+	}
 	f.mu.Lock()
 	b, ok := f.boxes[id]
 	delete(f.boxes, id)

@@ -19,6 +19,7 @@ const (
 	DefaultReapInterval        = 5 * time.Second
 	DefaultProbeTimeout        = 10 * time.Second
 	DefaultHealthTimeout       = 20 * time.Second
+	DefaultEngineOutage        = time.Minute
 	// handOutPing bounds the liveness check of a pooled sandbox at hand-out.
 	handOutPing = 2 * time.Second
 )
@@ -50,6 +51,11 @@ type ManagerOptions struct {
 	// session (its calls fail with the reason). A stopped agent (SIGSTOP,
 	// a debugger attached from inside) would otherwise hang every call.
 	HealthTimeout time.Duration
+	// EngineOutage is how long a session whose agent stream broke waits
+	// for an engine that does not answer (restarting, its socket gone)
+	// before it fails; its calls fail fast meanwhile, and it reconnects
+	// through agent-proxy once the engine is back.
+	EngineOutage time.Duration
 	// Logger receives structured logs (component=sandbox); nil is
 	// slog.Default().
 	Logger *slog.Logger
@@ -87,6 +93,9 @@ func (o *ManagerOptions) setDefaults() error {
 	if o.HealthTimeout == 0 {
 		o.HealthTimeout = DefaultHealthTimeout
 	}
+	if o.EngineOutage == 0 {
+		o.EngineOutage = DefaultEngineOutage
+	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -96,6 +105,7 @@ func (o *ManagerOptions) setDefaults() error {
 	for name, d := range map[string]time.Duration{
 		"start_timeout": o.StartTimeout, "shutdown_grace": o.ShutdownGrace, "remove_timeout": o.RemoveTimeout,
 		"reap_interval": o.ReapInterval, "probe_timeout": o.ProbeTimeout, "health_timeout": o.HealthTimeout,
+		"engine_outage": o.EngineOutage,
 	} {
 		if d < 0 {
 			p.add(name, "%v is negative", d)

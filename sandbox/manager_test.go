@@ -237,6 +237,51 @@ func TestBrokenStreamReconnects(t *testing.T) {
 	})
 }
 
+// The engine away when a stream breaks (restarting): the session waits for
+// it, its calls failing fast saying so, and reconnects when it is back.
+func TestBrokenStreamWaitsForTheEngine(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt := newFakeRuntime(t)
+		m := newTestManager(t, rt, ManagerOptions{EngineOutage: time.Minute})
+		s, err := m.Create(context.Background(), SessionOptions{})
+		require.NoError(t, err)
+		rt.away.Store(true)
+		rt.breakStream(s.ID())
+		advance(30 * time.Second)
+		assert.Equal(t, StateReady, s.State(), "not failed while the engine may come back")
+		start := time.Now()
+		_, err = s.Call(context.Background(), "echo", json.RawMessage(`{"text":"x"}`), nil)
+		require.ErrorIs(t, err, ErrReconnecting)
+		require.ErrorContains(t, err, "engine does not answer")
+		assert.Equal(t, start, time.Now(), "calls fail fast meanwhile")
+		rt.away.Store(false)
+		advance(2 * time.Second)
+		assert.Equal(t, "back", echo(t, s, "back"))
+	})
+}
+
+// The engine away longer than EngineOutage: the session fails saying so;
+// its sandbox, which Close cannot remove then, is removed once the engine
+// is back.
+func TestEngineAwayTooLongFailsAndRemovesLater(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt := newFakeRuntime(t)
+		m := newTestManager(t, rt, ManagerOptions{EngineOutage: time.Second})
+		s, err := m.Create(context.Background(), SessionOptions{})
+		require.NoError(t, err)
+		rt.away.Store(true)
+		rt.breakStream(s.ID())
+		advance(3 * time.Second)
+		require.Equal(t, StateFailed, s.State())
+		require.ErrorContains(t, s.Err(), "container engine did not answer for 1s")
+		require.Error(t, s.Close(context.Background()), "the engine cannot remove it now")
+		assert.Equal(t, 1, rt.count())
+		rt.away.Store(false)
+		advance(5 * time.Second)
+		assert.Zero(t, rt.count(), "removed once the engine is back")
+	})
+}
+
 func TestIdleReaper(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rt := newFakeRuntime(t)

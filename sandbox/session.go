@@ -32,6 +32,7 @@ type Session struct {
 	state   State
 	err     error       // why it failed; kept through Close
 	reaped  string      // why the manager closed it itself (idle timeout)
+	lost    error       // set while its stream is broken and the engine away (wraps ErrReconnecting)
 	client  AgentClient // nil until ready
 	pooled  bool        // waiting in a warm pool, not handed out
 	created time.Time
@@ -171,6 +172,9 @@ func (s *Session) begin() (AgentClient, error) {
 	defer s.mu.Unlock()
 	switch s.state {
 	case StateReady:
+		if s.lost != nil {
+			return nil, s.lost
+		}
 		s.inflight.Add(1)
 		return s.client, nil
 	case StateStarting:
@@ -210,6 +214,9 @@ func (s *Session) callErr(ctx context.Context, what string, err error) error {
 	case <-ctx.Done():
 	case <-t.C:
 	}
+	if lost := s.lostErr(); lost != nil {
+		return lost
+	}
 	return fmt.Errorf("session %s: %s: %w", s.id, what, err)
 }
 
@@ -231,8 +238,27 @@ func (s *Session) swapClient(c AgentClient) bool {
 	if s.state != StateReady {
 		return false
 	}
-	s.client = c
+	s.client, s.lost = c, nil
 	return true
+}
+
+// setLost marks a ready session whose client c broke as waiting for the
+// engine: calls fail fast with err (which wraps ErrReconnecting). It
+// reports false if the session moved on (closing, or reconnected).
+func (s *Session) setLost(c AgentClient, err error) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.state != StateReady || s.client != c {
+		return false
+	}
+	s.lost = err
+	return true
+}
+
+func (s *Session) lostErr() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lost
 }
 
 // currentClient returns the session's client (nil before ready).
@@ -310,6 +336,7 @@ func (s *Session) teardown() {
 	if err != nil {
 		err = fmt.Errorf("session %s: removing its sandbox: %w", s.id, err)
 		s.log.Error("close", "err", err)
+		m.removeLater(s.id)
 	}
 	s.mu.Lock()
 	s.state = StateClosed

@@ -79,6 +79,11 @@ func (m *Manager) startSandbox(ctx context.Context, s *Session, poolKey string) 
 		if errors.Is(err, ErrInvalidOptions) {
 			return fmt.Errorf("session %s: %w", s.id, err)
 		}
+		if !errors.Is(err, ErrImageNotFound) {
+			// The runtime rolls back what it made, unless the engine went
+			// away in the middle: then it is removed when it is back.
+			m.removeLater(s.id)
+		}
 		return fmt.Errorf("session %s: %w: %w", s.id, ErrStart, err)
 	}
 	c := m.opts.Dial(conn)
@@ -114,7 +119,38 @@ func (m *Manager) removeQuietly(id string) {
 	defer cancel()
 	if err := m.rt.Remove(ctx, id); err != nil {
 		m.log.Error("removing sandbox after a failed start", "session", id, "err", err)
+		m.removeLater(id)
 	}
+}
+
+// removeLater retries, in the background, the removal of a sandbox that
+// could not be removed (the engine did not answer), backing off from 1 s
+// to 30 s, until it succeeds or the manager shuts down; a last attempt is
+// made then. What is still left, the next daemon's reclaim removes.
+func (m *Manager) removeLater(id string) {
+	m.goBackground(func(ctx context.Context) {
+		delay := time.Second
+		for {
+			last := false
+			select {
+			case <-ctx.Done():
+				last = true
+			case <-time.After(delay):
+			}
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.opts.RemoveTimeout)
+			err := m.rt.Remove(rctx, id)
+			cancel()
+			switch {
+			case err == nil:
+				m.log.Info("sandbox removed after an earlier failure", "session", id)
+				return
+			case last:
+				m.log.Warn("sandbox left behind: the next start's reclaim removes it", "session", id, "err", err)
+				return
+			}
+			delay = min(2*delay, 30*time.Second)
+		}
+	})
 }
 
 // connect opens a new client to a running sandbox's agent and pings it.
@@ -152,9 +188,12 @@ func (m *Manager) onDisconnect(ctx context.Context, s *Session, c AgentClient) {
 		return // closing, or already replaced
 	}
 	cause := c.Err()
+	st, err := m.inspectThroughOutage(ctx, s, c, cause)
+	if s.State() != StateReady || s.currentClient() != c {
+		return // closed while the engine was away
+	}
 	ctx, cancel := context.WithTimeout(ctx, m.opts.ProbeTimeout)
 	defer cancel()
-	st, err := m.rt.Inspect(ctx, s.id)
 	if err == nil && st.Running {
 		nc, cerr := m.connect(ctx, s.id)
 		if cerr == nil {
@@ -181,12 +220,43 @@ func (m *Manager) onDisconnect(ctx context.Context, s *Session, c AgentClient) {
 	case errors.Is(err, ErrNotFound):
 		reason = "its container was removed from outside sandboxd"
 	case err != nil:
-		reason = fmt.Sprintf("the agent connection ended (%v) and the container could not be inspected: %v", cause, err)
+		reason = fmt.Sprintf("the agent connection ended (%v) and the container engine did not answer for %v: %v", cause, m.opts.EngineOutage, err)
 	default:
 		reason = st.Describe()
 	}
 	if s.fail(errors.New(reason)) {
 		m.dropPooled(s)
+	}
+}
+
+// inspectThroughOutage inspects the sandbox of a session whose client c
+// broke. While the engine does not answer (any error but ErrNotFound) it
+// retries, backing off up to 2 s, for up to EngineOutage, with the session
+// marked as reconnecting so its calls fail fast saying why; it stops early
+// if the session is closed meanwhile.
+func (m *Manager) inspectThroughOutage(ctx context.Context, s *Session, c AgentClient, cause error) (Status, error) {
+	deadline := time.Now().Add(m.opts.EngineOutage)
+	delay := 250 * time.Millisecond
+	for {
+		ictx, cancel := context.WithTimeout(ctx, m.opts.ProbeTimeout)
+		st, err := m.rt.Inspect(ictx, s.id)
+		cancel()
+		if err == nil || errors.Is(err, ErrNotFound) || ctx.Err() != nil || time.Now().After(deadline) {
+			return st, err
+		}
+		lost := fmt.Errorf("session %s: %w: its agent connection ended (%v) and the container engine does not answer (%v); it reconnects when the engine is back, or fails after %v",
+			s.id, ErrReconnecting, cause, err, m.opts.EngineOutage)
+		if first := s.lostErr() == nil; !s.setLost(c, lost) {
+			return st, err
+		} else if first {
+			s.log.Warn("agent stream ended and the engine does not answer; waiting for it", "cause", cause, "err", err, "for", m.opts.EngineOutage)
+		}
+		select {
+		case <-ctx.Done():
+			return st, ctx.Err()
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 2*time.Second)
 	}
 }
 

@@ -19,6 +19,7 @@ var sandboxSentinels = []struct {
 	{sandbox.ErrNotReady, Unavailable},
 	{sandbox.ErrClosed, Unavailable},
 	{sandbox.ErrFailed, Unavailable},
+	{sandbox.ErrReconnecting, Unavailable},
 	{sandbox.ErrManagerClosed, Unavailable},
 	{sandbox.ErrImageNotFound, InvalidParams}, // before ErrStart, which wraps it
 	{sandbox.ErrStart, Internal},

@@ -78,6 +78,10 @@ func (s *Session) Call(parent context.Context, r CallRequest) (*tools.Observatio
 	if err == nil && obs == nil {
 		err = apierr.New(apierr.Internal, "tool %q returned no observation", r.Name)
 	}
+	if err != nil && s.c.base.Err() != nil && parent.Err() == nil {
+		// Not a bare "context canceled": say who cancelled it.
+		err = apierr.New(apierr.Cancelled, "the call was cancelled: the server is shutting down and the drain of calls in flight has ended (%v)", err)
+	}
 	return obs, err
 }
 
