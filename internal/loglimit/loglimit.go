@@ -5,8 +5,9 @@
 // wraps the daemon's configured slog.Handler for the logs such input
 // causes: every record is truncated (its message and each string, error or
 // raw-bytes attribute to MaxValue bytes) and rate-limited by a token bucket
-// (Burst records, then one per Every). Suppressed records are counted and
-// reported by one summary record per Every at most ("N log lines
+// (Burst records, then one per Every). Suppressed records are counted:
+// the next record let through carries the count (suppressed_before), or,
+// if none comes within 2×Every, a summary record says it ("N more log lines
 // suppressed"). Handlers derived with WithAttrs or WithGroup share the
 // bucket, so one Handler per session bounds that session's log output
 // whatever it logs through.
@@ -102,7 +103,8 @@ func (h *Handler) WithGroup(name string) slog.Handler {
 
 // Handle implements slog.Handler.
 func (h *Handler) Handle(ctx context.Context, r slog.Record) error {
-	if !h.st.allow(h.inner) {
+	ok, before := h.st.allow(h.inner)
+	if !ok {
 		return nil
 	}
 	limit := h.st.o.MaxValue
@@ -111,23 +113,36 @@ func (h *Handler) Handle(ctx context.Context, r slog.Record) error {
 		nr.AddAttrs(truncAttr(a, limit))
 		return true
 	})
+	if before > 0 {
+		nr.AddAttrs(slog.Int("suppressed_before", before))
+	}
 	return h.inner.Handle(ctx, nr)
 }
 
 // allow takes a token, or counts the record as suppressed and makes sure a
-// summary is on its way (to inner, with its attributes).
-func (s *state) allow(inner slog.Handler) bool {
+// summary is on its way (to inner, with its attributes). A record that
+// gets a token while records are suppressed carries their count instead
+// (before), and the summary is called off: a steady flood logs one line
+// per Every, not two.
+func (s *state) allow(inner slog.Handler) (ok bool, before int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.lim.Allow() {
-		return true
+		before, s.supp, s.last = s.supp, 0, nil
+		if s.timer != nil {
+			s.timer.Stop()
+			s.timer = nil
+		}
+		return true, before
 	}
 	s.supp++
 	s.last = inner
 	if s.timer == nil {
-		s.timer = time.AfterFunc(s.o.Every, s.summarize)
+		// Two periods: a flood that goes on takes the next token (within
+		// one) and carries the count, so the summary is only for its end.
+		s.timer = time.AfterFunc(2*s.o.Every, s.summarize)
 	}
-	return false
+	return false, 0
 }
 
 func (s *state) summarize() {

@@ -85,7 +85,7 @@ func TestBuildContainerHardening(t *testing.T) {
 	assert.Equal(t, []string{"no-new-privileges:true", "seccomp=" + profile}, h.SecurityOpt)
 	assert.True(t, h.ReadonlyRootfs)
 	assert.False(t, h.Privileged)
-	assert.True(t, *h.Init)
+	assert.False(t, *h.Init, "the agent is PID 1 (decision 0021)")
 	assert.Equal(t, "none", string(h.NetworkMode))
 	assert.Empty(t, h.PortBindings)
 	assert.EqualValues(t, 512<<20, h.Memory)
