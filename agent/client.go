@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/sandboxd/sandboxd/internal/loglimit"
 	"github.com/sandboxd/sandboxd/tools"
 )
 
@@ -26,7 +27,11 @@ func (e *invalidJSONError) Error() string { return "not valid JSON: " + e.err.Er
 // ClientOption configures a Client.
 type ClientOption func(*Client)
 
-// WithLogger sets the client's logger (default slog.Default()).
+// WithLogger sets the client's logger (default slog.Default()). Everything
+// the client logs is caused by what the agent's stream carries, which code
+// in the sandbox may forge: the client truncates and rate-limits its
+// records (package loglimit) unless l is already limited, e.g. one limiter
+// per session shared by the session's successive connections.
 func WithLogger(l *slog.Logger) ClientOption { return func(c *Client) { c.log = l } }
 
 // Client is the host side of one agent connection. Its methods are safe for
@@ -79,7 +84,7 @@ func NewClient(conn io.ReadWriteCloser, opts ...ClientOption) *Client {
 	for _, o := range opts {
 		o(c)
 	}
-	c.log = c.log.With("component", "agent-client")
+	c.log = loglimit.NewLogger(c.log, loglimit.Options{}).With("component", "agent-client")
 	c.bg.Add(1)
 	go c.writeLoop()
 	go c.readLoop()
@@ -356,7 +361,9 @@ func (c *Client) readLoop() {
 		var f frame
 		if err := json.Unmarshal(body, &f); err != nil {
 			// The agent is our own code: bad JSON means a corrupt stream
-			// (e.g. something else wrote to the agent's stdout).
+			// (something else wrote to the agent's stdout). The stream is
+			// hostile input: the error quotes none of its bytes beyond
+			// what the decoder says.
 			c.fail(fmt.Errorf("the agent sent a frame that is not valid JSON: %w", err))
 			return
 		}

@@ -157,20 +157,21 @@ func TestAbuseForkBomb(t *testing.T) {
 	assert.Less(t, hostWorst, 5*time.Second, "the host can still start a process")
 
 	// A reset kills the shell's whole session, bomb included: what is left
-	// is the agent's threads, init and the new shell (once init has reaped
-	// the last zombies).
+	// is the agent's threads, init's (the agent binary as PID 1, decision
+	// 0021) and the new shell (once init has reaped the last zombies).
 	abuseReset(t, s)
-	var cur, threads int
+	var cur, threads, initThreads int
 	for end := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		text, _ = abuseRun(t, s, abusePids+`; while read -r k v; do [ "$k" = Threads: ] && echo "agent_threads=$v"; done </proc/$PPID/status; echo "agent=$PPID"`, 10)
-		cur, threads = abuseInt(t, text, "pids"), abuseInt(t, text, "agent_threads")
+		text, _ = abuseRun(t, s, abusePids+`; while read -r k v; do [ "$k" = Threads: ] && echo "agent_threads=$v"; done </proc/$PPID/status; `+
+			`while read -r k v; do [ "$k" = Threads: ] && echo "init_threads=$v"; done </proc/1/status; echo "agent=$PPID"`, 10)
+		cur, threads, initThreads = abuseInt(t, text, "pids"), abuseInt(t, text, "agent_threads"), abuseInt(t, text, "init_threads")
 		assert.Equal(t, agent, abuseInt(t, text, "agent"), "the same agent process")
-		if cur <= threads+2 || time.Now().After(end) {
+		if cur <= threads+initThreads+1 || time.Now().After(end) {
 			break
 		}
 	}
-	t.Logf("after reset: %d pids, %d of them the agent's threads", cur, threads)
-	assert.Equal(t, threads+2, cur, "only the agent's threads, init and the new shell are left")
+	t.Logf("after reset: %d pids, %d of them the agent's threads, %d init's", cur, threads, initThreads)
+	assert.Equal(t, threads+initThreads+1, cur, "only the agent's threads, init's and the new shell are left")
 	text, _ = abuseRun(t, s, "echo ok; ls /workspace >/dev/null && echo forked", 10)
 	assert.Contains(t, text, "ok\nforked\n")
 	assert.Equal(t, sandbox.StateReady, s.State())
@@ -348,9 +349,10 @@ func TestAbusePrivilege(t *testing.T) {
 		{`grep NoNewPrivs /proc/self/status`, "NoNewPrivs:\t1"},
 		{`su -c id root </dev/null`, "su: must be suid to work properly"},
 		{`mkdir -p /tmp/m; mount -t tmpfs none /tmp/m`, "mount: permission denied (are you root?)"},
-		{`unshare -r id`, "unshare: unshare(0x10000000): Operation not permitted"}, // CLONE_NEWUSER
-		{`unshare -m true`, "unshare: unshare(0x20000): Operation not permitted"},  // CLONE_NEWNS
-		{`nsenter -t 1 -m true`, "nsenter: setns(): can't reassociate to namespace 'mnt': Operation not permitted"},
+		{`unshare -r id`, "unshare: unshare(0x10000000): Operation not permitted"},          // CLONE_NEWUSER
+		{`unshare -m true`, "unshare: unshare(0x20000): Operation not permitted"},           // CLONE_NEWNS
+		{`nsenter -t 1 -m true`, "nsenter: can't open '/proc/1/ns/mnt': Permission denied"}, // PID 1 is non-dumpable (decision 0021)
+		{`nsenter -t $$ -m true`, "nsenter: setns(): can't reassociate to namespace 'mnt': Operation not permitted"},
 		{`chroot / true`, "chroot: can't change root directory to '/': Operation not permitted"},
 		{`ping -c 1 -W 1 127.0.0.1`, "ping: permission denied (are you root?)"},
 		{`mknod /tmp/null c 1 3`, "mknod: /tmp/null: Operation not permitted"},

@@ -51,7 +51,7 @@ func TestSecuritySettings(t *testing.T) {
 	assert.Equal(t, h.Memory, h.MemorySwap, "no swap")
 	assert.Equal(t, int64(500_000_000), h.NanoCPUs, "half a CPU")
 	require.NotNil(t, h.Init)
-	assert.True(t, *h.Init)
+	assert.False(t, *h.Init, "the agent is PID 1, not docker-init (decision 0021)")
 	assert.Equal(t, "none", string(h.NetworkMode))
 	assert.Equal(t, "private", string(h.CgroupnsMode), "a cgroup namespace of its own")
 	assert.Empty(t, h.PortBindings)

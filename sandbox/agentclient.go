@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 
 	"github.com/sandboxd/sandboxd/agent"
 	"github.com/sandboxd/sandboxd/tools"
@@ -27,8 +28,12 @@ type AgentClient interface {
 	Err() error
 }
 
-// DialFunc wraps a stream to an agent in a client.
-type DialFunc func(conn io.ReadWriteCloser) AgentClient
+// DialFunc wraps a stream to an agent in a client that logs what the
+// stream causes to log (already truncated and rate-limited per session,
+// package loglimit).
+type DialFunc func(conn io.ReadWriteCloser, log *slog.Logger) AgentClient
 
 // DialAgent is the default DialFunc: the agent package's client.
-func DialAgent(conn io.ReadWriteCloser) AgentClient { return agent.NewClient(conn) }
+func DialAgent(conn io.ReadWriteCloser, log *slog.Logger) AgentClient {
+	return agent.NewClient(conn, agent.WithLogger(log))
+}

@@ -606,8 +606,8 @@ func TestStoppedAgentFailsTheSession(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rt := newFakeRuntime(t)
 		var frozen atomic.Bool
-		m := newTestManager(t, rt, ManagerOptions{HealthTimeout: 300 * time.Millisecond, Dial: func(conn io.ReadWriteCloser) AgentClient {
-			return DialAgent(&frozenConn{ReadWriteCloser: conn, frozen: &frozen, closed: make(chan struct{})})
+		m := newTestManager(t, rt, ManagerOptions{HealthTimeout: 300 * time.Millisecond, Dial: func(conn io.ReadWriteCloser, log *slog.Logger) AgentClient {
+			return DialAgent(&frozenConn{ReadWriteCloser: conn, frozen: &frozen, closed: make(chan struct{})}, log)
 		}})
 		s, err := m.Create(context.Background(), SessionOptions{})
 		require.NoError(t, err)

@@ -111,11 +111,11 @@ func (m *Manager) reclaimOne(ctx context.Context, id string, ctr *Resource) recl
 			return remove("pooled sandbox that no configured pool wants")
 		}
 	}
-	c, err := m.connect(ctx, id)
+	s := newSession(m, id, opts)
+	c, err := m.connect(ctx, id, s.agentLog)
 	if err != nil {
 		return remove(fmt.Sprintf("agent unreachable: %v", err))
 	}
-	s := newSession(m, id, opts)
 	if t, err := time.Parse(time.RFC3339Nano, ctr.Labels[LabelCreated]); err == nil {
 		s.created = t
 	}

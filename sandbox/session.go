@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/agent"
+	"github.com/sandboxd/sandboxd/internal/loglimit"
 	"github.com/sandboxd/sandboxd/tools"
 )
 
@@ -27,6 +28,10 @@ type Session struct {
 	opts SessionOptions
 	m    *Manager
 	log  *slog.Logger
+	// agentLog logs what the agent's streams carry (hostile input): the
+	// session's logger, truncated and rate-limited once for all of the
+	// session's connections.
+	agentLog *slog.Logger
 
 	mu      sync.Mutex
 	state   State
@@ -54,15 +59,16 @@ type Session struct {
 
 func newSession(m *Manager, id string, o SessionOptions) *Session {
 	s := &Session{
-		id:      id,
-		opts:    o,
-		m:       m,
-		log:     m.log.With("session", id),
-		state:   StateStarting,
-		created: time.Now(),
-		started: make(chan struct{}),
-		done:    make(chan struct{}),
-		closed:  make(chan struct{}),
+		id:       id,
+		opts:     o,
+		m:        m,
+		log:      m.log.With("session", id),
+		agentLog: loglimit.NewLogger(m.log.With("session", id), loglimit.Options{}),
+		state:    StateStarting,
+		created:  time.Now(),
+		started:  make(chan struct{}),
+		done:     make(chan struct{}),
+		closed:   make(chan struct{}),
 	}
 	s.touch()
 	return s

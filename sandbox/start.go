@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/google/uuid"
@@ -86,7 +87,7 @@ func (m *Manager) startSandbox(ctx context.Context, s *Session, poolKey string) 
 		}
 		return fmt.Errorf("session %s: %w: %w", s.id, ErrStart, err)
 	}
-	c := m.opts.Dial(conn)
+	c := m.opts.Dial(conn, s.agentLog)
 	if err := c.Ping(ctx); err != nil {
 		c.Close()
 		why := m.describe(s.id)
@@ -154,14 +155,14 @@ func (m *Manager) removeLater(id string) {
 }
 
 // connect opens a new client to a running sandbox's agent and pings it.
-func (m *Manager) connect(ctx context.Context, id string) (AgentClient, error) {
+func (m *Manager) connect(ctx context.Context, id string, log *slog.Logger) (AgentClient, error) {
 	ctx, cancel := context.WithTimeout(ctx, m.opts.ProbeTimeout)
 	defer cancel()
 	conn, err := m.rt.Connect(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	c := m.opts.Dial(conn)
+	c := m.opts.Dial(conn, log)
 	if err := c.Ping(ctx); err != nil {
 		c.Close()
 		return nil, fmt.Errorf("agent did not answer: %w", err)
@@ -195,7 +196,7 @@ func (m *Manager) onDisconnect(ctx context.Context, s *Session, c AgentClient) {
 	ctx, cancel := context.WithTimeout(ctx, m.opts.ProbeTimeout)
 	defer cancel()
 	if err == nil && st.Running {
-		nc, cerr := m.connect(ctx, s.id)
+		nc, cerr := m.connect(ctx, s.id, s.agentLog)
 		if cerr == nil {
 			if s.swapClient(nc) {
 				s.log.Warn("agent stream ended; reconnected through the agent socket", "cause", cause)

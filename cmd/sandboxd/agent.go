@@ -30,8 +30,13 @@ agent: the host can reconnect through the socket (sandboxd agent-proxy)
 after a daemon restart.
 
 Logs go to stderr as JSON lines; stdout carries only protocol frames.
-SIGTERM or SIGINT, or a shutdown request from the host, ends every tool
-process and exits 0.`
+A shutdown request from the host ends every tool process and exits 0;
+SIGTERM or SIGINT do the same and exit 143.
+
+As a container's PID 1 it is the container's init: it runs the agent as
+its only child, forwards signals to it, reaps orphaned processes and
+exits with the agent's status. Both processes are non-dumpable, so tools
+(the same uid) cannot open their stdio through /proc or ptrace them.`
 
 type agentConfig struct {
 	stdio     bool
@@ -43,6 +48,11 @@ type agentConfig struct {
 }
 
 func runAgent(ctx context.Context, std stdio, args []string) error {
+	// First thing: the stream this process holds must not be reachable
+	// through /proc by the tools it serves (decision 0021).
+	if err := agent.Undumpable(); err != nil {
+		return err
+	}
 	var cfg agentConfig
 	fs := newFlagSet("agent", std, "[--stdio] [--socket PATH] [flags]", agentHelp)
 	fs.BoolVar(&cfg.stdio, "stdio", false, "serve one connection on stdin/stdout")
@@ -56,6 +66,14 @@ func runAgent(ctx context.Context, std stdio, args []string) error {
 	}
 	if !cfg.stdio && cfg.socket == "" {
 		return usageErrorf("give --stdio, --socket PATH, or both")
+	}
+	if os.Getpid() == 1 {
+		// The container's main process: be its init, and run the agent
+		// as its only child (decision 0021).
+		if code := agent.Init(append([]string{os.Args[0], "agent"}, args...), std.err); code != 0 {
+			return exitCodeError(code)
+		}
+		return nil
 	}
 	log, err := newLogger(std.err, cfg.logLevel)
 	if err != nil {

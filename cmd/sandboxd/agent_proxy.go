@@ -20,6 +20,11 @@ Connects stdin/stdout to the unix socket of a running 'sandboxd agent
 stream, e.g. after a daemon restart. Exits when either side closes.`
 
 func runAgentProxy(ctx context.Context, std stdio, args []string) error {
+	// Its stdio is the host's stream: keep it from the session's tools
+	// (decision 0021).
+	if err := agent.Undumpable(); err != nil {
+		return err
+	}
 	fs := newFlagSet("agent-proxy", std, "--socket PATH", agentProxyHelp)
 	socket := fs.String("socket", "", "the agent's unix socket (required)")
 	if err := parseFlags(fs, args); err != nil {

@@ -81,7 +81,11 @@ func (r *Runtime) buildContainer(spec sandbox.Spec, netName string, l layout) (c
 		return containerSpec{}, err
 	}
 	pids := o.Limits.Pids
-	init := true
+	// No docker-init: the agent is PID 1 and its own init (it reaps, and
+	// unlike docker-init it is non-dumpable, so the attach pipes it holds
+	// cannot be opened through /proc/1/fd by tools). Explicitly false: nil
+	// would take the engine's default, which may be --init. Decision 0021.
+	init := false
 	host := &container.HostConfig{
 		NetworkMode:    container.NetworkMode(netName),
 		ReadonlyRootfs: !o.WritableRootfs,

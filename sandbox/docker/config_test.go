@@ -8,7 +8,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"testing/synctest"
+	"time"
 
 	"github.com/docker/docker/api/types/mount"
 	"github.com/stretchr/testify/assert"
@@ -82,7 +85,7 @@ func TestBuildContainerHardening(t *testing.T) {
 	assert.Equal(t, []string{"no-new-privileges:true", "seccomp=" + profile}, h.SecurityOpt)
 	assert.True(t, h.ReadonlyRootfs)
 	assert.False(t, h.Privileged)
-	assert.True(t, *h.Init)
+	assert.False(t, *h.Init, "the agent is PID 1 (decision 0021)")
 	assert.Equal(t, "none", string(h.NetworkMode))
 	assert.Empty(t, h.PortBindings)
 	assert.EqualValues(t, 512<<20, h.Memory)
@@ -292,3 +295,36 @@ func TestSecurityWarnings(t *testing.T) {
 	require.Len(t, w, 2)
 	assert.Contains(t, w[0], "WITHOUT a syscall filter")
 }
+
+// Code in the sandbox can write to the agent's stderr: a flood of lines
+// logs a bounded number of bytes per session, across its streams.
+func TestAgentStderrFloodIsBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var buf strings.Builder
+		var mu sync.Mutex
+		w := writerFunc(func(p []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return buf.Write(p) })
+		r := testRuntime(false)
+		r.log = slog.New(slog.NewJSONHandler(w, nil))
+		line := []byte(`{"level":"ERROR","msg":"` + strings.Repeat("X", 3000) + `"}` + "\n" + strings.Repeat("Z", 10000) + "\n")
+		for _, stream := range []string{"attach", "agent-proxy"} {
+			l := &lineLogger{log: r.agentLog("s1").With("stream", stream)}
+			for range 2_000 {
+				_, _ = l.Write(line)
+			}
+			l.flush()
+		}
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		mu.Lock()
+		out := buf.String()
+		mu.Unlock()
+		t.Logf("8,000 lines of stderr: %d bytes of log", len(out))
+		assert.Less(t, len(out), 6000)
+		assert.Contains(t, out, `"session":"s1"`)
+		assert.Contains(t, out, `more log lines suppressed`)
+	})
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

@@ -37,5 +37,5 @@ func (r *Runtime) Connect(ctx context.Context, sessionID string) (io.ReadWriteCl
 	if err != nil {
 		return nil, wrap(err, "session %s: starting agent-proxy exec", sessionID)
 	}
-	return newStream(hj, r.log.With("session", sessionID, "stream", "agent-proxy")), nil
+	return newStream(hj, r.agentLog(sessionID).With("stream", "agent-proxy")), nil
 }

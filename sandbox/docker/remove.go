@@ -26,6 +26,7 @@ func (r *Runtime) Remove(ctx context.Context, sessionID string) error {
 	if sessionID == "" {
 		return errors.New("remove: empty session id")
 	}
+	r.agentLogs.Delete(sessionID)
 	f := r.filter(sessionID)
 	var errs []error
 	cctx, cancel := r.call(ctx)

@@ -24,12 +24,14 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/client"
 
+	"github.com/sandboxd/sandboxd/internal/loglimit"
 	"github.com/sandboxd/sandboxd/sandbox"
 )
 
@@ -100,6 +102,20 @@ type Runtime struct {
 	fw    *firewall
 	fwErr error
 	quota quota
+
+	// agentLogs: per session, the logger of what its agent streams carry
+	// on stderr (hostile input), truncated and rate-limited once for all
+	// of the session's streams (attach, agent-proxy). Dropped at Remove.
+	agentLogs sync.Map // session id → *slog.Logger
+}
+
+// agentLog is the session's logger for its agent's stderr.
+func (r *Runtime) agentLog(sessionID string) *slog.Logger {
+	if l, ok := r.agentLogs.Load(sessionID); ok {
+		return l.(*slog.Logger)
+	}
+	l, _ := r.agentLogs.LoadOrStore(sessionID, loglimit.NewLogger(r.log.With("session", sessionID), loglimit.Options{}))
+	return l.(*slog.Logger)
 }
 
 var _ sandbox.Runtime = (*Runtime)(nil)

@@ -129,7 +129,7 @@ func (r *Runtime) Start(ctx context.Context, spec sandbox.Spec) (_ io.ReadWriteC
 		return nil, fmt.Errorf("starting the container: %w", err)
 	}
 	log.Debug("sandbox started", "container", created.ID[:12], "name", cs.name, "network", netName)
-	return newStream(hj, log.With("stream", "attach")), nil
+	return newStream(hj, r.agentLog(id).With("stream", "attach")), nil
 }
 
 // createNetwork makes the session's private network for the bridge and

@@ -19,7 +19,8 @@ const maxStderrLine = 4096
 // stream is the agent's stdio over a hijacked attach or exec connection:
 // writes go to the process's stdin; reads get its stdout, demultiplexed
 // from the engine's framing (no TTY) by stdcopy. Its stderr becomes log
-// lines.
+// lines, through log: the session's truncated and rate-limited logger
+// (Runtime.agentLog), since code in the sandbox can write there too.
 type stream struct {
 	hj   types.HijackedResponse
 	pr   *io.PipeReader
