@@ -343,8 +343,15 @@ func contractTerminal(t *testing.T, s *sandbox.Session) {
 		r = ctRun(t, s, "test -e /workspace/busy-marker; echo marker=$?")
 		assert.Equal(t, "marker=1", ctBody(r.text))
 
-		// Wall-clock cap: a command printing forever still returns.
-		r = ctTerm(t, s, map[string]any{"command": "while :; do echo y; sleep 0.2; done"})
+		// Wall-clock cap: a command printing forever still returns. The
+		// loop forks nothing (read -t on a FIFO nobody writes is its pause):
+		// a C-c that lands while bash forks sleep is taken by the child
+		// before it execs and lost, in any terminal; and it runs in a
+		// subshell that exits 130 on SIGINT, whatever read -t was doing
+		// (a C-c as read times out ended the loop with 142). Both seen
+		// under load.
+		ctRun(t, s, "rm -f /tmp/ct-gate; mkfifo /tmp/ct-gate")
+		r = ctTerm(t, s, map[string]any{"command": "( trap 'exit 130' INT; while :; do echo y; read -t 0.2 -r _ <>/tmp/ct-gate; done )"})
 		assert.Equal(t, -1, r.out.ExitCode)
 		assert.Equal(t, bash.TimeoutLimit, r.out.TimeoutKind)
 		assert.Contains(t, r.text, "[The command is still running after 2.5 seconds, the longest a call waits without a `timeout`. "+ctTimeoutNote+"]")
