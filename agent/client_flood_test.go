@@ -15,6 +15,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sandboxd/sandboxd/internal/loglimit"
 )
 
 // countingWriter counts the bytes logged, keeping the first few KB.
@@ -90,7 +92,7 @@ func TestClientForgedFrameFloodIsBounded(t *testing.T) {
 			_, _ = agentEnd.Write(pong)
 		}()
 		require.NoError(t, <-pinged)
-		time.Sleep(2 * time.Second) // the summary's timer
+		time.Sleep(2 * loglimit.DefaultEvery) // the summary's timer
 		synctest.Wait()
 
 		n, head := logged.bytes()

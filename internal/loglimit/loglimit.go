@@ -27,8 +27,11 @@ import (
 
 // Defaults of Options.
 const (
-	DefaultBurst    = 10
-	DefaultEvery    = time.Second
+	DefaultBurst = 10
+	// DefaultEvery: after the burst, a flood from inside a sandbox adds
+	// one line (~0.5 KB) per 10 s per session: ~180 KB an hour, where one
+	// a second was ~1.8 MB an hour for each session under attack.
+	DefaultEvery    = 10 * time.Second
 	DefaultMaxValue = 200
 )
 

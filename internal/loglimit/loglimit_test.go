@@ -53,7 +53,7 @@ func TestFloodIsBounded(t *testing.T) {
 		assert.Contains(t, lines[DefaultBurst], `"msg":"99990 more log lines suppressed (rate limit)"`)
 		assert.Contains(t, lines[DefaultBurst], `"session":"s1"`)
 
-		// A steady flood after that: one line per second, carrying the
+		// A steady flood after that: one line per Every, carrying the
 		// count of the suppressed ones, and a last summary.
 		buf.mu.Lock()
 		buf.b.Reset()
@@ -62,7 +62,7 @@ func TestFloodIsBounded(t *testing.T) {
 			for range 10_000 {
 				log.Warn("again", "err", huge)
 			}
-			time.Sleep(time.Second)
+			time.Sleep(DefaultEvery)
 		}
 		synctest.Wait()
 		out = buf.String()

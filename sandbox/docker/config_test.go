@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sandboxd/sandboxd/internal/loglimit"
 	"github.com/sandboxd/sandboxd/sandbox"
 )
 
@@ -313,7 +314,7 @@ func TestAgentStderrFloodIsBounded(t *testing.T) {
 			}
 			l.flush()
 		}
-		time.Sleep(2 * time.Second)
+		time.Sleep(2 * loglimit.DefaultEvery) // the summary's timer
 		synctest.Wait()
 		mu.Lock()
 		out := buf.String()
