@@ -23,9 +23,9 @@ import (
 
 // quotaRuntime is a runtime that can make quota-bound volumes; the test is
 // skipped where it cannot (not root, no loop devices), with why.
-func quotaRuntime(t *testing.T) *sdocker.Runtime {
+func quotaRuntime(t *testing.T, change ...func(*sdocker.Options)) *sdocker.Runtime {
 	t.Helper()
-	rt := newRuntime(t)
+	rt := newRuntime(t, change...)
 	if err := rt.DiskQuota(); err != nil {
 		t.Skipf("disk quotas are unavailable here: %v", err)
 	}
@@ -83,15 +83,34 @@ func assertReleased(t *testing.T, rt *sdocker.Runtime, id string) {
 	assert.NotContains(t, string(out), id, "losetup -a")
 }
 
-// Writing twice the quota into /workspace fails with ENOSPC and the host's
-// free space moves by at most the quota; the inodes are bounded; files
-// persist across calls; deleted files give their blocks back to the host;
-// Close leaves no volume, loop device or file. Not parallel: the host's
-// free space is measured, and the suite's other tests write to the same
-// disk (volumes, image builds).
+// ownDiskDir is a filesystem of the test's own (a 256 MiB tmpfs) for a
+// runtime's disk dir, so that its free space moves only with what this
+// test's sessions write: on the suite's disk the other packages' tests,
+// run at the same time, moved it by more than the quota (seen in CI).
+// It is unmounted after everything on it is released.
+func ownDiskDir(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=256m,mode=0700", "sandboxd-e2e-disks", dir).CombinedOutput()
+	require.NoError(t, err, "mount: %s", out)
+	t.Cleanup(func() { // registered first, so it runs after the manager's and runtime's cleanups
+		assert.Empty(t, testenv.DiskLeftovers(dir), "left on the test's disk dir")
+		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
+			t.Errorf("umount %s: %v: %s", dir, err, out)
+		}
+	})
+	return dir
+}
+
+// Writing twice the quota into /workspace fails with ENOSPC and the free
+// space of the filesystem holding the backing files moves by at most the
+// quota; the inodes are bounded; files persist across calls; deleted files
+// give their blocks back to the host; Close leaves no volume, loop device
+// or file.
 func TestQuotaWorkspaceENOSPC(t *testing.T) {
 	const quota = 64 << 20
-	rt := quotaRuntime(t)
+	own := ownDiskDir(t)
+	rt := quotaRuntime(t, func(o *sdocker.Options) { o.DiskDir = own })
 	m := newManager(t, rt, sandbox.ManagerOptions{Defaults: sandbox.SessionOptions{Limits: sandbox.Limits{DiskQuota: quota}}})
 	s, err := m.Create(ctxT(t), sandbox.SessionOptions{})
 	require.NoError(t, err)
@@ -120,9 +139,9 @@ func TestQuotaWorkspaceENOSPC(t *testing.T) {
 	}
 
 	// 2x the quota.
-	before := hostFree(t, diskDir)
+	before := hostFree(t, own)
 	out = sh(t, s, "dd if=/dev/urandom of=/workspace/big bs=1M count=128 2>&1; echo dd=$?; sync")
-	after := hostFree(t, diskDir)
+	after := hostFree(t, own)
 	t.Logf("%s\nhost free space moved by %d KiB; backing file %d KiB", out, (before-after)>>10, allocated(t, ws)>>10)
 	assert.Contains(t, out, "No space left on device")
 	assert.NotContains(t, out, "dd=0")
