@@ -18,7 +18,7 @@ export GORACE ?= atexit_sleep_ms=0
 # Image targets (image, test-image, images) live in mk/images.mk.
 -include mk/images.mk
 
-.PHONY: help build test unit e2e lint golangci-lint bench run deps clean fuzz
+.PHONY: help build test unit e2e lint golangci-lint bench run deps clean fuzz runsc
 
 help: ## list targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -28,6 +28,12 @@ build: ## static binary (CGO off): both roles, serve and agent
 
 deps: ## host packages the tests and benchmarks use (ripgrep for the grep baseline, busybox for the terminal's sh fallback)
 	@command -v rg >/dev/null && command -v busybox >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ripgrep busybox-static >/dev/null; }
+
+# runsc is opt-in, not part of deps or test: it edits the engine's
+# daemon.json and reloads the engine (SIGHUP), which a shared CI engine's
+# owner should decide. The e2e tests of runsc skip, saying why, without it.
+runsc: ## install Debian's runsc (gVisor) and register it with the local engine as the runtime "runsc" (idempotent; SIGHUP, no restart)
+	@$(CURDIR)/mk/runsc.sh
 
 test: deps images ## everything, images included: unit tests and real-Docker e2e (test and default image), with -race
 	SANDBOXD_E2E_REQUIRE_IMAGES=1 SANDBOXD_TEST_BUSYBOX=$$(command -v busybox) $(GO) test -race -count=1 -timeout 30m $(PKGS)

@@ -158,6 +158,12 @@ type SessionOptions struct {
 	// a bound, so it cannot be combined with Limits.Disk. Default false;
 	// true in ManagerOptions.Defaults turns it on for every session.
 	WritableRootfs bool `json:"writable_rootfs,omitempty"`
+	// Runtime is the engine's OCI runtime for the sandbox, e.g. "runsc"
+	// (gVisor: a user-space kernel between the sandbox's code and the
+	// host's, decision 0024). Empty: the engine's default (runc). A runtime
+	// the engine does not have fails the create with ErrInvalidOptions
+	// naming the ones it has; there is never a fallback to another.
+	Runtime string `json:"runtime,omitempty"`
 
 	// Room for later options (skills, MCP sidecars): add the field here,
 	// its checks to Validate, and its effect to the runtime; the pool key
@@ -177,6 +183,9 @@ func (o SessionOptions) withDefaults(d SessionOptions) SessionOptions {
 	}
 	if o.Network == "" {
 		o.Network = d.Network
+	}
+	if o.Runtime == "" {
+		o.Runtime = d.Runtime
 	}
 	if o.IdleTimeout == 0 {
 		o.IdleTimeout = d.IdleTimeout

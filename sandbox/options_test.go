@@ -58,6 +58,12 @@ func TestValidate(t *testing.T) {
 		{"tmpfs", func(o *SessionOptions) { o.Limits.Tmpfs = 100 }, "limits.tmpfs"},
 		{"disk", func(o *SessionOptions) { o.Limits.Disk = 1 << 20 }, "limits.disk"},
 		{"disk ok", func(o *SessionOptions) { o.Limits.Disk = 256 << 20 }, ""},
+		{"runtime runsc", func(o *SessionOptions) { o.Runtime = "runsc" }, ""},
+		{"runtime dotted", func(o *SessionOptions) { o.Runtime = "io.containerd.runc.v2" }, ""},
+		{"runtime upper", func(o *SessionOptions) { o.Runtime = "RunSC" }, "runtime: \"RunSC\" is not a runtime name"},
+		{"runtime path", func(o *SessionOptions) { o.Runtime = "/usr/bin/runsc" }, "not a runtime name"},
+		{"runtime flag", func(o *SessionOptions) { o.Runtime = "-runsc" }, "not a runtime name"},
+		{"runtime long", func(o *SessionOptions) { o.Runtime = strings.Repeat("a", 65) }, "not a runtime name"},
 		// tmpfs against memory: budget = memory - max(48 MiB, memory/4).
 		{"tmpfs at budget", func(o *SessionOptions) { o.Limits.Tmpfs = 768 << 20 }, ""},
 		{"tmpfs over budget", func(o *SessionOptions) { o.Limits.Tmpfs = 768<<20 + 1 },
@@ -223,6 +229,7 @@ func TestKey(t *testing.T) {
 		"tools":   func(o *SessionOptions) { o.Tools = []tools.Spec{{Name: "grep"}} },
 		"rootfs":  func(o *SessionOptions) { o.WritableRootfs = true },
 		"quota":   func(o *SessionOptions) { o.Limits.DiskQuota = 1 << 30 },
+		"runtime": func(o *SessionOptions) { o.Runtime = "runsc" },
 	} {
 		o := base
 		change(&o)
@@ -266,6 +273,24 @@ func TestWritableRootfsDefaults(t *testing.T) {
 	assert.True(t, r.WritableRootfs)
 	_, err = SessionOptions{Limits: Limits{Disk: 64 << 20}}.Resolve(SessionOptions{Image: "img", WritableRootfs: true})
 	assert.ErrorIs(t, err, ErrInvalidOptions, "a default cannot lift the disk bound of a session")
+}
+
+// The runtime comes from the defaults unless the session names one, and an
+// empty one (the engine's default) stays out of the label and the pool key.
+func TestRuntimeDefaults(t *testing.T) {
+	r, err := SessionOptions{}.Resolve(SessionOptions{Image: "img"})
+	require.NoError(t, err)
+	assert.Empty(t, r.Runtime)
+	assert.NotContains(t, r.encode(), "runtime", "older labels and pool keys stay as they were")
+	r, err = SessionOptions{}.Resolve(SessionOptions{Image: "img", Runtime: "runsc"})
+	require.NoError(t, err)
+	assert.Equal(t, "runsc", r.Runtime, "serve --runtime is every session's default")
+	r, err = SessionOptions{Runtime: "runc"}.Resolve(SessionOptions{Image: "img", Runtime: "runsc"})
+	require.NoError(t, err)
+	assert.Equal(t, "runc", r.Runtime, "a session may name another")
+	back, err := decodeOptions(r.encode())
+	require.NoError(t, err)
+	assert.Equal(t, "runc", back.Runtime, "adoption gets it back from the label")
 }
 
 // A session that bounds its volumes one way takes no bound of the other way

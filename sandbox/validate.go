@@ -57,6 +57,7 @@ var (
 	networkNameRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*$`)
 	labelKeyRe    = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/-]*$`)
 	toolNameRe    = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_.-]{0,63}$`)
+	runtimeNameRe = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
 	hostLabelRe   = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$`)
 )
 
@@ -81,6 +82,9 @@ func (o SessionOptions) Validate() error {
 	}
 	o.validateNetwork(&p)
 	o.validateAllowHosts(&p)
+	if o.Runtime != "" && !runtimeNameRe.MatchString(o.Runtime) {
+		p.add("runtime", "%q is not a runtime name (lower-case letters, digits, '.', '_' and '-', at most 64, e.g. \"runsc\")", o.Runtime)
+	}
 	if o.IdleTimeout >= 0 && o.IdleTimeout < MinIdleTimeout {
 		p.add("idle_timeout", "%v is below the minimum of %v (use NoIdleTimeout to never close an idle session)", o.IdleTimeout, MinIdleTimeout)
 	}

@@ -53,6 +53,7 @@ type serveConfig struct {
 	insecureBridge                      bool
 	allowOrigins, allowHosts, allowImgs listFlag
 	image, mcpImage, agentBinary        string
+	runtime                             string
 	mcpIdle, drainTimeout, shutdownTime time.Duration
 	maxSessions, pool, maxStarts        int
 	diskMB                              int
@@ -91,6 +92,9 @@ func runServe(ctx context.Context, std stdio, args []string) error {
 	fs.Var(&cfg.allowHosts, "allow-host", "Host name accepted besides the loopback names (for a remote or proxied server), repeatable; '*' allows any")
 	fs.Var(&cfg.allowImgs, "allow-image", "image pattern (path.Match) clients may ask for, repeatable; default: any image")
 	fs.StringVar(&cfg.image, "image", sandbox.DefaultImage, "default image of sessions that name none")
+	fs.StringVar(&cfg.runtime, "runtime", "", "OCI runtime of every session that names none, as registered with the engine: runsc for gVisor "+
+		"(a user-space kernel between sandboxed code and the host's; make runsc installs and registers it; see docs/security.md); "+
+		"empty: the engine's default (runc). Refused at start if the engine lacks it; never a fallback")
 	fs.StringVar(&cfg.mcpImage, "mcp-image", server.DefaultMCPImage, "image of the sandbox of each MCP session")
 	fs.DurationVar(&cfg.mcpIdle, "mcp-idle-timeout", 30*time.Minute, "end an MCP session (and its sandbox), or close a sandbox opened by handle (MCP 2026-07-28), after this long without a request")
 	cfg.labels = envList{}
@@ -131,6 +135,9 @@ func runServe(ctx context.Context, std stdio, args []string) error {
 	if err := checkDiskFlags(&cfg); err != nil {
 		return err
 	}
+	if _, err := (sandbox.SessionOptions{Runtime: cfg.runtime}).Resolve(sandbox.SessionOptions{}); err != nil {
+		return usageErrorf("--runtime %q: %v", cfg.runtime, err)
+	}
 	if cfg.maxMessage < minMaxMessage {
 		return usageErrorf("--max-message-bytes %d: want at least %d (1 MiB): tool results and transfer chunks must fit (the Go client moves files in %d MiB chunks; set its ChunkSize below the limit)", cfg.maxMessage, minMaxMessage, client.ChunkSize>>20)
 	}
@@ -166,11 +173,16 @@ func runServe(ctx context.Context, std stdio, args []string) error {
 		return err
 	}
 	defer rt.Close()
+	// Fail closed: a server asked for a runtime the engine lacks does not
+	// start (its sessions would otherwise all fail, or worse, run elsewhere).
+	if err := rt.CheckRuntime(ctx, cfg.runtime); err != nil {
+		return fmt.Errorf("--runtime %s: %w", cfg.runtime, err)
+	}
 	limits, err := diskLimits(cfg, rt.DiskQuota(), log)
 	if err != nil {
 		return err
 	}
-	defaults := sandbox.SessionOptions{Image: cfg.image, Limits: limits}
+	defaults := sandbox.SessionOptions{Image: cfg.image, Limits: limits, Runtime: cfg.runtime}
 	mopts := sandbox.ManagerOptions{Defaults: defaults, MaxConcurrentStarts: cfg.maxStarts, Logger: log}
 	if cfg.pool > 0 {
 		mopts.Pools = []sandbox.PoolOptions{{Size: cfg.pool}}

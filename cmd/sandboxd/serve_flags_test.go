@@ -27,6 +27,7 @@ func TestServeRefusesBadNumbers(t *testing.T) {
 		{[]string{"--disk-backend", "none", "--disk-mb", "64"}, "drop one of them"},
 		{[]string{"--max-message-bytes", "100"}, "--max-message-bytes 100: want at least 1048576"},
 		{[]string{"--max-message-bytes", "-1"}, "--max-message-bytes -1"},
+		{[]string{"--runtime", "/usr/bin/runsc"}, `--runtime "/usr/bin/runsc": invalid options: runtime: "/usr/bin/runsc" is not a runtime name`},
 	} {
 		var out, errb bytes.Buffer
 		code := run(append([]string{"serve", "--state-dir", t.TempDir()}, c.args...), stdio{in: &bytes.Buffer{}, out: &out, err: &errb})

@@ -94,6 +94,9 @@ func (r *Runtime) buildContainer(spec sandbox.Spec, netName string, l layout) (c
 		// io_uring (seccomp.go), never seccomp=unconfined.
 		SecurityOpt: secOpts,
 		Init:        &init,
+		// The OCI runtime: "" is the engine's default (runc); "runsc" is
+		// gVisor (decision 0024). Start has checked the engine has it.
+		Runtime:     o.Runtime,
 		OomScoreAdj: oomScoreAdj,
 		IpcMode:     container.IPCModePrivate,
 		// A cgroup namespace of its own: /proc/self/cgroup shows "/", not

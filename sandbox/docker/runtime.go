@@ -102,6 +102,8 @@ type Runtime struct {
 	fw    *firewall
 	fwErr error
 	quota quota
+	// runtimes are the engine's OCI runtimes (runtimes.go).
+	runtimes engineRuntimes
 
 	// agentLogs: per session, the logger of what its agent streams carry
 	// on stderr (hostile input), truncated and rate-limited once for all
@@ -192,6 +194,7 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 	}
 	r.agent = ab
 	r.warnSecurity(pctx)
+	r.probeRuntimes(ctx)
 	r.quota = r.probeQuota(ctx)
 	quotas := "available, in " + r.quota.dir
 	if r.quota.err != nil {
@@ -199,7 +202,7 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 	}
 	r.log.Info("docker runtime ready", "engine", r.cli.DaemonHost(), "api", r.cli.ClientVersion(),
 		"agent", ab.path, "agent_delivery", map[bool]string{true: "copied volume", false: "bind mount"}[r.opts.CopyAgent],
-		"host_firewall", r.fw != nil, "disk_quotas", quotas)
+		"host_firewall", r.fw != nil, "disk_quotas", quotas, "oci_runtimes", r.Runtimes())
 	return r, nil
 }
 

@@ -29,6 +29,11 @@ import (
 func (r *Runtime) Start(ctx context.Context, spec sandbox.Spec) (_ io.ReadWriteCloser, err error) {
 	id := spec.SessionID
 	log := r.log.With("session", id)
+	// Before anything is made: a runtime the engine lacks is refused, never
+	// replaced by the default (decision 0024).
+	if err := r.checkRuntime(ctx, spec.Options.Runtime, spec.Options.Network); err != nil {
+		return nil, err
+	}
 	defer func() {
 		if err != nil {
 			rctx, cancel := r.call(context.WithoutCancel(ctx))

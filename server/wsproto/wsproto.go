@@ -185,7 +185,11 @@ type CreateParams struct {
 	Network string            `json:"network,omitempty"` // "none" (default), "bridge", "internal" or a network's name
 	// AllowHosts limits a "bridge" session's egress to these host names
 	// (resolved when the session starts), IP addresses and CIDR prefixes.
-	AllowHosts  []string          `json:"allow_hosts,omitempty"`
+	AllowHosts []string `json:"allow_hosts,omitempty"`
+	// Runtime is the engine's OCI runtime for the sandbox ("runsc": gVisor);
+	// empty: the server's default (serve --runtime), else the engine's.
+	// One the engine lacks is an invalid-params error naming those it has.
+	Runtime     string            `json:"runtime,omitempty"`
 	IdleTimeout Duration          `json:"idle_timeout,omitempty"`
 	Labels      map[string]string `json:"labels,omitempty"`
 	// IdempotencyKey makes a retried create return the first create's
