@@ -53,12 +53,21 @@ func newRuntime(t *testing.T, change ...func(*sdocker.Options)) *sdocker.Runtime
 	return rt
 }
 
-// newManager makes a manager over rt with the test image as default and a
-// fast reaper; it is shut down (sessions removed) when the test ends.
+// e2eRuntime is the OCI runtime of every e2e session that names none
+// (SANDBOXD_E2E_RUNTIME, e.g. runsc: the suite against gVisor); empty is
+// the engine's default.
+var e2eRuntime = os.Getenv("SANDBOXD_E2E_RUNTIME")
+
+// newManager makes a manager over rt with the test image as default (and
+// SANDBOXD_E2E_RUNTIME's runtime) and a fast reaper; it is shut down
+// (sessions removed) when the test ends.
 func newManager(t *testing.T, rt sandbox.Runtime, opts sandbox.ManagerOptions) *sandbox.Manager {
 	t.Helper()
 	if opts.Defaults.Image == "" {
 		opts.Defaults.Image = testImage
+	}
+	if opts.Defaults.Runtime == "" {
+		opts.Defaults.Runtime = e2eRuntime
 	}
 	if opts.ReapInterval == 0 {
 		opts.ReapInterval = 100 * time.Millisecond

@@ -220,7 +220,7 @@ func TestForeignImagePoolAndAdoption(t *testing.T) {
 	img := foreignImage(t, 0)
 	rt := newRuntime(t)
 	ctx := ctxT(t)
-	opts := sandbox.ManagerOptions{Defaults: sandbox.SessionOptions{Image: img}, Logger: logger(),
+	opts := sandbox.ManagerOptions{Defaults: sandbox.SessionOptions{Image: img, Runtime: e2eRuntime}, Logger: logger(),
 		Pools: []sandbox.PoolOptions{{Size: 1}}}
 	m1, err := sandbox.NewManager(ctx, rt, opts)
 	require.NoError(t, err)

@@ -178,7 +178,7 @@ func TestQuotaAdoptedAfterRestart(t *testing.T) {
 	const quota = 32 << 20
 	rt := quotaRuntime(t)
 	ctx := ctxT(t)
-	defaults := sandbox.SessionOptions{Image: testImage, Limits: sandbox.Limits{DiskQuota: quota}}
+	defaults := sandbox.SessionOptions{Image: testImage, Runtime: e2eRuntime, Limits: sandbox.Limits{DiskQuota: quota}}
 	m1, err := sandbox.NewManager(ctx, rt, sandbox.ManagerOptions{Defaults: defaults, Logger: logger()})
 	require.NoError(t, err)
 	s1, err := m1.Create(ctx, sandbox.SessionOptions{IdleTimeout: time.Hour})
@@ -254,7 +254,7 @@ func BenchmarkColdStartQuota(b *testing.B) {
 	if err := rt.DiskQuota(); err != nil {
 		b.Skip(err)
 	}
-	m, err := sandbox.NewManager(context.Background(), rt, sandbox.ManagerOptions{Defaults: sandbox.SessionOptions{Image: testImage}, Logger: logger()})
+	m, err := sandbox.NewManager(context.Background(), rt, sandbox.ManagerOptions{Defaults: sandbox.SessionOptions{Image: testImage, Runtime: e2eRuntime}, Logger: logger()})
 	require.NoError(b, err)
 	defer func() { _ = m.Shutdown(context.Background(), false) }()
 	var plain, quota []time.Duration

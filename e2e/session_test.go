@@ -253,7 +253,7 @@ func TestWarmPoolHandOut(t *testing.T) {
 func TestRestartAdoptsLiveSession(t *testing.T) {
 	rt := newRuntime(t)
 	ctx := ctxT(t)
-	m1, err := sandbox.NewManager(ctx, rt, sandbox.ManagerOptions{Defaults: sandbox.SessionOptions{Image: testImage}, Logger: logger()})
+	m1, err := sandbox.NewManager(ctx, rt, sandbox.ManagerOptions{Defaults: sandbox.SessionOptions{Image: testImage, Runtime: e2eRuntime}, Logger: logger()})
 	require.NoError(t, err)
 	live, err := m1.Create(ctx, sandbox.SessionOptions{IdleTimeout: time.Hour})
 	require.NoError(t, err)

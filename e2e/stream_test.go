@@ -89,7 +89,7 @@ func TestAbuseAgentStreamUnreachable(t *testing.T) {
 	})
 	rt := newRuntime(t, func(o *sdocker.Options) { o.Logger = log })
 	ctx := ctxT(t)
-	m1, err := sandbox.NewManager(ctx, rt, sandbox.ManagerOptions{Defaults: sandbox.SessionOptions{Image: testImage}, Logger: log})
+	m1, err := sandbox.NewManager(ctx, rt, sandbox.ManagerOptions{Defaults: sandbox.SessionOptions{Image: testImage, Runtime: e2eRuntime}, Logger: log})
 	require.NoError(t, err)
 	s1, err := m1.Create(ctx, sandbox.SessionOptions{IdleTimeout: time.Hour})
 	require.NoError(t, err)
