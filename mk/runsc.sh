@@ -40,7 +40,9 @@ fi
 # 20221219 (Debian's) refuses its sandbox network on kernels that show
 # net.core.rmem_default in every namespace (it takes that for the root
 # namespace). sandboxd refuses other network modes under such a runtime.
-args='["--network=none"]'
+# --oci-seccomp: gVisor applies the container's seccomp profile (sandboxd's,
+# without io_uring) inside the sandbox too; without it runsc ignores it.
+args='["--network=none", "--oci-seccomp"]'
 engine_has() { docker info --format '{{json .Runtimes}}' 2>/dev/null | ARGS="$args" python3 -c 'import json,os,sys; r=json.load(sys.stdin).get("runsc"); sys.exit(0 if r and r.get("runtimeArgs", []) == json.loads(os.environ["ARGS"]) else 1)'; }
 docker info >/dev/null 2>&1 || fail "the Docker engine does not answer"
 if engine_has; then
