@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"path"
 	"slices"
 	"strings"
 	"sync"
@@ -23,13 +24,22 @@ type engineRuntimes struct {
 	names []string // sorted; nil while unknown
 	// noNet: the runtimes registered with gVisor's network off
 	// (runtimeArgs --network=none, as make runsc does).
-	noNet    map[string]bool
-	fallback string // the engine's default runtime ("runc")
-	err      error  // why the last probe failed
+	noNet map[string]bool
+	// noSeccomp: gVisor runtimes (path ending in runsc) registered without
+	// --oci-seccomp, which ignore the container's seccomp profile.
+	noSeccomp map[string]bool
+	fallback  string // the engine's default runtime ("runc")
+	err       error  // why the last probe failed
 }
 
-// set records a probe's answer: each runtime's name and its runtimeArgs.
-func (e *engineRuntimes) set(runtimes map[string][]string, def string, err error) {
+// engineRuntime is what the engine says of one runtime.
+type engineRuntime struct {
+	path string
+	args []string
+}
+
+// set records a probe's answer: each runtime's path and runtimeArgs by name.
+func (e *engineRuntimes) set(runtimes map[string]engineRuntime, def string, err error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if err != nil {
@@ -37,9 +47,13 @@ func (e *engineRuntimes) set(runtimes map[string][]string, def string, err error
 		return
 	}
 	e.names, e.fallback, e.err = slices.Sorted(maps.Keys(runtimes)), def, nil
-	e.noNet = map[string]bool{}
-	for name, args := range runtimes {
-		e.noNet[name] = slices.ContainsFunc(args, func(a string) bool { return a == "--network=none" || a == "-network=none" })
+	e.noNet, e.noSeccomp = map[string]bool{}, map[string]bool{}
+	for name, rt := range runtimes {
+		has := func(flag string) bool {
+			return slices.ContainsFunc(rt.args, func(a string) bool { return a == "--"+flag || a == "-"+flag || a == "--"+flag+"=true" })
+		}
+		e.noNet[name] = has("network=none")
+		e.noSeccomp[name] = path.Base(rt.path) == "runsc" && !has("oci-seccomp")
 	}
 }
 
@@ -64,6 +78,10 @@ func (e *engineRuntimes) check(name, network string) error {
 			"runtime: cannot tell whether the engine has %q (%s); refusing rather than running the session under another runtime", name, why)}}
 	}
 	if slices.Contains(e.names, name) {
+		if e.noSeccomp[name] {
+			return &sandbox.OptionsError{Problems: []string{fmt.Sprintf(
+				"runtime: the engine runs %q (gVisor) without --oci-seccomp, so it would ignore sandboxd's seccomp profile; add it to the runtime's runtimeArgs (make runsc does)", name)}}
+		}
 		if e.noNet[name] && network != "" && network != sandbox.NetworkNone {
 			return &sandbox.OptionsError{Problems: []string{fmt.Sprintf(
 				"network: %q cannot be had under the runtime %q: the engine runs it with --network=none (see docs/security.md, gVisor); use network %q or another runtime",
@@ -100,9 +118,9 @@ func (r *Runtime) probeRuntimes(ctx context.Context) {
 		r.runtimes.set(nil, "", fmt.Errorf("reading the engine's runtimes: %w", err))
 		return
 	}
-	rts := make(map[string][]string, len(info.Runtimes))
+	rts := make(map[string]engineRuntime, len(info.Runtimes))
 	for name, rt := range info.Runtimes {
-		rts[name] = rt.Args
+		rts[name] = engineRuntime{path: rt.Path, args: rt.Args}
 	}
 	r.runtimes.set(rts, info.DefaultRuntime, nil)
 }

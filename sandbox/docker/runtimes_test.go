@@ -22,7 +22,7 @@ func TestEngineRuntimesCheck(t *testing.T) {
 	require.ErrorIs(t, err, sandbox.ErrInvalidOptions, "unknown runtimes fail closed")
 	require.ErrorContains(t, err, "cannot tell whether the engine has \"runsc\"")
 
-	e.set(map[string][]string{"runc": nil, "io.containerd.runc.v2": nil}, "runc", nil)
+	e.set(map[string]engineRuntime{"runc": {path: "runc"}, "io.containerd.runc.v2": {path: "runc"}}, "runc", nil)
 	require.NoError(t, e.check("runc", "bridge"))
 	err = e.check("runsc", "none")
 	require.ErrorIs(t, err, sandbox.ErrInvalidOptions)
@@ -33,13 +33,20 @@ func TestEngineRuntimesCheck(t *testing.T) {
 	assert.Equal(t, []string{"io.containerd.runc.v2", "runc"}, e.list())
 
 	// make runsc registers gVisor without its network: only network none.
-	e.set(map[string][]string{"runc": nil, "runsc": {"--network=none"}}, "runc", nil)
+	gv := engineRuntime{path: "/usr/bin/runsc", args: []string{"--network=none", "--oci-seccomp"}}
+	e.set(map[string]engineRuntime{"runc": {path: "runc"}, "runsc": gv}, "runc", nil)
 	require.NoError(t, e.check("runsc", "none"))
 	require.NoError(t, e.check("runsc", ""))
 	err = e.check("runsc", "bridge")
 	require.ErrorIs(t, err, sandbox.ErrInvalidOptions)
 	require.ErrorContains(t, err, `network: "bridge" cannot be had under the runtime "runsc": the engine runs it with --network=none`)
 	require.NoError(t, e.check("runc", "bridge"))
+
+	// gVisor without --oci-seccomp would drop sandboxd's seccomp profile.
+	e.set(map[string]engineRuntime{"runc": {path: "runc"}, "gvisor": {path: "/usr/local/bin/runsc"}}, "runc", nil)
+	err = e.check("gvisor", "none")
+	require.ErrorIs(t, err, sandbox.ErrInvalidOptions)
+	require.ErrorContains(t, err, `runtime: the engine runs "gvisor" (gVisor) without --oci-seccomp`)
 }
 
 // fakeEngine answers /info with the runtimes in *names, counting the calls.
@@ -49,7 +56,7 @@ func fakeEngine(t *testing.T, names *atomic.Pointer[[]string], infos *atomic.Int
 		infos.Add(1)
 		rts := map[string]any{}
 		for _, n := range *names.Load() {
-			rts[n] = map[string]any{"path": n, "runtimeArgs": []string{"--network=none"}}
+			rts[n] = map[string]any{"path": n, "runtimeArgs": []string{"--network=none", "--oci-seccomp"}}
 		}
 		_ = json.NewEncoder(w).Encode(map[string]any{"Runtimes": rts, "DefaultRuntime": "runc"})
 	}))
