@@ -11,4 +11,10 @@
 //
 //	SANDBOXD_E2E_BINARY   use this static sandboxd binary instead of building one
 //	SANDBOXD_TEST_IMAGE   test image (default sandboxd-test:latest)
+//	SANDBOXD_E2E_RUNTIME  OCI runtime of every session that names none (e.g.
+//	                      runsc: the suite against gVisor, after `make runsc`;
+//	                      docs/security.md §6 lists what differs there)
+//
+// runsc_test.go runs gVisor's own checks and measures its cost against runc
+// when the engine has the runtime runsc, and skips saying why otherwise.
 package e2e
