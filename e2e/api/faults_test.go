@@ -17,7 +17,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -205,26 +204,8 @@ func startFaultServer(t *testing.T, mset func(*sandbox.ManagerOptions), sset fun
 		cli.Close()
 		t.Fatal(err)
 	}
-	hs := httptest.NewServer(srv.Handler())
-	var once sync.Once
-	var shutErr error
-	shutdown := func() error {
-		once.Do(func() {
-			p.restore() // whatever the test did, the sessions must be removable
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			shutErr = srv.Shutdown(ctx)
-			hs.CloseClientConnections()
-			hs.Close()
-			cli.Close()
-		})
-		return shutErr
-	}
-	t.Cleanup(func() {
-		if err := shutdown(); err != nil {
-			t.Errorf("shutdown: %v", err)
-		}
-	})
+	// Whatever the test did to the engine, the sessions must be removable.
+	hs, shutdown := serveHTTP(t, srv, p.restore, func() { cli.Close() })
 	return &faultServer{
 		harnessServer: &harnessServer{
 			apiServer: &apiServer{Server: srv, http: hs, token: token, base: hs.URL,

@@ -76,25 +76,7 @@ func startHarnessServer(t *testing.T, poolSize int) *harnessServer {
 		rt.Close()
 		t.Fatal(err)
 	}
-	hs := httptest.NewServer(srv.Handler())
-	var once sync.Once
-	var shutErr error
-	shutdown := func() error {
-		once.Do(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			shutErr = srv.Shutdown(ctx)
-			hs.CloseClientConnections()
-			hs.Close()
-			rt.Close()
-		})
-		return shutErr
-	}
-	t.Cleanup(func() {
-		if err := shutdown(); err != nil {
-			t.Errorf("shutdown: %v", err)
-		}
-	})
+	hs, shutdown := serveHTTP(t, srv, nil, func() { rt.Close() })
 	return &harnessServer{
 		apiServer: &apiServer{Server: srv, http: hs, token: token, base: hs.URL,
 			ws: "ws" + strings.TrimPrefix(hs.URL, "http") + "/v1/ws", manager: m},
@@ -525,4 +507,37 @@ func TestHarnessParallelSessionsWarmPool(t *testing.T) {
 	if len(ctrs)+len(vols)+len(nets) != 0 {
 		t.Fatalf("left after the shutdown: containers %v, volumes %v, networks %v", ctrs, vols, nets)
 	}
+}
+
+// serveHTTP serves srv on a test listener. shutdown, idempotent and run at
+// the test's cleanup too, runs before, shuts srv down (calls drained,
+// sessions closed), closes the listener and its connections, then runs
+// after.
+func serveHTTP(t *testing.T, srv *server.Server, before, after func()) (*httptest.Server, func() error) {
+	t.Helper()
+	hs := httptest.NewServer(srv.Handler())
+	var once sync.Once
+	var shutErr error
+	shutdown := func() error {
+		once.Do(func() {
+			if before != nil {
+				before()
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			shutErr = srv.Shutdown(ctx)
+			hs.CloseClientConnections()
+			hs.Close()
+			if after != nil {
+				after()
+			}
+		})
+		return shutErr
+	}
+	t.Cleanup(func() {
+		if err := shutdown(); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+	})
+	return hs, shutdown
 }
