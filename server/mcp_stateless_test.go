@@ -179,30 +179,16 @@ func TestMCPStatelessIdleExpiry(t *testing.T) {
 // while its request is open.
 func TestMCPStatelessProgress(t *testing.T) {
 	ts := servertest.Start(t, nil)
-	var mu sync.Mutex
-	var got strings.Builder
-	client := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, &mcp.ClientOptions{
-		ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
-			mu.Lock()
-			got.WriteString(req.Params.Message)
-			mu.Unlock()
-		},
-	})
+	cs, progress := mcpConnectProgress(t, ts, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{
-		Endpoint:   ts.Base + "/mcp",
-		HTTPClient: &http.Client{Transport: bearer{ts.Token, http.DefaultTransport}},
-	}, nil)
-	require.NoError(t, err)
-	defer func() { _ = cs.Close() }()
 	h := openHandle(t, cs)
 	params := &mcp.CallToolParams{Name: "terminal", Arguments: map[string]any{"command": "echo progress-line", "sandbox": h}}
 	params.SetProgressToken("p1")
 	res, err := cs.CallTool(ctx, params)
 	require.NoError(t, err)
 	require.False(t, res.IsError)
-	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return got.String() == "progress-line\n" },
+	require.Eventually(t, func() bool { return progress() == "progress-line\n" },
 		5*time.Second, 5*time.Millisecond, "the output came as progress")
 }
 
@@ -219,4 +205,29 @@ func TestMCPStatelessCap(t *testing.T) {
 	res, text = callText(t, cs, "sandbox_close", map[string]any{"sandbox": h})
 	require.False(t, res.IsError, text)
 	openHandle(t, cs)
+}
+
+// mcpConnectProgress connects a client (opts: nil for the SDK's default
+// revision) that collects the messages of the progress notifications it
+// gets; progress returns them so far. It is closed when the test ends.
+func mcpConnectProgress(t *testing.T, ts *servertest.Server, opts *mcp.ClientSessionOptions) (cs *mcp.ClientSession, progress func() string) {
+	t.Helper()
+	var mu sync.Mutex
+	var got strings.Builder
+	client := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, &mcp.ClientOptions{
+		ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
+			mu.Lock()
+			got.WriteString(req.Params.Message)
+			mu.Unlock()
+		},
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{
+		Endpoint:   ts.Base + "/mcp",
+		HTTPClient: &http.Client{Transport: bearer{ts.Token, http.DefaultTransport}},
+	}, opts)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = cs.Close() })
+	return cs, func() string { mu.Lock(); defer mu.Unlock(); return got.String() }
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -182,31 +181,16 @@ func waitFor(t *testing.T, cond func() bool, what string) {
 // asks for them with a progress token.
 func TestMCPProgress(t *testing.T) {
 	ts := servertest.Start(t, nil)
-	var mu sync.Mutex
-	var got strings.Builder
-	client := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, &mcp.ClientOptions{
-		ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
-			mu.Lock()
-			got.WriteString(req.Params.Message)
-			mu.Unlock()
-		},
-	})
+	// The session mode (2026-07-28 is stateless: TestMCPStatelessProgress).
+	cs, progress := mcpConnectProgress(t, ts, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{
-		Endpoint:   ts.Base + "/mcp",
-		HTTPClient: &http.Client{Transport: bearer{ts.Token, http.DefaultTransport}},
-	}, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"}) // the session mode (2026-07-28 is stateless)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cs.Close()
 	params := &mcp.CallToolParams{Name: "stream", Arguments: map[string]any{"chunks": 5, "size": 3, "pause_us": 1000}}
 	params.SetProgressToken("p1")
 	if _, err := cs.CallTool(ctx, params); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool { mu.Lock(); defer mu.Unlock(); return got.String() == strings.Repeat("x", 15) }, "all progress messages")
+	waitFor(t, func() bool { return progress() == strings.Repeat("x", 15) }, "all progress messages")
 }
 
 // At --max-sessions a new MCP session is refused at initialize with the

@@ -283,12 +283,9 @@ func TestEngineOutageSessionsComeBack(t *testing.T) {
 	s := startFaultServer(t, nil, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	c, err := client.Dial(ctx, s.ws, s.token, client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := dialGoClient(t, ctx, s.apiServer)
 	const n = 2
+	var err error
 	sessions := make([]*client.Session, n)
 	for i := range sessions {
 		if sessions[i], err = c.CreateSession(ctx, client.CreateOptions{}); err != nil {
@@ -411,11 +408,7 @@ func TestEngineOutageLongerThanWaitFails(t *testing.T) {
 	s := startFaultServer(t, func(o *sandbox.ManagerOptions) { o.EngineOutage = wait }, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	c, err := client.Dial(ctx, s.ws, s.token, client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := dialGoClient(t, ctx, s.apiServer)
 	sess, err := c.CreateSession(ctx, client.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)

@@ -88,31 +88,16 @@ func (o *Options) setDefaults() error {
 			return fmt.Errorf("core: allowed image pattern %q: %w", p, err)
 		}
 	}
-	def := func(v *int, d int) {
-		if *v <= 0 {
-			*v = d
-		}
-	}
 	def(&o.RingBytes, DefaultRingBytes)
 	def(&o.RingChunks, DefaultRingChunks)
 	def(&o.IdemEntries, DefaultIdemEntries)
 	def(&o.MaxDownloadChunk, DefaultMaxDownloadChunk)
 	def(&o.MaxTransfers, DefaultMaxTransfers)
-	if o.IdemBytes <= 0 {
-		o.IdemBytes = DefaultIdemBytes
-	}
-	if o.IdemTTL <= 0 {
-		o.IdemTTL = DefaultIdemTTL
-	}
-	if o.TransferIdle <= 0 {
-		o.TransferIdle = DefaultTransferIdle
-	}
-	if o.DrainTransferIdle <= 0 {
-		o.DrainTransferIdle = DrainTransferIdle
-	}
-	if o.CreateTimeout <= 0 {
-		o.CreateTimeout = DefaultCreateTimeout
-	}
+	def(&o.IdemBytes, DefaultIdemBytes)
+	def(&o.IdemTTL, DefaultIdemTTL)
+	def(&o.TransferIdle, DefaultTransferIdle)
+	def(&o.DrainTransferIdle, DrainTransferIdle)
+	def(&o.CreateTimeout, DefaultCreateTimeout)
 	if o.Metrics == nil {
 		o.Metrics = metrics.New(nil)
 	}
@@ -659,5 +644,12 @@ func (e *endedSet) expire(now time.Time) {
 		}
 		e.drop(e.order[0])
 		e.order = e.order[1:]
+	}
+}
+
+// def sets *v to d when it is zero or negative: an option left unset.
+func def[T int | int64 | time.Duration](v *T, d T) {
+	if *v <= 0 {
+		*v = d
 	}
 }
