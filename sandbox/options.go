@@ -30,6 +30,9 @@ const (
 	// WorkspaceDir is the session's writable, persistent directory: a named
 	// volume per session. File transfers are confined to it.
 	WorkspaceDir = "/workspace"
+	// SkillsDir is where the session's selected skills are mounted,
+	// read-only, each at SkillsDir/<its path>.
+	SkillsDir = "/skills"
 	// FallbackHome is the session's home directory (and HOME) when neither
 	// the session's Env nor the image's environment names a usable one
 	// (none, "/", a top-level system folder such as /usr or /etc, or a path
@@ -52,6 +55,16 @@ const (
 	// NetworkInternal: a private internal network per session: reachable
 	// from the host by IP (sidecars, proxies), no egress.
 	NetworkInternal = "internal"
+)
+
+// Values of SessionOptions.Skills and SessionOptions.SkillsInstall.
+const (
+	// SkillsAll selects every top-level skill of every root.
+	SkillsAll = "all"
+	// SkillsInstallLazy runs a skill's installer before its first call.
+	SkillsInstallLazy = "lazy"
+	// SkillsInstallEager runs the installers when the sandbox starts.
+	SkillsInstallEager = "eager"
 )
 
 // NoIdleTimeout as SessionOptions.IdleTimeout keeps a session until it is
@@ -164,6 +177,17 @@ type SessionOptions struct {
 	// the engine does not have fails the create with ErrInvalidOptions
 	// naming the ones it has; there is never a fallback to another.
 	Runtime string `json:"runtime,omitempty"`
+	// Skills selects the session's skills from the manager's skill roots by
+	// path prefix, as OpenSage's enabled_skills: "fuzz" selects the skill
+	// at fuzz and every skill under it, "fuzz/run-campaign" that one only,
+	// SkillsAll every top-level skill. Empty: none. Clients never name host
+	// paths. The selected skills are mounted read-only at SkillsDir/<path>
+	// and become tools (load_skill, and one tool per executable skill).
+	Skills []string `json:"skills,omitempty"`
+	// SkillsInstall is when the selected skills' dependency installers run:
+	// SkillsInstallLazy (default: before a skill's first call) or
+	// SkillsInstallEager (when the sandbox starts, before it is handed out).
+	SkillsInstall string `json:"skills_install,omitempty"`
 
 	// Room for later options (skills, MCP sidecars): add the field here,
 	// its checks to Validate, and its effect to the runtime; the pool key
@@ -209,6 +233,12 @@ func (o SessionOptions) withDefaults(d SessionOptions) SessionOptions {
 	}
 	if len(o.Tools) == 0 {
 		o.Tools = d.Tools
+	}
+	if o.Skills == nil {
+		o.Skills = d.Skills
+	}
+	if o.SkillsInstall == "" {
+		o.SkillsInstall = d.SkillsInstall
 	}
 	o.WritableRootfs = o.WritableRootfs || d.WritableRootfs
 	o.Env = mergeMaps(d.Env, o.Env)

@@ -90,7 +90,33 @@ func (o SessionOptions) Validate() error {
 	}
 	o.validateLabels(&p)
 	o.validateTools(&p)
+	o.validateSkills(&p)
 	return p.err()
+}
+
+// maxSkills bounds the selection prefixes of one session.
+const maxSkills = 256
+
+var skillPathRe = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}(/[A-Za-z0-9_][A-Za-z0-9._-]{0,127})*$`)
+
+func (o SessionOptions) validateSkills(p *problems) {
+	if len(o.Skills) > maxSkills {
+		p.add("skills", "%d entries, above the limit of %d", len(o.Skills), maxSkills)
+	}
+	for i, s := range o.Skills {
+		switch {
+		case s == SkillsAll:
+		case !skillPathRe.MatchString(s) || len(s) > 512:
+			p.add("skills", "[%d]: %q is not a skill path prefix (relative, '/'-separated names such as \"fuzz\" or \"fuzz/run-campaign\", or %q)", i, s, SkillsAll)
+		case strings.Contains("/"+s+"/", "/../") || strings.Contains("/"+s+"/", "/./"):
+			p.add("skills", "[%d]: %q contains a '.' or '..' element", i, s)
+		}
+	}
+	switch o.SkillsInstall {
+	case "", SkillsInstallLazy, SkillsInstallEager:
+	default:
+		p.add("skills_install", "%q is not %q or %q", o.SkillsInstall, SkillsInstallLazy, SkillsInstallEager)
+	}
 }
 
 func (o SessionOptions) validateTools(p *problems) {
