@@ -7,6 +7,8 @@ import (
 	"os"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandboxd/internal/pty"
 )
 
 // Terminal size of the shell's pty (OpenHands' tmux session is 256x200).
@@ -15,59 +17,13 @@ const (
 	ptyRows = 200
 )
 
-// openPTY opens a pseudo-terminal pair with golang.org/x/sys/unix (no cgo, no
-// libc, no extra module). The master is non-blocking and so registered with
-// Go's poller: Close unblocks a pending Read and write deadlines work. Its fd
-// must only be reached through SyscallConn, since File.Fd would switch it
-// back to blocking mode. The slave is a plain file for the child's stdio.
-func openPTY() (master, slave *os.File, err error) {
-	mfd, err := unix.Open("/dev/ptmx", unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
-	if err != nil {
-		return nil, nil, fmt.Errorf("open /dev/ptmx: %w", err)
-	}
-	if err := unix.IoctlSetPointerInt(mfd, unix.TIOCSPTLCK, 0); err != nil {
-		unix.Close(mfd)
-		return nil, nil, fmt.Errorf("unlock pty: %w", err)
-	}
-	sfd, name, err := openPeer(mfd)
-	if err != nil {
-		unix.Close(mfd)
-		return nil, nil, err
-	}
-	return os.NewFile(uintptr(mfd), "/dev/ptmx"), os.NewFile(uintptr(sfd), name), nil
-}
-
-// openPeer opens the slave side: TIOCGPTPEER (Linux 4.13+) needs no /dev/pts
-// path lookup; older kernels fall back to the path.
-func openPeer(mfd int) (int, string, error) {
-	fd, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(mfd), unix.TIOCGPTPEER, uintptr(unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC))
-	if errno == 0 {
-		return int(fd), "/dev/pts/peer", nil
-	}
-	n, err := unix.IoctlGetUint32(mfd, unix.TIOCGPTN)
-	if err != nil {
-		return -1, "", fmt.Errorf("pty number: %w", err)
-	}
-	name := fmt.Sprintf("/dev/pts/%d", n)
-	sfd, err := unix.Open(name, unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return -1, "", fmt.Errorf("open %s: %w", name, err)
-	}
-	return sfd, name, nil
-}
+// openPTY opens the shell's pseudo-terminal (package internal/pty: the
+// master is poller-managed, so Close unblocks a pending Read and write
+// deadlines work).
+func openPTY() (master, slave *os.File, err error) { return pty.Open() }
 
 // withFD runs fn on the raw descriptor of a poller-managed file.
-func withFD(f *os.File, fn func(fd int) error) error {
-	rc, err := f.SyscallConn()
-	if err != nil {
-		return err
-	}
-	var ferr error
-	if err := rc.Control(func(fd uintptr) { ferr = fn(int(fd)) }); err != nil {
-		return err
-	}
-	return ferr
-}
+func withFD(f *os.File, fn func(fd int) error) error { return pty.WithFD(f, fn) }
 
 // configureTTY sets the line discipline the session relies on and returns
 // it as the baseline restored before every command. Termios ioctls on a
