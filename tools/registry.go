@@ -183,6 +183,25 @@ func (ts *Toolset) Call(ctx context.Context, name string, args json.RawMessage) 
 	return t.Call(ctx, args)
 }
 
+// Watch follows the output of the named tool's executor (see Watcher).
+func (ts *Toolset) Watch(name string, fn StreamFunc) (stop func(), err error) {
+	ts.mu.RLock()
+	closed := ts.closed
+	t, ok := ts.byName[name]
+	ts.mu.RUnlock()
+	switch {
+	case closed:
+		return nil, ErrClosed
+	case !ok:
+		return nil, fmt.Errorf("%w %q; available tools: %v", ErrUnknownTool, name, ts.names())
+	}
+	w, ok := t.closer.(Watcher)
+	if !ok {
+		return nil, fmt.Errorf("%w: %q", ErrNotWatchable, name)
+	}
+	return w.Watch(fn), nil
+}
+
 func (ts *Toolset) names() []string {
 	ts.mu.RLock()
 	defer ts.mu.RUnlock()

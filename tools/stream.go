@@ -1,6 +1,9 @@
 package tools
 
-import "context"
+import (
+	"context"
+	"errors"
+)
 
 // StreamFunc receives output of a running call as it is produced. It must
 // not block for long: it runs on the executor's reading goroutine.
@@ -20,3 +23,16 @@ func StreamFrom(ctx context.Context) StreamFunc {
 	}
 	return func([]byte) {}
 }
+
+// Watcher is an executor whose output can be followed live, whoever calls
+// it and whether or not a call streams: the terminal's screen. fn gets the
+// bytes as the executor sees them (escape sequences included), on the
+// executor's reading goroutine, so it must not block; once stop has
+// returned, fn is not called again.
+type Watcher interface {
+	Watch(fn StreamFunc) (stop func())
+}
+
+// ErrNotWatchable: Toolset.Watch named a tool whose executor is not a
+// Watcher.
+var ErrNotWatchable = errors.New("tool cannot be followed")

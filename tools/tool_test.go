@@ -159,3 +159,41 @@ func TestDecodeParams(t *testing.T) {
 	require.ErrorContains(t, DecodeParams(json.RawMessage(`{"a":1} {}`), &p), "unexpected data")
 	assert.Error(t, DecodeParams(json.RawMessage(`{"a":"x"}`), &p))
 }
+
+// watchExec is an echoExec whose output can be watched.
+type watchExec struct {
+	echoExec
+	fn StreamFunc
+}
+
+func (w *watchExec) Watch(fn StreamFunc) func() { w.fn = fn; return func() { w.fn = nil } }
+
+// Toolset.Watch reaches the executor of a Watcher tool by the tool's name;
+// an unknown tool, one that cannot be followed and a closed set are errors.
+func TestToolsetWatch(t *testing.T) {
+	w := &watchExec{}
+	watched, err := New(echoDef(), w)
+	require.NoError(t, err)
+	d := echoDef()
+	d.Name = "plain"
+	plain, err := New(d, &echoExec{})
+	require.NoError(t, err)
+	ts, err := NewToolset(watched, plain)
+	require.NoError(t, err)
+
+	var got []byte
+	stop, err := ts.Watch("echo", func(b []byte) { got = append(got, b...) })
+	require.NoError(t, err)
+	w.fn([]byte("seen"))
+	assert.Equal(t, "seen", string(got))
+	stop()
+	assert.Nil(t, w.fn)
+
+	_, err = ts.Watch("plain", func([]byte) {})
+	require.ErrorIs(t, err, ErrNotWatchable)
+	_, err = ts.Watch("nope", func([]byte) {})
+	require.ErrorIs(t, err, ErrUnknownTool)
+	require.NoError(t, ts.Close())
+	_, err = ts.Watch("echo", func([]byte) {})
+	require.ErrorIs(t, err, ErrClosed)
+}

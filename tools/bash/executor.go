@@ -41,6 +41,8 @@ type Executor struct {
 	mu     sync.Mutex // guards sess and closed
 	sess   *session
 	closed bool
+
+	watch watchers // Watch: followers of the terminal's output
 }
 
 var _ tools.Executor[Action] = (*Executor)(nil)
@@ -90,6 +92,7 @@ func NewExecutor(opts Options) (*Executor, error) {
 		start:    opts.StartTimeout,
 		grace:    opts.KillGrace,
 		log:      opts.Logger.With("component", "terminal"),
+		tap:      e.watch.emit,
 	}
 	e.user, e.host = whoAmI()
 	e.sess, err = startSession(e.cfg)

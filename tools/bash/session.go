@@ -86,6 +86,9 @@ type sessionConfig struct {
 	start    time.Duration
 	grace    time.Duration
 	log      *slog.Logger
+	// tap, if set, gets the pty's output as it arrives (markers taken out)
+	// and each command as it starts (Executor.Watch).
+	tap func([]byte)
 }
 
 // startSession starts a shell and waits for its first prompt.
@@ -288,6 +291,9 @@ func (s *session) ingest(p []byte) {
 	s.mu.Lock()
 	s.lastOut = time.Now()
 	out := func(b []byte) {
+		if s.cfg.tap != nil {
+			s.cfg.tap(b)
+		}
 		t := s.clean.write(b)
 		s.acc.write(t)
 		switch {
@@ -420,6 +426,9 @@ func (s *session) run(command string) error {
 	s.seq++
 	seq := s.seq
 	s.running, s.done, s.unstreamed = true, nil, nil
+	if s.cfg.tap != nil {
+		s.cfg.tap(commandEcho(command))
+	}
 	s.mu.Unlock()
 	// eval keeps error messages as at an interactive prompt ("bash: x:
 	// command not found", "sh: 1: eval: x: not found"): they do not name
