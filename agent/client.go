@@ -48,6 +48,8 @@ type Client struct {
 
 	mu      sync.Mutex
 	pending map[uint64]*pendingCall
+	ptys    map[uint64]*PTY // open PTYs by id (client_pty.go)
+	ptySeq  atomic.Uint64
 	err     error // why the connection ended; set once
 
 	done     chan struct{}  // closed when the connection has ended
@@ -343,9 +345,11 @@ func (c *Client) fail(cause error) {
 		c.err = fmt.Errorf("%w: %w", ErrDisconnected, cause)
 	}
 	c.pending = map[uint64]*pendingCall{}
+	err := c.err
 	c.mu.Unlock()
 	close(c.done)
 	_ = c.rwc.Close() // the connection is over; why is in c.err
+	c.endPTYs(err)
 }
 
 func (c *Client) readLoop() {
@@ -381,6 +385,10 @@ func (c *Client) readLoop() {
 			p.resp <- &f
 		case f.Method == MethodStream:
 			c.stream(&f)
+		case f.Method == MethodPTYOutput:
+			c.ptyOutput(&f)
+		case f.Method == MethodPTYExit:
+			c.ptyExit(&f)
 		case f.ID == 0 && f.Error != nil:
 			c.log.Warn("the agent reported a protocol error", "code", f.Error.Code, "err", f.Error.Message)
 		default:

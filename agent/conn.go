@@ -29,6 +29,7 @@ type conn struct {
 	mu        sync.Mutex
 	calls     map[uint64]context.CancelFunc // requests in flight, by id
 	transfers map[string]transfer
+	ptys      map[uint64]*agentPTY // nil while one starts
 
 	wg        sync.WaitGroup // request goroutines
 	closeOnce sync.Once
@@ -68,6 +69,7 @@ func (c *conn) serve(ctx context.Context) (err error) {
 		stopAfter()
 		c.close()
 		c.wg.Wait()
+		c.endPTYs()
 		c.abortTransfers(ErrDisconnected)
 		if err == nil && ctx.Err() != nil {
 			err = ctx.Err()
@@ -243,6 +245,8 @@ func (c *conn) notification(f *frame) {
 		if t := c.takeTransfer(p.Transfer); t != nil {
 			t.abort(fmt.Errorf("transfer %s aborted by the host", p.Transfer))
 		}
+	case MethodPTYAck:
+		c.ptyAck(f)
 	default:
 		c.log.Warn("ignoring an unknown notification", "method", f.Method)
 	}

@@ -25,6 +25,9 @@
 //	notification  {"method": "cancel", "params": {"id": 7}}            host -> agent
 //	              {"method": "fs/abort", "params": {"transfer": "up-3"}}
 //	              {"method": "stream", "params": {"id": 7, "seq": 1}} + payload    agent -> host
+//	              {"method": "pty/output", "params": {"pty": 1, "seq": 1}} + payload   agent -> host
+//	              {"method": "pty/exit", "params": {"pty": 1, "exit_code": 0}}        agent -> host
+//	              {"method": "pty/ack", "params": {"pty": 1, "bytes": 4096}}          host -> agent
 //
 // Ids are chosen by the host, unique per connection, from 1. Requests run
 // concurrently on the agent (a goroutine each, at most MaxConcurrentCalls
@@ -47,6 +50,27 @@
 //	fs/download/begin {path}                              -> {transfer}
 //	fs/download/read  {transfer}                          -> {eof} + payload
 //	shutdown          {}                                  -> {} (then the agent closes)
+//	pty/open          {pty, rows, cols, command, watch}   -> {pid, command}
+//	pty/input         {pty} + payload                     -> {}
+//	pty/resize        {pty, rows, cols}                   -> {}
+//	pty/close         {pty}                               -> {exit_code, signal}
+//
+// # PTYs
+//
+// A PTY is a program on a pseudo-terminal of its own, beside the terminal
+// tool (default: the user's login shell, TERM=xterm-256color), or with
+// watch a read-only view of a tool's output (tools.Watcher: the terminal
+// tool's screen). The host picks its id; it belongs to the connection and
+// ends with it. At most MaxPTYs are open in an agent. pty/input and
+// pty/resize run on the read loop, so they apply in the order they came.
+// Output comes as "pty/output" notifications {pty, seq} + payload, at most
+// PTYWindow bytes ahead of the host's "pty/ack" {pty, bytes}: a host that
+// does not keep up makes the agent stop reading the pty, and the program's
+// writes block, as on a slow terminal (a watched tool is never slowed: its
+// view drops the oldest output past 1 MiB and says so). When the program
+// exits, or on pty/close, every process of the PTY's session gets SIGHUP,
+// then SIGKILL after a second; the output still in the pty follows, then
+// one "pty/exit" {pty, exit_code, signal}.
 //
 // A tool failure the model should read (bad arguments, a missing file) is a
 // successful response whose Observation has is_error; a protocol error means

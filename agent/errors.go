@@ -30,6 +30,9 @@ var (
 	// ErrUnknownTransfer: an upload or download id the agent does not know
 	// (finished, aborted, or from another connection).
 	ErrUnknownTransfer = errors.New("unknown transfer")
+	// ErrUnknownPTY: a PTY id the agent does not know on this connection
+	// (it ended, or was opened on another connection).
+	ErrUnknownPTY = errors.New("unknown pty")
 	// ErrParse, ErrInvalidRequest, ErrMethodNotFound, ErrInvalidParams and
 	// ErrInternal are protocol failures; ErrInternal includes a tool panic.
 	ErrParse          = errors.New("frame is not valid JSON")
@@ -59,6 +62,7 @@ const (
 	CodePermission       = -32013
 	CodeExists           = -32014
 	CodeUnknownTransfer  = -32015
+	CodeUnknownPTY       = -32016
 )
 
 // codeTable is the one place typed errors meet protocol codes. The agent maps
@@ -85,6 +89,7 @@ var codeTable = []struct {
 	{CodePermission, fs.ErrPermission},
 	{CodeExists, fs.ErrExist},
 	{CodeUnknownTransfer, ErrUnknownTransfer},
+	{CodeUnknownPTY, ErrUnknownPTY},
 	{CodeInternal, ErrInternal},
 }
 

@@ -29,9 +29,37 @@ type testKit struct {
 	inside  int
 	barrier chan struct{} // closed when barrierN calls are inside at once
 	barN    int
+
+	watchers []*tools.StreamFunc
 }
 
 func (k *testKit) Close() error { k.closed.Add(1); return nil }
+
+// Watch makes the kit's tools followable (tools.Watcher): emit sends to the
+// watchers.
+func (k *testKit) Watch(fn tools.StreamFunc) func() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.watchers = append(k.watchers, &fn)
+	return func() {
+		k.mu.Lock()
+		defer k.mu.Unlock()
+		for i, w := range k.watchers {
+			if w == &fn {
+				k.watchers = append(k.watchers[:i], k.watchers[i+1:]...)
+				break
+			}
+		}
+	}
+}
+
+func (k *testKit) emit(b []byte) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, w := range k.watchers {
+		(*w)(b)
+	}
+}
 
 type (
 	echoArgs struct {

@@ -34,6 +34,12 @@ var handlers = map[string]handler{
 	MethodDownload:    {fn: handleDownloadBegin, bounded: true},
 	MethodDownloadRd:  {fn: handleDownloadRead, bounded: true},
 	MethodShutdown:    {fn: handleShutdown, after: func(c *conn) { c.s.closeConns() }},
+	// Input and resize run on the read loop, in the order they came: they
+	// only queue bytes or set the size.
+	MethodPTYOpen:   {fn: handlePTYOpen},
+	MethodPTYInput:  {fn: handlePTYInput, inline: true},
+	MethodPTYResize: {fn: handlePTYResize, inline: true},
+	MethodPTYClose:  {fn: handlePTYClose},
 }
 
 // methodList names the methods for "method not found" errors.

@@ -50,6 +50,8 @@ type ServerOptions struct {
 	MaxQueuedRequests   int
 	TransferIdleTimeout time.Duration
 	ShutdownGrace       time.Duration
+	// MaxPTYs bounds the PTYs open at once (default DefaultMaxPTYs).
+	MaxPTYs int
 }
 
 // Server serves a Toolset over the framed protocol. One Server may serve
@@ -70,6 +72,7 @@ type Server struct {
 
 	mu      sync.Mutex
 	conns   map[*conn]struct{}
+	ptys    int // open or starting, over all connections
 	closing bool
 	work    sync.WaitGroup // calls that must end before the toolset closes
 
@@ -102,6 +105,9 @@ func NewServer(opts ServerOptions) (*Server, error) {
 	}
 	if opts.ShutdownGrace <= 0 {
 		opts.ShutdownGrace = DefaultShutdownGrace
+	}
+	if opts.MaxPTYs <= 0 {
+		opts.MaxPTYs = DefaultMaxPTYs
 	}
 	s := &Server{
 		opts:  opts,
@@ -176,6 +182,7 @@ func (s *Server) stop(ctx context.Context) error {
 		case <-ctx.Done():
 			s.log.Warn("calls still running at shutdown; closing the toolset under them", "err", ctx.Err())
 		}
+		s.endAllPTYs()
 		s.stopErr = s.opts.Toolset.Close()
 		if s.stopErr != nil {
 			s.log.Error("closing the toolset", "err", s.stopErr)

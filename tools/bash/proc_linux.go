@@ -8,6 +8,8 @@ import (
 	"strconv"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandboxd/internal/pty"
 )
 
 // sessionMembers lists the live (non-zombie) processes of session sid, and
@@ -62,29 +64,8 @@ func hasEnvEntry(pid int, entry []byte) bool {
 	return false
 }
 
-// procStat reads the state and session id from /proc/pid/stat. The command
-// name may hold spaces and parentheses, so fields are counted after the last
-// ')'.
-func procStat(pid int) (state byte, session int, ok bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, 0, false
-	}
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, 0, false
-	}
-	// ") S ppid pgrp session ..."
-	f := bytes.Fields(b[i+1:])
-	if len(f) < 4 || len(f[0]) != 1 {
-		return 0, 0, false
-	}
-	s, err := strconv.Atoi(string(f[3]))
-	if err != nil {
-		return 0, 0, false
-	}
-	return f[0][0], s, true
-}
+// procStat reads the state and session id of pid (see pty.ProcStat).
+func procStat(pid int) (state byte, session int, ok bool) { return pty.ProcStat(pid) }
 
 // signalSession sends sig to every live process of session sid and reports
 // how many there were.

@@ -1,0 +1,796 @@
+package agent
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandboxd/internal/pty"
+	"github.com/sandboxd/sandboxd/tools"
+)
+
+// Methods and notifications of interactive PTYs (see doc.go). A PTY belongs
+// to the connection that opened it: it ends with that connection.
+const (
+	MethodPTYOpen   = "pty/open"   // {pty, rows, cols, command, watch} -> {pid, command}
+	MethodPTYInput  = "pty/input"  // {pty} + payload -> {}
+	MethodPTYResize = "pty/resize" // {pty, rows, cols} -> {}
+	MethodPTYClose  = "pty/close"  // {pty} -> PTYExit
+
+	MethodPTYOutput = "pty/output" // agent -> host: {pty, seq} + payload
+	MethodPTYExit   = "pty/exit"   // agent -> host: {pty, exit_code, signal, error}
+	MethodPTYAck    = "pty/ack"    // host -> agent: {pty, bytes}
+)
+
+// Defaults and bounds of PTYs.
+const (
+	// DefaultMaxPTYs bounds the PTYs open at once in one agent (one
+	// session), over all its connections.
+	DefaultMaxPTYs = 8
+	// PTYWindow is how many bytes of a PTY's output the agent sends before
+	// the host acknowledges them (pty/ack). Past it the agent stops reading
+	// the pty, the kernel's buffer fills and the program's writes block: a
+	// slow reader slows the program down, as a slow terminal does, and no
+	// side buffers more than the window.
+	PTYWindow = 256 << 10
+	// ptyChunk is the most one pty/output carries.
+	ptyChunk = 32 << 10
+	// ptyMaxInput bounds the input accepted but not yet written to a PTY
+	// (its program does not read it); more is refused with ErrBusy.
+	ptyMaxInput = 1 << 20
+	// MaxPTYSize bounds rows and columns.
+	MaxPTYSize = 1000
+	// ptyMaxArgs bounds a command's argv.
+	ptyMaxArgs = 256
+	// ptyKillGrace is how long the processes of a closing PTY have between
+	// SIGHUP and SIGKILL.
+	ptyKillGrace = time.Second
+	// ptyDrain bounds how long a PTY whose process ended keeps reading
+	// what is still in the pty (a process that left the session may hold
+	// it open) and waits for the host's acknowledgements.
+	ptyDrain = 2 * time.Second
+)
+
+// PTYOptions is what a PTY is opened with. Exactly one of Command (empty:
+// the user's login shell) and Watch is used.
+type PTYOptions struct {
+	Rows int `json:"rows"`
+	Cols int `json:"cols"`
+	// Command is the argv to run; empty runs the session user's login
+	// shell (from /etc/passwd; bash or sh when it names none) as a login
+	// shell.
+	Command []string `json:"command,omitempty"`
+	// Watch follows the named tool's output read-only instead of running
+	// a command (tools.Watcher: "terminal" is the agent's terminal).
+	Watch string `json:"watch,omitempty"`
+}
+
+// Validate checks the options with messages for the client.
+func (o PTYOptions) Validate() error {
+	var errs []string
+	if o.Watch == "" && (o.Rows < 1 || o.Rows > MaxPTYSize || o.Cols < 1 || o.Cols > MaxPTYSize) {
+		errs = append(errs, fmt.Sprintf("rows and cols must be 1 to %d, got %dx%d", MaxPTYSize, o.Rows, o.Cols))
+	}
+	if o.Watch != "" && len(o.Command) > 0 {
+		errs = append(errs, "a PTY either runs a command or watches a tool, not both")
+	}
+	if len(o.Command) > ptyMaxArgs {
+		errs = append(errs, fmt.Sprintf("command has %d arguments, the limit is %d", len(o.Command), ptyMaxArgs))
+	}
+	if len(o.Command) > 0 && o.Command[0] == "" {
+		errs = append(errs, "command[0] (the program) is empty")
+	}
+	for i, a := range o.Command {
+		if strings.IndexByte(a, 0) >= 0 {
+			errs = append(errs, fmt.Sprintf("command[%d] holds a NUL byte", i))
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%w: %s", ErrInvalidParams, strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// PTYExit is how a PTY ended: its process's exit code (128+n after signal
+// n, named in Signal), or Error when the PTY ended without one (the
+// connection to the agent was lost). A watching PTY ends with code 0.
+type PTYExit struct {
+	ExitCode int    `json:"exit_code"`
+	Signal   string `json:"signal,omitempty"`
+	Error    string `json:"error,omitempty"`
+}
+
+// Params and results of the PTY methods.
+type (
+	ptyOpenParams struct {
+		PTY uint64 `json:"pty"`
+		PTYOptions
+	}
+	// PTYOpened is the result of pty/open: the process id in the sandbox
+	// (0 when watching) and the argv it runs.
+	PTYOpened struct {
+		PID     int      `json:"pid,omitempty"`
+		Command []string `json:"command,omitempty"`
+	}
+	ptyRef struct {
+		PTY uint64 `json:"pty"`
+	}
+	ptyInputParams struct {
+		PTY  uint64 `json:"pty"`
+		Data []byte `json:"data,omitempty"`
+	}
+	ptyResizeParams struct {
+		PTY  uint64 `json:"pty"`
+		Rows int    `json:"rows"`
+		Cols int    `json:"cols"`
+	}
+	ptyOutputParams struct {
+		PTY  uint64 `json:"pty"`
+		Seq  uint64 `json:"seq"`
+		Data []byte `json:"data,omitempty"`
+	}
+	ptyExitParams struct {
+		PTY uint64 `json:"pty"`
+		PTYExit
+	}
+	ptyAckParams struct {
+		PTY   uint64 `json:"pty"`
+		Bytes int    `json:"bytes"`
+	}
+)
+
+// agentPTY is one PTY on the agent side: a command on a pseudo-terminal, or
+// a read-only view of a tool's output. Three goroutines serve it: the pump
+// sends output within the window, the writer feeds input to the program,
+// the waiter reaps the process and starts the end.
+type agentPTY struct {
+	id  uint64
+	c   *conn
+	log *slog.Logger
+
+	master *os.File // nil when watching
+	cmd    *exec.Cmd
+	pid    int
+	watch  *watchBuffer // nil for a command
+	stopW  func()       // stops the watch
+
+	mu      sync.Mutex
+	unacked int
+	seq     uint64
+	input   [][]byte
+	inBytes int
+	status  PTYExit
+	ending  bool
+
+	credit   chan struct{} // capacity 1: an ack arrived
+	inputReq chan struct{} // capacity 1: input arrived
+	exited   chan struct{} // the process was reaped (closed at once when watching)
+	drainBy  chan struct{} // closed when the drain period ends
+	pumpDone chan struct{}
+	done     chan struct{} // pty/exit sent, everything released
+
+	endOnce sync.Once
+}
+
+func handlePTYOpen(_ context.Context, c *conn, f *frame) (any, error) {
+	var p ptyOpenParams
+	if err := decodeParams(f, &p); err != nil {
+		return nil, err
+	}
+	if p.PTY == 0 {
+		return nil, fmt.Errorf("%w: pty/open needs a pty id (not 0)", ErrInvalidParams)
+	}
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	t := &agentPTY{
+		id: p.PTY, c: c, log: c.log.With("pty", p.PTY),
+		credit: make(chan struct{}, 1), inputReq: make(chan struct{}, 1),
+		exited: make(chan struct{}), drainBy: make(chan struct{}),
+		pumpDone: make(chan struct{}), done: make(chan struct{}),
+	}
+	if err := c.s.reservePTY(c, t.id); err != nil {
+		return nil, err
+	}
+	opened, err := t.start(p.PTYOptions)
+	if err != nil {
+		c.s.releasePTY(c, t.id)
+		return nil, err
+	}
+	c.addPTY(t)
+	c.log.Info("pty opened", "pty", t.id, "pid", opened.PID, "command", opened.Command, "watch", p.Watch)
+	return opened, nil
+}
+
+// start runs the command (or starts watching) and the PTY's goroutines.
+func (t *agentPTY) start(o PTYOptions) (*PTYOpened, error) {
+	if o.Watch != "" {
+		t.watch = newWatchBuffer()
+		stop, err := t.c.s.opts.Toolset.Watch(o.Watch, t.watch.write)
+		if err != nil {
+			if errors.Is(err, tools.ErrNotWatchable) || errors.Is(err, tools.ErrUnknownTool) {
+				err = fmt.Errorf("%w: %w", ErrInvalidParams, err)
+			}
+			return nil, err
+		}
+		t.stopW = stop
+		close(t.exited) // nothing to reap
+		go t.pump(t.watch)
+		return &PTYOpened{}, nil
+	}
+	argv, err := ptyCommand(o.Command)
+	if err != nil {
+		return nil, err
+	}
+	master, slave, err := pty.Open()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInternal, err)
+	}
+	if err := pty.SetSize(master, uint16(o.Rows), uint16(o.Cols)); err != nil {
+		_ = master.Close() // unused; the size error is the one to report
+		_ = slave.Close()
+		return nil, fmt.Errorf("%w: setting the pty's size: %w", ErrInternal, err)
+	}
+	cmd := exec.Command(argv.path, argv.args[1:]...)
+	cmd.Args[0] = argv.arg0
+	cmd.Dir = t.c.s.opts.Workspace
+	cmd.Env = ptyEnv(os.Environ(), argv.path)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
+	// Its own session with the pty as controlling terminal: job control
+	// works, ^C and ^Z reach the foreground job, and the session is what
+	// close ends.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	err = cmd.Start()
+	_ = slave.Close() // the child has it; our copy would keep the pty open after it exits
+	if err != nil {
+		_ = master.Close() // nothing ran on it
+		return nil, fmt.Errorf("%w: starting %s: %w", ErrInvalidParams, strings.Join(argv.args, " "), err)
+	}
+	t.master, t.cmd, t.pid = master, cmd, cmd.Process.Pid
+	if err := preferForOOM(t.pid); err != nil {
+		t.log.Debug("pty: raising the process's oom_score_adj", "err", err)
+	}
+	go t.pump(master)
+	go t.writeInput()
+	go t.wait()
+	return &PTYOpened{PID: t.pid, Command: argv.args}, nil
+}
+
+// ptyArgv is what a PTY runs: the program's path, the argv as asked (or
+// the login shell's), and argv[0] as the program sees it.
+type ptyArgv struct {
+	path string
+	args []string
+	arg0 string
+}
+
+// ptyCommand resolves a command, or the user's login shell for none: its
+// argv[0] starts with "-", which makes any shell a login shell (bash, dash
+// and busybox read /etc/profile and ~/.profile).
+func ptyCommand(command []string) (ptyArgv, error) {
+	if len(command) > 0 {
+		path, err := exec.LookPath(command[0])
+		if err != nil {
+			return ptyArgv{}, fmt.Errorf("%w: command %q: %w", ErrInvalidParams, command[0], err)
+		}
+		return ptyArgv{path: path, args: command, arg0: command[0]}, nil
+	}
+	shell := loginShell(os.Getuid())
+	if shell == "" {
+		for _, c := range []string{"bash", "/bin/bash", "/usr/bin/bash", "sh", "/bin/sh"} {
+			if p, err := exec.LookPath(c); err == nil {
+				shell = p
+				break
+			}
+		}
+	}
+	if shell == "" {
+		return ptyArgv{}, fmt.Errorf("%w: no login shell: the user's /etc/passwd entry names none that runs, and no bash or sh was found", ErrInvalidParams)
+	}
+	return ptyArgv{path: shell, args: []string{shell, "-l"}, arg0: "-" + filepath.Base(shell)}, nil
+}
+
+// loginShell is uid's shell in /etc/passwd, if it names an executable.
+func loginShell(uid int) string {
+	f, err := os.Open("/etc/passwd")
+	if err != nil {
+		return ""
+	}
+	defer func() { _ = f.Close() }() // read-only
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Split(sc.Text(), ":")
+		if len(fields) < 7 || fields[2] != strconv.Itoa(uid) {
+			continue
+		}
+		sh := fields[6]
+		if st, err := os.Stat(sh); err == nil && filepath.IsAbs(sh) && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
+			return sh
+		}
+		return ""
+	}
+	return ""
+}
+
+// ptyEnv is the agent's environment with TERM=xterm-256color and SHELL
+// set: what a terminal emulator gives the shell it starts.
+func ptyEnv(inherited []string, shell string) []string {
+	env := slices.DeleteFunc(slices.Clone(inherited), func(kv string) bool {
+		return strings.HasPrefix(kv, "TERM=") || strings.HasPrefix(kv, "COLUMNS=") || strings.HasPrefix(kv, "LINES=")
+	})
+	env = append(env, "TERM=xterm-256color")
+	if !slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "SHELL=") }) {
+		env = append(env, "SHELL="+shell)
+	}
+	return env
+}
+
+// pump sends the PTY's output as pty/output notifications, at most
+// PTYWindow bytes ahead of the host's acknowledgements.
+func (t *agentPTY) pump(src io.Reader) {
+	defer close(t.pumpDone)
+	buf := make([]byte, ptyChunk)
+	for {
+		if !t.waitCredit() {
+			return
+		}
+		n, err := src.Read(buf)
+		if n > 0 {
+			t.mu.Lock()
+			t.unacked += n
+			t.seq++
+			seq := t.seq
+			t.mu.Unlock()
+			if t.c.notify(MethodPTYOutput, ptyOutputParams{PTY: t.id, Seq: seq}, buf[:n]) != nil {
+				return // the connection is gone
+			}
+		}
+		if err != nil {
+			return // EIO: every process holding the pty has closed it; EOF: the watch ended
+		}
+	}
+}
+
+// waitCredit waits until the window has room; false when the PTY must stop
+// sending (the connection ended, or the drain period is over).
+func (t *agentPTY) waitCredit() bool {
+	for {
+		t.mu.Lock()
+		room := t.unacked < PTYWindow
+		t.mu.Unlock()
+		if room {
+			return true
+		}
+		select {
+		case <-t.credit:
+		case <-t.c.ctx.Done():
+			return false
+		case <-t.drainBy:
+			return false
+		}
+	}
+}
+
+// ack returns n bytes of window.
+func (t *agentPTY) ack(n int) {
+	t.mu.Lock()
+	t.unacked = max(0, t.unacked-n)
+	t.mu.Unlock()
+	select {
+	case t.credit <- struct{}{}:
+	default:
+	}
+}
+
+// addInput queues input for the program; it never blocks (it runs on the
+// connection's read loop, which keeps inputs in order).
+func (t *agentPTY) addInput(b []byte) error {
+	if t.master == nil {
+		return fmt.Errorf("%w: pty %d watches a tool: it is read-only", ErrInvalidParams, t.id)
+	}
+	if len(b) == 0 {
+		return nil
+	}
+	t.mu.Lock()
+	if t.ending {
+		t.mu.Unlock()
+		return fmt.Errorf("%w %d: it is ending", ErrUnknownPTY, t.id)
+	}
+	if t.inBytes+len(b) > ptyMaxInput {
+		held := t.inBytes
+		t.mu.Unlock()
+		return fmt.Errorf("%w: pty %d holds %d bytes of input its program has not read (limit %d)", ErrBusy, t.id, held, ptyMaxInput)
+	}
+	t.input = append(t.input, b)
+	t.inBytes += len(b)
+	t.mu.Unlock()
+	select {
+	case t.inputReq <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// writeInput writes queued input to the pty in order until the PTY ends.
+func (t *agentPTY) writeInput() {
+	for {
+		select {
+		case <-t.inputReq:
+		case <-t.exited:
+			return
+		}
+		for {
+			t.mu.Lock()
+			if len(t.input) == 0 {
+				t.mu.Unlock()
+				break
+			}
+			b := t.input[0]
+			t.input = t.input[1:]
+			t.mu.Unlock()
+			_, err := t.master.Write(b)
+			t.mu.Lock()
+			t.inBytes -= len(b)
+			t.mu.Unlock()
+			if err != nil {
+				return // the pty is closing (its write deadline has passed)
+			}
+		}
+	}
+}
+
+func (t *agentPTY) resize(rows, cols int) error {
+	if t.master == nil {
+		return fmt.Errorf("%w: pty %d watches a tool: its size is the tool's", ErrInvalidParams, t.id)
+	}
+	if rows < 1 || rows > MaxPTYSize || cols < 1 || cols > MaxPTYSize {
+		return fmt.Errorf("%w: rows and cols must be 1 to %d, got %dx%d", ErrInvalidParams, MaxPTYSize, rows, cols)
+	}
+	if err := pty.SetSize(t.master, uint16(rows), uint16(cols)); err != nil {
+		return fmt.Errorf("%w: resizing pty %d: %w", ErrInternal, t.id, err)
+	}
+	return nil
+}
+
+// wait reaps the process and ends the PTY.
+func (t *agentPTY) wait() {
+	err := t.cmd.Wait()
+	st := PTYExit{}
+	if ps := t.cmd.ProcessState; ps != nil {
+		st.ExitCode = ps.ExitCode()
+		if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			st.ExitCode = 128 + int(ws.Signal())
+			st.Signal = unix.SignalName(ws.Signal())
+		}
+	} else if err != nil {
+		st = PTYExit{ExitCode: -1, Error: err.Error()}
+	}
+	t.mu.Lock()
+	t.status = st
+	t.mu.Unlock()
+	close(t.exited)
+	go t.end()
+}
+
+// end ends the PTY once: the processes of its session get SIGHUP (as when
+// a terminal's window closes), then SIGKILL after ptyKillGrace; what they
+// printed is still sent (for up to ptyDrain), then pty/exit, and the PTY
+// is forgotten. It returns when all of that is done.
+func (t *agentPTY) end() {
+	t.endOnce.Do(func() {
+		t.mu.Lock()
+		t.ending = true
+		t.mu.Unlock()
+		drain := time.AfterFunc(ptyDrain, func() { close(t.drainBy) })
+		defer drain.Stop()
+		if t.master != nil {
+			t.hangUp()
+			// Output still in the pty is read until every holder has
+			// closed it (EIO), or the drain period ends.
+			_ = t.master.SetReadDeadline(time.Now().Add(ptyDrain))
+			_ = t.master.SetWriteDeadline(time.Now()) // a blocked input write gives up
+		} else {
+			t.stopW()
+			t.watch.close()
+		}
+		<-t.pumpDone
+		if t.master != nil {
+			_ = t.master.Close() // the pump has ended; nothing is pending on it
+		}
+		t.mu.Lock()
+		st := t.status
+		t.mu.Unlock()
+		// Best effort: a connection that is gone has no one to tell.
+		_ = t.c.notify(MethodPTYExit, ptyExitParams{PTY: t.id, PTYExit: st}, nil)
+		t.c.s.releasePTY(t.c, t.id)
+		t.log.Info("pty ended", "exit_code", st.ExitCode, "signal", st.Signal)
+		close(t.done)
+	})
+	<-t.done
+}
+
+// hangUp ends every process of the PTY's session: SIGHUP and SIGCONT (a
+// stopped job acts on SIGHUP only once continued), then SIGKILL to what is
+// left after ptyKillGrace.
+func (t *agentPTY) hangUp() {
+	sig := func(s unix.Signal) int {
+		n := pty.SignalSession(t.pid, s)
+		select {
+		case <-t.exited:
+		default: // not reaped yet: the pid is still the leader's
+			_ = unix.Kill(t.pid, s)
+			n++
+		}
+		return n
+	}
+	if sig(unix.SIGHUP) == 0 {
+		return
+	}
+	sig(unix.SIGCONT)
+	deadline := time.Now().Add(ptyKillGrace)
+	for wait := time.Millisecond; time.Now().Before(deadline); wait = min(2*wait, 50*time.Millisecond) {
+		select {
+		case <-t.exited:
+			if pty.SignalSession(t.pid, 0) == 0 {
+				return
+			}
+		default:
+		}
+		time.Sleep(min(wait, time.Until(deadline)))
+	}
+	// Until none is left: a process that forked between a scan and the
+	// kill of its parent is caught by the next round.
+	for end := time.Now().Add(time.Second); sig(unix.SIGKILL) > 0 && time.Now().Before(end); {
+		time.Sleep(time.Millisecond)
+	}
+	select {
+	case <-t.exited:
+	case <-time.After(5 * time.Second):
+		t.log.Warn("pty: the process did not end after SIGKILL", "pid", t.pid)
+	}
+}
+
+// watchBuffer holds a watched tool's output for the pump. The tool never
+// waits for it: past its bound the oldest bytes are dropped and the
+// watcher gets a line saying how many, instead of slowing the tool down.
+type watchBuffer struct {
+	mu      sync.Mutex
+	buf     []byte
+	dropped int
+	closed  bool
+	ready   chan struct{} // capacity 1
+}
+
+// watchBound is what a watching PTY holds for a slow watcher.
+const watchBound = 1 << 20
+
+func newWatchBuffer() *watchBuffer { return &watchBuffer{ready: make(chan struct{}, 1)} }
+
+func (w *watchBuffer) write(b []byte) {
+	w.mu.Lock()
+	if !w.closed {
+		w.buf = append(w.buf, b...)
+		if over := len(w.buf) - watchBound; over > 0 {
+			w.dropped += over
+			w.buf = append(w.buf[:0], w.buf[over:]...)
+		}
+	}
+	w.mu.Unlock()
+	select {
+	case w.ready <- struct{}{}:
+	default:
+	}
+}
+
+func (w *watchBuffer) close() {
+	w.mu.Lock()
+	w.closed = true
+	w.mu.Unlock()
+	select {
+	case w.ready <- struct{}{}:
+	default:
+	}
+}
+
+// Read returns buffered output (after a note of what was dropped), waiting
+// for some; io.EOF once closed and empty.
+func (w *watchBuffer) Read(p []byte) (int, error) {
+	for {
+		w.mu.Lock()
+		if w.dropped > 0 {
+			note := fmt.Appendf(nil, "\r\n[sandboxd: %d bytes of the terminal's output were dropped: this view fell behind]\r\n", w.dropped)
+			if len(note) <= len(p) {
+				w.dropped = 0
+				w.mu.Unlock()
+				return copy(p, note), nil
+			}
+		}
+		if len(w.buf) > 0 {
+			n := copy(p, w.buf)
+			w.buf = w.buf[n:]
+			if len(w.buf) == 0 {
+				w.buf = nil // let a burst's memory go
+			}
+			w.mu.Unlock()
+			return n, nil
+		}
+		closed := w.closed
+		w.mu.Unlock()
+		if closed {
+			return 0, io.EOF
+		}
+		<-w.ready
+	}
+}
+
+// The PTYs of a server: at most MaxPTYs in all, each listed by its
+// connection, which ends them when it ends.
+
+// reservePTY takes one of the server's PTY slots and id on c (listed as nil
+// until the PTY has started).
+func (s *Server) reservePTY(c *conn, id uint64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing {
+		return fmt.Errorf("%w: no new pty", ErrShuttingDown)
+	}
+	if s.ptys >= s.opts.MaxPTYs {
+		return fmt.Errorf("%w: %d ptys are open in this session (limit %d); close one first", ErrBusy, s.ptys, s.opts.MaxPTYs)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ptys == nil {
+		c.ptys = map[uint64]*agentPTY{}
+	}
+	if _, dup := c.ptys[id]; dup {
+		return fmt.Errorf("%w: pty id %d is already in use on this connection", ErrInvalidParams, id)
+	}
+	c.ptys[id] = nil
+	s.ptys++
+	return nil
+}
+
+// releasePTY gives back the slot and the id of a PTY that ended (or did
+// not start).
+func (s *Server) releasePTY(c *conn, id uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.ptys[id]; ok {
+		delete(c.ptys, id)
+		s.ptys--
+	}
+}
+
+// addPTY lists a started PTY under its reserved id.
+func (c *conn) addPTY(t *agentPTY) {
+	c.mu.Lock()
+	c.ptys[t.id] = t
+	c.mu.Unlock()
+}
+
+func (c *conn) lookupPTY(id uint64) (*agentPTY, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if t := c.ptys[id]; t != nil {
+		return t, nil
+	}
+	return nil, fmt.Errorf("%w %d: it ended, or was opened on another connection", ErrUnknownPTY, id)
+}
+
+// endPTYs ends every PTY of the connection (it is closing) and waits.
+func (c *conn) endPTYs() {
+	c.mu.Lock()
+	ts := make([]*agentPTY, 0, len(c.ptys))
+	for _, t := range c.ptys {
+		if t != nil { // nil: still starting; its open request ends before this runs
+			ts = append(ts, t)
+		}
+	}
+	c.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, t := range ts {
+		wg.Go(t.end)
+	}
+	wg.Wait()
+}
+
+// endAllPTYs ends the PTYs of every connection (the server is stopping).
+func (s *Server) endAllPTYs() {
+	s.mu.Lock()
+	conns := make([]*conn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, c := range conns {
+		wg.Go(c.endPTYs)
+	}
+	wg.Wait()
+}
+
+func handlePTYInput(_ context.Context, c *conn, f *frame) (any, error) {
+	var p ptyInputParams
+	if err := decodeParams(f, &p); err != nil {
+		return nil, err
+	}
+	t, err := c.lookupPTY(p.PTY)
+	if err != nil {
+		return nil, err
+	}
+	data := f.Data // readFrame allocates each frame: the bytes may be kept
+	if data == nil {
+		data = p.Data
+	}
+	return struct{}{}, t.addInput(data)
+}
+
+func handlePTYResize(_ context.Context, c *conn, f *frame) (any, error) {
+	var p ptyResizeParams
+	if err := decodeParams(f, &p); err != nil {
+		return nil, err
+	}
+	t, err := c.lookupPTY(p.PTY)
+	if err != nil {
+		return nil, err
+	}
+	return struct{}{}, t.resize(p.Rows, p.Cols)
+}
+
+func handlePTYClose(_ context.Context, c *conn, f *frame) (any, error) {
+	var p ptyRef
+	if err := decodeParams(f, &p); err != nil {
+		return nil, err
+	}
+	t, err := c.lookupPTY(p.PTY)
+	if err != nil {
+		return nil, err
+	}
+	t.end()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.status, nil
+}
+
+// ptyAck handles a pty/ack notification.
+func (c *conn) ptyAck(f *frame) {
+	var p ptyAckParams
+	if err := decodeParams(f, &p); err != nil {
+		c.log.Warn("ignoring a pty/ack with bad params", "err", err)
+		return
+	}
+	if t, err := c.lookupPTY(p.PTY); err == nil && p.Bytes > 0 {
+		t.ack(p.Bytes)
+	}
+}
+
+// preferForOOM gives a PTY's process the terminal tool's oom_score_adj
+// (1000, inherited by all it starts), so that when the sandbox runs out of
+// memory the kernel kills what the user runs, not the agent.
+func preferForOOM(pid int) error {
+	f, err := os.OpenFile("/proc/"+strconv.Itoa(pid)+"/oom_score_adj", os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString("1000")
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}

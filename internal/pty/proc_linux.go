@@ -1,0 +1,59 @@
+//go:build linux
+
+package pty
+
+import (
+	"bytes"
+	"os"
+	"strconv"
+
+	"golang.org/x/sys/unix"
+)
+
+// ProcStat reads the state and session id from /proc/pid/stat. The command
+// name may hold spaces and parentheses, so fields are counted after the last
+// ')'.
+func ProcStat(pid int) (state byte, session int, ok bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, 0, false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, 0, false
+	}
+	// ") S ppid pgrp session ..."
+	f := bytes.Fields(b[i+1:])
+	if len(f) < 4 || len(f[0]) != 1 {
+		return 0, 0, false
+	}
+	s, err := strconv.Atoi(string(f[3]))
+	if err != nil {
+		return 0, 0, false
+	}
+	return f[0][0], s, true
+}
+
+// SignalSession sends sig to every live (non-zombie) process of session sid
+// (a terminal's session: its leader and every job it started, whatever
+// their process group) and reports how many there were. The caller's own
+// process is never signalled.
+func SignalSession(sid int, sig unix.Signal) int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0
+	}
+	self, n := os.Getpid(), 0
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid <= 1 || pid == self {
+			continue
+		}
+		if state, s, ok := ProcStat(pid); ok && s == sid && state != 'Z' && state != 'X' {
+			if unix.Kill(pid, sig) == nil {
+				n++
+			}
+		}
+	}
+	return n
+}
