@@ -486,10 +486,12 @@ func (t *agentPTY) wait() {
 	go t.end()
 }
 
-// end ends the PTY once: the processes of its session get SIGHUP (as when
-// a terminal's window closes), then SIGKILL after ptyKillGrace; what they
-// printed is still sent (for up to ptyDrain), then pty/exit, and the PTY
-// is forgotten. It returns when all of that is done.
+// end ends the PTY once: a program still running is hung up (the pty's
+// master closes, as when a terminal's window closes), and every process of
+// its session gets SIGHUP, then SIGKILL after ptyKillGrace; after a program
+// that ended by itself, what it printed last is still sent (for up to
+// ptyDrain); then pty/exit, and the PTY is forgotten. It returns when all
+// of that is done.
 func (t *agentPTY) end() {
 	t.endOnce.Do(func() {
 		t.mu.Lock()
@@ -498,6 +500,17 @@ func (t *agentPTY) end() {
 		drain := time.AfterFunc(ptyDrain, func() { close(t.drainBy) })
 		defer drain.Stop()
 		if t.master != nil {
+			select {
+			case <-t.exited:
+				// It ended by itself: what it printed last is still read.
+			default:
+				// A hang-up, as when a terminal's window closes: the
+				// kernel sends SIGHUP to the session's leader and its
+				// foreground job, and their reads of the terminal end (a
+				// shell waiting in readline may not act on a signal alone
+				// until its read returns).
+				_ = t.master.Close() // the pump's pending read ends with it
+			}
 			t.hangUp()
 			// Output still in the pty is read until every holder has
 			// closed it (EIO), or the drain period ends.

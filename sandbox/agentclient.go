@@ -19,6 +19,9 @@ type AgentClient interface {
 	Call(ctx context.Context, name string, args json.RawMessage, stream tools.StreamFunc) (*tools.Observation, error)
 	Upload(ctx context.Context, destDir string, tarStream io.Reader) error
 	Download(ctx context.Context, path string, w io.Writer) error
+	// OpenPTY opens a PTY (a program on a pseudo-terminal of its own, or a
+	// read-only view of a tool); h gets its output and end.
+	OpenPTY(ctx context.Context, o agent.PTYOptions, h agent.PTYHandler) (*agent.PTY, error)
 	// Shutdown asks the agent to end its tools and exit.
 	Shutdown(ctx context.Context) error
 	// Close drops the connection and leaves the agent running.

@@ -171,6 +171,32 @@ func (s *Session) Download(ctx context.Context, path string, w io.Writer) error 
 	return s.callErr(ctx, "downloading "+path, c.Download(ctx, path, w))
 }
 
+// OpenPTY opens a PTY in the sandbox (see agent.Client.OpenPTY): a program
+// on a pseudo-terminal of its own, or a read-only view of a tool. It ends
+// with the agent connection that opened it (a reconnect ends it). While it
+// is open it counts as a call in flight: the session does not idle out.
+func (s *Session) OpenPTY(ctx context.Context, o agent.PTYOptions, h agent.PTYHandler) (*agent.PTY, error) {
+	c, err := s.begin()
+	if err != nil {
+		return nil, err
+	}
+	var once sync.Once
+	release := func() { once.Do(s.end) }
+	exit := h.Exit
+	h.Exit = func(st agent.PTYExit) {
+		if exit != nil {
+			exit(st)
+		}
+		release()
+	}
+	p, err := c.OpenPTY(ctx, o, h)
+	if err != nil {
+		release()
+		return nil, s.callErr(ctx, "opening a pty", err)
+	}
+	return p, nil
+}
+
 // begin admits a call: it returns the client of a ready session and counts
 // the call as in flight, or fails fast with why the session cannot serve.
 func (s *Session) begin() (AgentClient, error) {

@@ -31,6 +31,7 @@ var sandboxSentinels = []struct {
 	{agent.ErrOutsideWorkspace, InvalidParams},
 	{agent.ErrBadArchive, InvalidParams},
 	{agent.ErrUnknownTransfer, NotFound},
+	{agent.ErrUnknownPTY, NotFound},
 	{agent.ErrInvalidParams, InvalidParams},
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 
+	"github.com/sandboxd/sandboxd/agent"
 	"github.com/sandboxd/sandboxd/internal/metrics"
 	"github.com/sandboxd/sandboxd/sandbox"
 	"github.com/sandboxd/sandboxd/tools"
@@ -35,12 +36,29 @@ type Sandbox interface {
 	Call(ctx context.Context, name string, args json.RawMessage, stream tools.StreamFunc) (*tools.Observation, error)
 	Upload(ctx context.Context, destDir string, tar io.Reader) error
 	Download(ctx context.Context, path string, w io.Writer) error
+	// OpenPTY opens a PTY in the sandbox: a program on a pseudo-terminal
+	// of its own, or a read-only view of a tool (o.Watch); h gets its
+	// output and end (see agent.PTYHandler).
+	OpenPTY(ctx context.Context, o agent.PTYOptions, h agent.PTYHandler) (PTY, error)
 	// Close is idempotent.
 	Close(ctx context.Context) error
 	// Done is closed when the session leaves service; EndReason says why
 	// when it was not closed by its owner (it failed, or idled out), else "".
 	Done() <-chan struct{}
 	EndReason() string
+}
+
+// PTY is an open PTY of a sandbox (an *agent.PTY behind internal/sandboxmgr).
+type PTY interface {
+	// Input sends bytes to the program; calls from one goroutine keep
+	// their order.
+	Input(ctx context.Context, data []byte) error
+	Resize(ctx context.Context, rows, cols int) error
+	// Ack returns n bytes of output window: call it once output has been
+	// passed on, never blocks.
+	Ack(n int)
+	// Close ends the PTY and says how its program ended.
+	Close(ctx context.Context) (agent.PTYExit, error)
 }
 
 // Info describes a session.

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"io"
 
+	"github.com/sandboxd/sandboxd/agent"
 	"github.com/sandboxd/sandboxd/internal/apierr"
 	"github.com/sandboxd/sandboxd/internal/core"
 	"github.com/sandboxd/sandboxd/internal/metrics"
@@ -99,4 +100,29 @@ func (s managed) Close(ctx context.Context) error {
 func (s managed) Info() core.Info {
 	o := s.Options()
 	return core.Info{State: s.State().String(), Image: o.Image, Labels: o.Labels}
+}
+
+func (s managed) OpenPTY(ctx context.Context, o agent.PTYOptions, h agent.PTYHandler) (core.PTY, error) {
+	p, err := s.Session.OpenPTY(ctx, o, h)
+	if err != nil {
+		return nil, apierr.FromSandbox(err)
+	}
+	return managedPTY{p}, nil
+}
+
+// managedPTY is a core.PTY over an agent's PTY, its errors mapped as they
+// leave it.
+type managedPTY struct{ *agent.PTY }
+
+func (p managedPTY) Input(ctx context.Context, data []byte) error {
+	return apierr.FromSandbox(p.PTY.Input(ctx, data))
+}
+
+func (p managedPTY) Resize(ctx context.Context, rows, cols int) error {
+	return apierr.FromSandbox(p.PTY.Resize(ctx, rows, cols))
+}
+
+func (p managedPTY) Close(ctx context.Context) (agent.PTYExit, error) {
+	st, err := p.PTY.Close(ctx)
+	return st, apierr.FromSandbox(err)
 }

@@ -153,6 +153,7 @@ type FakeSandbox struct {
 	files    map[string][]byte // upload dir -> tar bytes
 	err      error
 	wake     chan struct{} // closed by Wake, then replaced
+	ptys     []*FakePTY
 }
 
 // Sleeping counts the sleep calls in progress.
@@ -192,6 +193,7 @@ func (s *FakeSandbox) Fail(err error) {
 	if s.closed.CompareAndSwap(false, true) {
 		close(s.done)
 	}
+	s.endPTYs()
 }
 
 var fakeDefs = func() []tools.Definition {
@@ -332,6 +334,7 @@ func (s *FakeSandbox) Call(ctx context.Context, name string, args json.RawMessag
 			}
 		}
 		stream([]byte(out))
+		s.watchTerminal(a.Command, out)
 		return tools.TextResult(out, map[string]any{"exit_code": code}), nil
 	}
 	return nil, fmt.Errorf("%w %q", tools.ErrUnknownTool, name)
@@ -366,6 +369,7 @@ func (s *FakeSandbox) Close(ctx context.Context) error {
 	if s.closed.CompareAndSwap(false, true) {
 		close(s.done)
 	}
+	s.endPTYs()
 	return nil
 }
 
