@@ -50,6 +50,8 @@ type Sandbox interface {
 
 // PTY is an open PTY of a sandbox (an *agent.PTY behind internal/sandboxmgr).
 type PTY interface {
+	// Opened says what it runs (process id, argv; neither when watching).
+	Opened() agent.PTYOpened
 	// Input sends bytes to the program; calls from one goroutine keep
 	// their order.
 	Input(ctx context.Context, data []byte) error

@@ -60,6 +60,18 @@ func (s *FakeSandbox) PTYs() []*FakePTY {
 	return append([]*FakePTY(nil), s.ptys...)
 }
 
+// Opened implements core.PTY: a made-up process id, and the argv asked
+// for (the login shell: "sh -l"); nothing when watching.
+func (p *FakePTY) Opened() agent.PTYOpened {
+	switch {
+	case p.o.Watch != "":
+		return agent.PTYOpened{}
+	case len(p.o.Command) > 0:
+		return agent.PTYOpened{PID: 4242, Command: p.o.Command}
+	}
+	return agent.PTYOpened{PID: 4242, Command: []string{"/bin/sh", "-l"}}
+}
+
 // Options are the options the PTY was opened with.
 func (p *FakePTY) Options() agent.PTYOptions { return p.o }
 

@@ -37,7 +37,7 @@ type conn struct {
 	ctx    context.Context // ends when the connection closes
 	cancel context.CancelFunc
 
-	out        chan []byte
+	out        chan outMsg
 	queued     atomic.Int64 // bytes in out
 	inflight   chan struct{}
 	inBytes    atomic.Int64 // bytes of the requests running
@@ -52,6 +52,15 @@ type conn struct {
 	mu       sync.Mutex
 	grants   map[string]*core.Session // sessions this connection may use
 	attached map[string]*core.Session // sessions whose output it receives
+	ptys     map[string]*wsPTY        // PTYs it opened (pty.go)
+	ptySeq   uint64
+}
+
+// outMsg is a message of the outbound queue; written, if set, runs once the
+// message is on the socket.
+type outMsg struct {
+	b       []byte
+	written func()
 }
 
 func newConn(h *Handler, ws *websocket.Conn, p core.Principal, remote string) *conn {
@@ -62,7 +71,7 @@ func newConn(h *Handler, ws *websocket.Conn, p core.Principal, remote string) *c
 		log:        h.log.With("conn", id),
 		ctx:        ctx,
 		cancel:     cancel,
-		out:        make(chan []byte, h.opts.QueueMessages),
+		out:        make(chan outMsg, h.opts.QueueMessages),
 		inflight:   make(chan struct{}, h.opts.MaxInFlight),
 		writerDone: make(chan struct{}),
 		closing:    make(chan struct{}),
@@ -76,6 +85,7 @@ func (c *conn) serve() {
 	go c.writeLoop()
 	c.readLoop()
 	c.cancel()
+	c.closePTYs()
 	c.handlers.Wait()
 	<-c.writerDone
 	_ = c.ws.Close()
@@ -182,10 +192,13 @@ func (c *conn) writeLoop() {
 	defer close(c.writerDone)
 	ping := time.NewTicker(c.h.opts.PingInterval)
 	defer ping.Stop()
-	write := func(msg []byte) error {
+	write := func(msg outMsg) error {
 		_ = c.ws.SetWriteDeadline(time.Now().Add(c.h.opts.WriteTimeout))
-		err := c.ws.WriteMessage(websocket.TextMessage, msg)
-		c.queued.Add(-int64(len(msg)))
+		err := c.ws.WriteMessage(websocket.TextMessage, msg.b)
+		c.queued.Add(-int64(len(msg.b)))
+		if err == nil && msg.written != nil {
+			msg.written()
+		}
 		return err
 	}
 	for {
@@ -224,7 +237,12 @@ func (c *conn) writeLoop() {
 // enqueue queues a message without ever blocking. A full queue means the
 // client does not read: it is disconnected (1008), which frees the queue and
 // leaves every other client and the session untouched.
-func (c *conn) enqueue(msg []byte) {
+func (c *conn) enqueue(msg []byte) { c.enqueueThen(msg, nil) }
+
+// enqueueThen is enqueue with a function to run once msg is on the socket
+// (never, if the connection ends first). It must not block: it runs on the
+// writer.
+func (c *conn) enqueueThen(msg []byte, written func()) {
 	if c.ctx.Err() != nil {
 		return
 	}
@@ -235,7 +253,7 @@ func (c *conn) enqueue(msg []byte) {
 		return
 	}
 	select {
-	case c.out <- msg:
+	case c.out <- outMsg{b: msg, written: written}:
 	default:
 		c.queued.Add(-n)
 		c.overloaded()
@@ -332,6 +350,11 @@ func (c *conn) dispatch(msg []byte) {
 	}
 	if len(req.ID) == 0 {
 		return // a notification: the protocol defines none from clients; ignore
+	}
+	if om, ok := orderedMethods[req.Method]; ok {
+		c.h.core.Metrics().Requests.WithLabelValues(req.Method, "ws").Inc()
+		om(c, &req, int64(len(msg)))
+		return
 	}
 	m, ok := methods[req.Method]
 	if !ok {

@@ -35,6 +35,8 @@ func init() {
 		wsproto.MethodToolsCancel:   toolsCancel,
 		wsproto.MethodFilesUpload:   filesUpload,
 		wsproto.MethodFilesDownload: filesDownload,
+		wsproto.MethodPTYOpen:       ptyOpen,
+		wsproto.MethodPTYClose:      ptyClose,
 	}
 }
 
