@@ -70,6 +70,7 @@ type Client struct {
 	ws       *websocket.Conn
 	pending  map[string]*pending
 	sessions map[string]*Session
+	ptys     map[string]*PTY // by pty_id (pty.go)
 	closed   bool
 	closing  chan struct{} // closed by Close: stops reconnecting
 	err      error         // why the client stopped (nil while it works)
@@ -81,6 +82,10 @@ type Client struct {
 type pending struct {
 	msg []byte // the request as sent, for a retry after a reconnect
 	ch  chan wsproto.Message
+	// hook, if set, sees the response on the read loop before the caller
+	// does: before any later message is read (pty.open registers its PTY
+	// so that no output finds it missing).
+	hook func(wsproto.Message)
 }
 
 // Dial connects to url (ws://host:port/v1/ws) with a bearer token (the
@@ -215,6 +220,9 @@ func (c *Client) readLoop(ws *websocket.Conn) {
 		delete(c.pending, string(m.ID))
 		c.mu.Unlock()
 		if p != nil {
+			if p.hook != nil {
+				p.hook(m)
+			}
 			p.ch <- m
 		}
 	}
@@ -230,6 +238,8 @@ func (c *Client) lost(ws *websocket.Conn, cause error) {
 	}
 	reconnect := c.opts.Reconnect && !c.closed
 	c.mu.Unlock()
+	// The server closed the PTYs of that connection: they do not resume.
+	c.endPTYs(fmt.Sprintf("%v: %v", ErrConnectionLost, cause))
 	if reconnect {
 		c.opts.Logger.Warn("sandboxd connection lost; reconnecting", "err", cause)
 		nws, err := c.reconnect()
@@ -264,6 +274,7 @@ func (c *Client) fail(err error) {
 	for _, s := range sessions {
 		s.end("client stopped: " + err.Error())
 	}
+	c.endPTYs("client stopped: " + err.Error())
 }
 
 func (c *Client) reconnect() (*websocket.Conn, error) {
@@ -360,12 +371,17 @@ func (c *Client) newID() string {
 }
 
 func (c *Client) callID(ctx context.Context, id, method string, params, out any) (json.RawMessage, error) {
+	return c.callHook(ctx, id, method, params, out, nil)
+}
+
+// callHook is callID with a hook that sees the response on the read loop.
+func (c *Client) callHook(ctx context.Context, id, method string, params, out any, hook func(wsproto.Message)) (json.RawMessage, error) {
 	rawID, _ := json.Marshal(id)
 	msg, err := json.Marshal(&wsproto.Request{JSONRPC: wsproto.Version, ID: rawID, Method: method, Params: mustJSON(params)})
 	if err != nil {
 		return nil, err
 	}
-	p := &pending{msg: msg, ch: make(chan wsproto.Message, 1)}
+	p := &pending{msg: msg, ch: make(chan wsproto.Message, 1), hook: hook}
 	c.mu.Lock()
 	if c.closed {
 		err := c.err
@@ -423,9 +439,11 @@ func errOr(err, otherwise error) error {
 	return otherwise
 }
 
-// notify routes a notification to its session.
+// notify routes a notification to its session or PTY.
 func (c *Client) notify(m wsproto.Message) {
 	switch m.Method {
+	case wsproto.NotifyPTYOutput, wsproto.NotifyPTYExit:
+		c.ptyNotify(m)
 	case wsproto.NotifyStreamOutput:
 		var o wsproto.StreamOutput
 		if json.Unmarshal(m.Params, &o) != nil {
