@@ -4,12 +4,13 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/term"
 
 	"github.com/sandboxd/sandboxd/client"
 	"github.com/sandboxd/sandboxd/server/wsproto"
@@ -24,38 +25,62 @@ func init() {
 }
 
 const shellHelp = `
-Attaches to the terminal of a session and sends it the lines you type: a
-line is a new command, or, while a command still runs, input to it. Ctrl-C
-interrupts the running command (C-c); Ctrl-D (end of input) leaves.
+In a terminal, attaches your terminal to a shell of its own in the session:
+a pseudo-terminal beside the agent's terminal tool (not inside it), running
+the session user's login shell with TERM=xterm-256color. Everything works
+as in a local terminal: full-screen programs (vi, top, less), Tab
+completion, colours, Ctrl-C and Ctrl-Z for the program in the sandbox (not
+for this command), window resizes. Leave with exit (or Ctrl-D at the
+prompt); your terminal's settings are restored. sandboxd shell exits with
+the remote shell's exit code.
 
 Without --session, a new session is created (and closed on leaving, unless
---keep); its id and token are printed so that another shell, or an agent,
-can attach. With --session and SANDBOXD_SESSION_TOKEN (or --session-token),
-the shell attaches to that session using only its token, shows the output
-the server still holds, and then everything any client runs in it.
+--keep); its id and token are printed so that another shell, a follower, or
+an agent can use it. With --session and SANDBOXD_SESSION_TOKEN (or
+--session-token), the shell opens in that session using only its token.
 
-With stdin not a terminal (a pipe, a file), each line runs after the
-previous command finished.`
+--follow SESSION (with the session's token in SANDBOXD_SESSION_TOKEN) shows
+the agent's terminal live, read-only: each command the agent's terminal
+tool runs ("$ command") and what it prints, colours included, whether or
+not the agent asked for streamed output. Ctrl-C leaves. The agent's
+terminal is 256 columns wide: long lines wrap at your terminal's width, and
+a full-screen program the agent runs shows garbled. A follower that falls
+more than 1 MiB behind loses the oldest output and is told so.
+
+With stdin not a terminal (a pipe, a file), the shell works line by line
+through the agent's terminal tool instead: each line runs after the
+previous command finished, and with --session the output the server still
+holds (and then everything any client runs) is shown first.`
 
 func runShell(ctx context.Context, std stdio, args []string) error {
 	var conn connFlags
-	var sessionID, sessionToken, image string
+	var sessionID, sessionToken, image, follow string
 	var keep bool
-	fs := newFlagSet("shell", std, "[--session ID (token in SANDBOXD_SESSION_TOKEN)] [flags]", shellHelp)
+	fs := newFlagSet("shell", std, "[--session ID | --follow ID] [flags]  (the session's token in SANDBOXD_SESSION_TOKEN)", shellHelp)
 	conn.register(fs)
-	fs.StringVar(&sessionID, "session", "", "attach to this session instead of creating one")
+	fs.StringVar(&sessionID, "session", "", "open the shell in this session instead of creating one")
+	fs.StringVar(&follow, "follow", "", "watch this session's agent terminal, read-only")
 	fs.StringVar(&sessionToken, "session-token", os.Getenv("SANDBOXD_SESSION_TOKEN"), "the session's token; prefer the env SANDBOXD_SESSION_TOKEN (a command line is visible to every user in ps)")
 	fs.StringVar(&image, "image", "", "image of a new session (default: the server's)")
 	fs.BoolVar(&keep, "keep", false, "leave a session this shell created running on exit")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if sessionID != "" && sessionToken == "" {
+	switch {
+	case follow != "" && (sessionID != "" || image != "" || keep):
+		return usageErrorf("--follow watches a session: it takes no --session, --image or --keep")
+	case follow != "" && sessionToken == "":
+		return usageErrorf("--follow needs the session's token: SANDBOXD_SESSION_TOKEN (or --session-token)")
+	case sessionID != "" && sessionToken == "":
 		return usageErrorf("--session needs the session's token: SANDBOXD_SESSION_TOKEN (or --session-token)")
 	}
+	if follow != "" {
+		return followTerminal(ctx, std, conn.server, follow, sessionToken)
+	}
+	tty := isTerminal(std.in) && isTerminal(std.out)
 	// Signals are handled here (Ctrl-C goes to the sandbox), not by ctx.
 	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sigs)
 	work := context.WithoutCancel(ctx)
 
@@ -67,24 +92,30 @@ func runShell(ctx context.Context, std stdio, args []string) error {
 		}
 	}
 	dctx, cancel := context.WithTimeout(work, 30*time.Second)
-	c, err := client.Dial(dctx, conn.server, token, client.Options{Reconnect: true})
+	c, err := client.Dial(dctx, conn.server, token, client.Options{Reconnect: !tty})
 	cancel()
 	if err != nil {
 		return err
 	}
 	defer func() { _ = c.Close() }() // the session's outcome is reported; a close error changes nothing
 
-	// Everything the session streams is printed, whoever runs it; the
-	// output an attach replays (what the server still holds) comes first.
+	// In line mode everything the session streams is printed, whoever runs
+	// it; the output an attach replays (what the server still holds) comes
+	// first. A terminal shows its own PTY only.
 	printOutput := func(o wsproto.StreamOutput) { say(std.out, "%s", o.Data) }
 	var s *client.Session
 	cctx, cancel := context.WithTimeout(work, 3*time.Minute)
-	if sessionID != "" {
+	switch {
+	case sessionID != "" && tty:
+		s = c.Session(sessionID, sessionToken)
+	case sessionID != "":
 		s, err = c.AttachOutput(cctx, sessionID, sessionToken, 0, printOutput)
-	} else {
+	default:
 		s, err = c.CreateSession(cctx, client.CreateOptions{Image: image})
 		if err == nil {
-			s.OnOutput = printOutput // a new session has no output yet
+			if !tty {
+				s.OnOutput = printOutput // a new session has no output yet
+			}
 			// The token goes in the environment, not on a command line
 			// (which every user of the machine can read in ps).
 			server := ""
@@ -104,6 +135,9 @@ func runShell(ctx context.Context, std stdio, args []string) error {
 	cancel()
 	if err != nil {
 		return err
+	}
+	if tty {
+		return ptyShell(work, s, std, sigs)
 	}
 	return shellLoop(work, s, std, isTerminal(std.in), sigs)
 }
@@ -155,7 +189,7 @@ func shellLoop(ctx context.Context, s *client.Session, std stdio, tty bool, sigs
 			}
 			select {
 			case sig := <-sigs:
-				if sig == syscall.SIGTERM {
+				if sig != os.Interrupt { // SIGTERM, SIGHUP: leave
 					return nil
 				}
 				action = map[string]any{"command": "C-c", "is_input": true}
@@ -179,7 +213,7 @@ func shellLoop(ctx context.Context, s *client.Session, std stdio, tty bool, sigs
 			}
 			select {
 			case sig := <-sigs:
-				if sig == syscall.SIGTERM {
+				if sig != os.Interrupt { // SIGTERM, SIGHUP: leave
 					return nil
 				}
 				say(std.err, "^C\n")
@@ -213,11 +247,9 @@ func sessionEnded(s *client.Session) error {
 	return fmt.Errorf("the session ended: %s", s.Reason())
 }
 
-func isTerminal(r io.Reader) bool {
-	f, ok := r.(*os.File)
-	if !ok {
-		return false
-	}
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
+// isTerminal reports whether f is a terminal (not merely a character
+// device such as /dev/null).
+func isTerminal(f any) bool {
+	file, ok := f.(*os.File)
+	return ok && term.IsTerminal(int(file.Fd()))
 }
