@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -200,12 +201,9 @@ func TestPTYCloseEndsTheSession(t *testing.T) {
 	ctx := ctxT(t)
 	term, r := openRec(ctx, t, p.cli, PTYOptions{Rows: 24, Cols: 80, Command: []string{"bash", "--norc", "-i"}})
 	require.NoError(t, term.Input(ctx, []byte("(trap '' HUP; exec sleep 1000) & echo \"job\"\"=$!\"\n")))
-	r.waitFor(ctx, t, "the job's pid", func(out string) bool {
-		return strings.Contains(out, "job=") && strings.Contains(out[strings.Index(out, "job="):], "\r\n")
-	})
-	out := r.String()
-	line := out[strings.Index(out, "job=")+4:]
-	job, err := strconv.Atoi(line[:strings.Index(line, "\r\n")])
+	jobRE := regexp.MustCompile(`job=(\d+)\r\n`)
+	r.waitFor(ctx, t, "the job's pid", jobRE.MatchString)
+	job, err := strconv.Atoi(jobRE.FindStringSubmatch(r.String())[1])
 	require.NoError(t, err)
 	state, sid, ok := pty.ProcStat(job)
 	require.True(t, ok)
