@@ -48,9 +48,10 @@ type PTY struct {
 
 	wmu sync.Mutex // one Write at a time: inputs keep their order
 
-	mu     sync.Mutex
-	buf    []byte
-	status *wsproto.PTYStatus
+	mu      sync.Mutex
+	buf     []byte
+	closing bool // Close was called: unread output is dropped, never waited for
+	status  *wsproto.PTYStatus
 	more   chan struct{} // capacity 1: output or the end arrived
 	room   chan struct{} // capacity 1: Read took output
 	done   chan struct{}
@@ -152,12 +153,16 @@ func (p *PTY) Close() error {
 	return err
 }
 
-// CloseContext ends the PTY and returns how its program ended. Closing an
-// ended PTY returns its status.
+// CloseContext ends the PTY and returns how its program ended; output not
+// read yet is dropped. Closing an ended PTY returns its status.
 func (p *PTY) CloseContext(ctx context.Context) (wsproto.PTYStatus, error) {
 	if st, ended := p.Status(); ended {
 		return st, nil
 	}
+	p.mu.Lock()
+	p.closing, p.buf = true, nil // the read loop must not wait for a Read now
+	p.mu.Unlock()
+	signal(p.room)
 	var st wsproto.PTYStatus
 	err := p.call(ctx, wsproto.MethodPTYClose, wsproto.PTYRef{PTYID: p.ID}, &st)
 	if errors.Is(err, ErrPTYEnded) {
@@ -206,6 +211,10 @@ func (p *PTY) call(ctx context.Context, method string, params, out any) error {
 func (p *PTY) output(data []byte) {
 	for {
 		p.mu.Lock()
+		if p.closing {
+			p.mu.Unlock()
+			return
+		}
 		if len(p.buf) < ptyBuffer || p.status != nil {
 			p.buf = append(p.buf, data...)
 			p.mu.Unlock()

@@ -129,3 +129,28 @@ func TestPTYEndsWithTheConnection(t *testing.T) {
 		}
 	}
 }
+
+// Output nobody reads is held up to a bound (then the connection waits);
+// Close drops it instead of waiting for a Read, and other requests on the
+// connection answer again.
+func TestPTYCloseWithUnreadOutput(t *testing.T) {
+	ts := servertest.Start(t, nil)
+	c := dial(t, ts.URL, ts.Token, client.Options{})
+	s, err := c.CreateSession(ctx(t), client.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := s.OpenPTY(ctx(t), client.PTYOptions{Rows: 24, Cols: 80})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake := ts.Backend.Sandbox(s.ID).PTYs()[0]
+	fake.Emit(bytes.Repeat([]byte("z"), 3<<20)) // more than the client holds
+	st, err := p.CloseContext(ctx(t))
+	if err != nil || st.ExitCode != 129 {
+		t.Fatalf("close: %+v %v", st, err)
+	}
+	if _, err := s.Call(ctx(t), "echo", map[string]string{"text": "still here"}, nil); err != nil {
+		t.Fatal(err)
+	}
+}
