@@ -15,6 +15,10 @@
 //	                      runsc: the suite against gVisor, after `make runsc`;
 //	                      docs/security.md §6 lists what differs there)
 //
+// e2e/api's tests of `sandboxd shell` in a terminal run it in a private tmux
+// server (send-keys to type, capture-pane to read the screen); they skip,
+// saying so, where tmux is not installed (`make deps` installs it).
+//
 // runsc_test.go runs gVisor's own checks and measures its cost against runc
 // when the engine has the runtime runsc, and skips saying why otherwise.
 package e2e
