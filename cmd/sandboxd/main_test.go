@@ -63,6 +63,9 @@ func TestDispatch(t *testing.T) {
 		{"agent unknown tool", []string{"agent", "--socket", filepath.Join(t.TempDir(), "a.sock"), "--workspace", t.TempDir(), "--state-dir", t.TempDir(),
 			"--tools", `[{"name":"nope"}]`}, exitError, "", `starting the tools: tools: no factory "nope"`},
 		{"proxy without socket", []string{"agent-proxy"}, exitUsage, "", "--socket PATH is required"},
+		{"shell -h", []string{"shell", "-h"}, exitOK, "", "--follow SESSION"},
+		{"shell --follow without a token", []string{"shell", "--follow", "abc", "--session-token", ""}, exitUsage, "", "--follow needs the session's token"},
+		{"shell --follow and --session", []string{"shell", "--follow", "abc", "--session", "def", "--session-token", "t"}, exitUsage, "", "--follow watches a session: it takes no --session"},
 		{"proxy, no agent", []string{"agent-proxy", "--socket", "/nonexistent.sock"}, exitError, "", "no agent socket at /nonexistent.sock"},
 	}
 	for _, c := range cases {
