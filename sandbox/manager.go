@@ -59,6 +59,9 @@ type ManagerOptions struct {
 	// Logger receives structured logs (component=sandbox); nil is
 	// slog.Default().
 	Logger *slog.Logger
+	// Skills resolves SessionOptions.Skills to folders to mount; nil: a
+	// session that selects skills is refused.
+	Skills SkillSource
 	// Dial wraps agent streams in clients; nil is DialAgent. For tests.
 	Dial DialFunc
 }
@@ -193,7 +196,14 @@ func NewManager(ctx context.Context, rt Runtime, opts ManagerOptions) (*Manager,
 
 // Resolve applies the manager's defaults to o and validates it.
 func (m *Manager) Resolve(o SessionOptions) (SessionOptions, error) {
-	return o.Resolve(m.opts.Defaults)
+	r, err := o.Resolve(m.opts.Defaults)
+	if err != nil {
+		return SessionOptions{}, err
+	}
+	if _, err := m.skillMounts(r); err != nil {
+		return SessionOptions{}, err
+	}
+	return r, nil
 }
 
 // Create starts a session, or hands out a pooled one started with the same

@@ -68,9 +68,14 @@ func (m *Manager) startSandbox(ctx context.Context, s *Session, poolKey string) 
 	if err != nil {
 		return fmt.Errorf("session %s: %w: %w", s.id, ErrStart, err)
 	}
+	skills, err := m.skillMounts(s.opts)
+	if err != nil {
+		return fmt.Errorf("session %s: %w", s.id, err)
+	}
 	spec := Spec{
 		SessionID: s.id,
 		Options:   s.opts,
+		Skills:    skills,
 		Labels:    SessionLabels(s.id, s.opts, poolKey, s.created),
 		Command:   cmd,
 		Pooled:    poolKey != "",
