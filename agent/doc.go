@@ -47,6 +47,7 @@
 //	fs/download/begin {path}                              -> {transfer}
 //	fs/download/read  {transfer}                          -> {eof} + payload
 //	shutdown          {}                                  -> {} (then the agent closes)
+//	skills/install    {}                                  -> {} (the skills' pending installers ran)
 //
 // A tool failure the model should read (bad arguments, a missing file) is a
 // successful response whose Observation has is_error; a protocol error means

@@ -30,6 +30,9 @@ var (
 	// ErrUnknownTransfer: an upload or download id the agent does not know
 	// (finished, aborted, or from another connection).
 	ErrUnknownTransfer = errors.New("unknown transfer")
+	// ErrSkillInstall: a dependency installer of the session's skills
+	// failed (skills/install); the message says which and why.
+	ErrSkillInstall = errors.New("skill installer failed")
 	// ErrParse, ErrInvalidRequest, ErrMethodNotFound, ErrInvalidParams and
 	// ErrInternal are protocol failures; ErrInternal includes a tool panic.
 	ErrParse          = errors.New("frame is not valid JSON")
@@ -59,6 +62,7 @@ const (
 	CodePermission       = -32013
 	CodeExists           = -32014
 	CodeUnknownTransfer  = -32015
+	CodeSkillInstall     = -32016
 )
 
 // codeTable is the one place typed errors meet protocol codes. The agent maps
@@ -85,6 +89,7 @@ var codeTable = []struct {
 	{CodePermission, fs.ErrPermission},
 	{CodeExists, fs.ErrExist},
 	{CodeUnknownTransfer, ErrUnknownTransfer},
+	{CodeSkillInstall, ErrSkillInstall},
 	{CodeInternal, ErrInternal},
 }
 

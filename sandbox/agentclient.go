@@ -19,6 +19,9 @@ type AgentClient interface {
 	Call(ctx context.Context, name string, args json.RawMessage, stream tools.StreamFunc) (*tools.Observation, error)
 	Upload(ctx context.Context, destDir string, tarStream io.Reader) error
 	Download(ctx context.Context, path string, w io.Writer) error
+	// InstallSkills runs the dependency installers of the session's skills
+	// that have not run yet (skills_install: eager); see agent.Client.
+	InstallSkills(ctx context.Context) error
 	// Shutdown asks the agent to end its tools and exit.
 	Shutdown(ctx context.Context) error
 	// Close drops the connection and leaves the agent running.
