@@ -46,7 +46,7 @@ func TestInstallSkillsRunsTheInstallers(t *testing.T) {
 	err = p.cli.InstallSkills(ctxT(t))
 	require.ErrorIs(t, err, ErrSkillInstall)
 	var we *Error
-	require.True(t, errors.As(err, &we))
+	require.ErrorAs(t, err, &we)
 	assert.Equal(t, CodeSkillInstall, we.Code)
 	assert.Contains(t, err.Error(), `Skill "bad" cannot be used in this session: its dependency installer deps/install.sh exited with code 4.`)
 	assert.Contains(t, err.Error(), "no network")

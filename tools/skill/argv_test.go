@@ -138,7 +138,7 @@ func TestArgvInterpreterAndEntry(t *testing.T) {
 	}
 	for _, entry := range []string{"", "/bin/sh", "../other/run.sh", "scripts/../../x.sh", "."} {
 		_, err := Argv(&skills.Skill{Path: "x", Exec: &skills.Exec{Entry: entry}}, "/s/x", nil)
-		assert.Error(t, err, entry)
+		require.Error(t, err, entry)
 	}
 	_, err := Argv(&skills.Skill{Path: "x"}, "/s/x", nil)
 	assert.ErrorContains(t, err, "not executable")

@@ -38,7 +38,10 @@ const (
 	minDescription = 60
 )
 
-var validName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+// nameByte reports whether c may be in a tool name.
+func nameByte(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-'
+}
 
 // plan is what Definitions and the executor share, so the daemon lists
 // exactly the tools the agent serves.
@@ -146,7 +149,7 @@ func ToolName(s *skills.Skill) string {
 	}
 	b := []byte(name)
 	for i, c := range b {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+		if !nameByte(c) {
 			b[i] = '_'
 		}
 	}

@@ -215,7 +215,7 @@ func TestSkillToolDefinition(t *testing.T) {
 		"required": ["fuzz_target", "duration_seconds"],
 		"additionalProperties": false
 	}`, string(b))
-	assert.True(t, strings.Index(string(b), "fuzz_target") < strings.Index(string(b), "verbose"), "properties in ## Parameters order")
+	assert.Less(t, strings.Index(string(b), "fuzz_target"), strings.Index(string(b), "verbose"), "properties in ## Parameters order")
 
 	// The schema is what calls are validated against.
 	tool, err := tools.NewFunc(d, func(_ context.Context, _ json.RawMessage) (*tools.Observation, error) {
@@ -223,10 +223,10 @@ func TestSkillToolDefinition(t *testing.T) {
 	}, nil)
 	require.NoError(t, err)
 	for args, want := range map[string]string{
-		`{"fuzz_target":"t","duration_seconds":3}`:                 "ran",
-		`{"fuzz_target":"t"}`:                                      "missing required parameter `duration_seconds`",
-		`{"fuzz_target":"t","duration_seconds":3,"nope":1}`:        "unknown parameter `nope`",
-		`{"fuzz_target":"t","duration_seconds":"3"}`:               "`duration_seconds` must be an integer, not a string",
+		`{"fuzz_target":"t","duration_seconds":3}`:                  "ran",
+		`{"fuzz_target":"t"}`:                                       "missing required parameter `duration_seconds`",
+		`{"fuzz_target":"t","duration_seconds":3,"nope":1}`:         "unknown parameter `nope`",
+		`{"fuzz_target":"t","duration_seconds":"3"}`:                "`duration_seconds` must be an integer, not a string",
 		`{"fuzz_target":"t","duration_seconds":3,"seed_paths":[1]}`: "must be a string",
 	} {
 		obs, err := tool.Call(context.Background(), json.RawMessage(args))

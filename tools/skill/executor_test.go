@@ -294,8 +294,8 @@ func TestSkillBody(t *testing.T) {
 	for in, want := range map[string]string{
 		"---\nname: x\n---\nbody\n":        "body\n",
 		"\uFEFF---\r\nname: x\r\n---\r\nb": "b",
-		"no front matter":                   "no front matter",
-		"---\nname: x\nunterminated":        "---\nname: x\nunterminated",
+		"no front matter":                  "no front matter",
+		"---\nname: x\nunterminated":       "---\nname: x\nunterminated",
 	} {
 		assert.Equal(t, want, skillBody(in), in)
 	}

@@ -46,7 +46,7 @@ func TestFactoryWithoutSkillsMakesNoTools(t *testing.T) {
 func TestFactoryParams(t *testing.T) {
 	env := tools.Env{Workspace: t.TempDir(), StateDir: t.TempDir()}
 	_, err := Factory(builtins)(env, json.RawMessage(`{"dir":"skills"}`))
-	assert.ErrorContains(t, err, `dir "skills" is not an absolute path`)
+	require.ErrorContains(t, err, `dir "skills" is not an absolute path`)
 	_, err = Factory(builtins)(env, json.RawMessage(`{"dri":"/skills"}`))
 	assert.ErrorContains(t, err, `unknown field "dri"`)
 }

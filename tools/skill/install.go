@@ -68,7 +68,7 @@ func (e *InstallError) Error() string {
 func stateName(path string) string {
 	b := []byte(path)
 	for i, c := range b {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.' || c == '/') {
+		if !nameByte(c) && c != '.' && c != '/' {
 			b[i] = '_'
 		}
 	}
