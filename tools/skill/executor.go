@@ -113,6 +113,9 @@ func scriptEnv(environ []string, log *slog.Logger) []string {
 	if environ == nil {
 		environ = os.Environ()
 	}
+	if log == nil {
+		log = slog.Default()
+	}
 	var env []string
 	for _, kv := range environ {
 		if !strings.HasPrefix(kv, "SKILL_DIR=") && !strings.HasPrefix(kv, "PATH=") {
@@ -128,7 +131,9 @@ func scriptEnv(environ []string, log *slog.Logger) []string {
 		if err := os.MkdirAll(bin, 0o755); err != nil {
 			log.Warn("skills: cannot create the PATH folder for installers", "dir", bin, "err", err)
 		}
-		path = bin + string(filepath.ListSeparator) + path
+		// First, and once (the sandbox's PATH may already start with it).
+		dirs := slices.DeleteFunc(filepath.SplitList(path), func(d string) bool { return d == bin })
+		path = strings.Join(append([]string{bin}, dirs...), string(filepath.ListSeparator))
 	}
 	return append(env, "PATH="+path)
 }

@@ -335,3 +335,18 @@ func TestClosedExecutorRefusesCalls(t *testing.T) {
 	require.ErrorIs(t, err, tools.ErrClosed)
 	require.NoError(t, x.Close(), "idempotent")
 }
+
+// $HOME/.local/bin comes first on PATH once, wherever it was.
+func TestScriptEnvPath(t *testing.T) {
+	home := t.TempDir()
+	bin := filepath.Join(home, ".local/bin")
+	for path, want := range map[string]string{
+		"/usr/bin:/bin":             bin + ":/usr/bin:/bin",
+		bin + ":/usr/bin:/bin":      bin + ":/usr/bin:/bin",
+		"/usr/bin:" + bin + ":/bin": bin + ":/usr/bin:/bin",
+		"":                          bin + ":/usr/local/bin:/usr/bin:/bin",
+	} {
+		env := scriptEnv([]string{"HOME=" + home, "PATH=" + path, "SKILL_DIR=/stale"}, nil)
+		assert.Equal(t, []string{"HOME=" + home, "PATH=" + want}, env, path)
+	}
+}

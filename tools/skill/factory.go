@@ -13,10 +13,15 @@ import (
 // LoadRoot is the Root of skills loaded inside the sandbox.
 const LoadRoot = "session"
 
-// Params are the factory's parameters: {"dir": "/skills"}.
+// Params are the factory's parameters: {"dir": "/skills", "allow": [...]}.
 type Params struct {
 	// Dir is where the session's skills are mounted; default MountDir.
 	Dir string `json:"dir,omitempty"`
+	// Allow is the session's selection (path prefixes, as
+	// SessionOptions.Skills), applied again to what is loaded: a mounted
+	// folder may hold skills the selection leaves out. Absent (null):
+	// every skill under Dir.
+	Allow []string `json:"allow,omitempty"`
 }
 
 // Factory is the factory of the skill tools: it loads the skills under
@@ -38,6 +43,9 @@ func Factory(builtinNames []string) tools.Factory {
 		ss, skipped := load(p.Dir, LoadRoot)
 		for _, sk := range skipped {
 			log.Warn("skills: skipped", "path", sk.Path, "reason", sk.Reason)
+		}
+		if p.Allow != nil {
+			ss = selectSkills(ss, p.Allow)
 		}
 		x, err := New(Options{
 			Dir:          p.Dir,

@@ -50,3 +50,31 @@ func TestFactoryParams(t *testing.T) {
 	_, err = Factory(builtins)(env, json.RawMessage(`{"dri":"/skills"}`))
 	assert.ErrorContains(t, err, `unknown field "dri"`)
 }
+
+// The selection the daemon passes is applied again to what is mounted.
+func TestFactoryAppliesTheSelection(t *testing.T) {
+	root := t.TempDir()
+	for _, p := range []string{"fuzz", "fuzz/run", "other"} {
+		dir := filepath.Join(root, p)
+		require.NoError(t, os.MkdirAll(dir, 0o755))
+		name := filepath.Base(p)
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "SKILL.md"), []byte("---\nname: "+name+"\ndescription: The "+name+" skill.\n---\nbody\n"), 0o644))
+	}
+	env := tools.Env{Workspace: t.TempDir(), StateDir: t.TempDir()}
+	for params, want := range map[string][]string{
+		`{"dir":"` + root + `"}`:                              {"fuzz", "other", "run"},
+		`{"dir":"` + root + `","allow":["all"]}`:              {"fuzz", "other"},
+		`{"dir":"` + root + `","allow":["fuzz/run","other"]}`: {"other", "run"},
+	} {
+		made, err := Factory(builtins)(env, json.RawMessage(params))
+		require.NoError(t, err)
+		ts, err := tools.NewToolset(made...)
+		require.NoError(t, err)
+		var names []string
+		for _, v := range ts.Definitions()[0].InputSchema.Properties["name"].Enum {
+			names = append(names, v.(string))
+		}
+		assert.ElementsMatch(t, want, names, params)
+		require.NoError(t, ts.Close())
+	}
+}

@@ -5,7 +5,7 @@ package skill
 // tried before the merge. It reads name, description, returns_json and
 // should_run_in_sandbox, the body, the resources and the installer, but no
 // ## Parameters (so no skill is executable through it). At the merge, the
-// factory calls skills.Load and this file is deleted.
+// factory calls skills.Load and skills.Select and this file is deleted.
 
 import (
 	"io/fs"
@@ -64,4 +64,20 @@ func load(dir, root string) ([]*skills.Skill, []skills.Skipped) {
 		return nil
 	})
 	return out, skipped
+}
+
+// selectSkills stands in for skills.Select: OpenSage's enabled_skills
+// (nothing for no prefixes, "all" for the top-level skills, else a path
+// equal to a prefix or under it).
+func selectSkills(all []*skills.Skill, allow []string) []*skills.Skill {
+	var out []*skills.Skill
+	for _, s := range all {
+		for _, a := range allow {
+			if (a == "all" && !strings.Contains(s.Path, "/")) || s.Path == a || strings.HasPrefix(s.Path, a+"/") {
+				out = append(out, s)
+				break
+			}
+		}
+	}
+	return out
 }
