@@ -246,7 +246,7 @@ func (x *Executor) call(ctx context.Context, s *skills.Skill, name string, raw j
 					stdout = append(stdout, p...)
 				}
 			}
-			stream(p)
+			stream(bytes.Clone(p)) // p is the reader's buffer, reused
 		},
 	})
 	r := acc.Finish()
