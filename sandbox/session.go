@@ -124,6 +124,19 @@ func (s *Session) Ping(ctx context.Context) error {
 	return s.callErr(ctx, "ping", c.Ping(ctx))
 }
 
+// InstallSkills runs the dependency installers of the session's skills
+// that have not run yet (each once per session, in priority order). An
+// installer's failure is the error, and that skill's calls fail with it;
+// the rest of the session works.
+func (s *Session) InstallSkills(ctx context.Context) error {
+	c, err := s.begin()
+	if err != nil {
+		return err
+	}
+	defer s.inflight.Add(-1)
+	return s.callErr(ctx, "skills/install", c.InstallSkills(ctx))
+}
+
 // Tools lists the tools the session's agent serves.
 func (s *Session) Tools(ctx context.Context) ([]tools.Definition, error) {
 	c, err := s.begin()

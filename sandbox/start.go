@@ -17,6 +17,7 @@ import (
 func (m *Manager) start(ctx context.Context, o SessionOptions, poolKey string, register bool) (*Session, error) {
 	s := newSession(m, uuid.NewString(), o)
 	s.pooled = poolKey != ""
+	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, m.opts.StartTimeout)
 	defer cancel()
 	stop := context.AfterFunc(m.ctx, cancel) // Shutdown cancels starts
@@ -52,7 +53,29 @@ func (m *Manager) start(ctx context.Context, o SessionOptions, poolKey string, r
 		}
 		return nil, err
 	}
+	m.installEager(parent, s)
 	return s, nil
+}
+
+// installEager runs the installers of a session whose skills say
+// SkillsInstallEager, before the session is handed out: bounded by each
+// installer's own timeout (not StartTimeout) and by the caller, and ended
+// by Shutdown. A failure is logged, not fatal: that skill's calls fail with
+// the installer's error, everything else works.
+func (m *Manager) installEager(ctx context.Context, s *Session) {
+	if len(s.opts.Skills) == 0 || s.opts.SkillsInstall != SkillsInstallEager {
+		return
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(m.ctx, cancel)
+	defer stop()
+	began := time.Now()
+	if err := s.InstallSkills(ctx); err != nil {
+		s.log.Warn("skill installers failed; those skills' calls will say why", "err", err)
+		return
+	}
+	s.log.Info("skill installers done", "took", time.Since(began).Round(time.Millisecond))
 }
 
 // startSandbox takes a start slot, starts the sandbox and pings its agent.
