@@ -165,7 +165,7 @@ func findSection(secs []section, name string) (*section, int) {
 	return first, count
 }
 
-// firstText returns the first non-blank line of a section outside code,
+// firstText returns the first non-blank line of a section,
 // trimmed, and its line number; "" when there is none.
 func firstText(lines []mdLine) (string, int) {
 	for _, l := range lines {

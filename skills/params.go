@@ -58,6 +58,7 @@ func (p *parser) params(sec *section) ([]Param, bool) {
 		ok = false
 	}
 	var out []Param
+	var lines []int        // the heading line of each of out
 	auto := map[int]bool{} // indexes of positionals without a position
 	for _, sub := range subs {
 		m := paramHeadRe.FindStringSubmatch(sub.title)
@@ -71,7 +72,7 @@ func (p *parser) params(sec *section) ([]Param, bool) {
 			continue
 		}
 		prm := Param{Name: name}
-		var haveReq, haveKind bool
+		var haveReq, haveKind, badPart bool
 		for _, part := range strings.Split(m[3], ",") {
 			t := strings.ToLower(strings.Join(strings.Fields(part), " "))
 			switch pm := positionalRe.FindStringSubmatch(t); {
@@ -101,13 +102,14 @@ func (p *parser) params(sec *section) ([]Param, bool) {
 					prm.Kind = Named
 				}
 			default:
+				badPart = true
 				bad(sub.n, "### %s: %q is not required, optional, positional position N, named parameter or flag", name, clip(t, 40))
 			}
 		}
-		if !haveReq {
+		if !haveReq && !badPart {
 			p.add(sevStrict, sub.n, "## Parameters", "### %s: say required or optional (read as optional)", name)
 		}
-		if !haveKind {
+		if !haveKind && !badPart {
 			p.add(sevStrict, sub.n, "## Parameters", "### %s: say positional position N, named parameter or flag", name)
 			if dashes != "" {
 				prm.Kind = Named
@@ -124,8 +126,9 @@ func (p *parser) params(sec *section) ([]Param, bool) {
 		}
 		p.paramBody(&prm, sub, bad)
 		out = append(out, prm)
+		lines = append(lines, sub.n)
 	}
-	if !p.checkParams(out, auto, sec.n, bad) {
+	if !p.checkParams(out, lines, auto, bad) {
 		return nil, false
 	}
 	return out, ok
@@ -185,12 +188,12 @@ func (p *parser) paramBody(prm *Param, sub section, bad func(int, string, ...any
 // checkParams checks the parameters together: unique names, positions 0,
 // 1, 2 … without gaps (given or in the order written), a variadic positional
 // last, no required positional after an optional one.
-func (p *parser) checkParams(ps []Param, auto map[int]bool, line int, bad func(int, string, ...any)) bool {
+func (p *parser) checkParams(ps []Param, lines []int, auto map[int]bool, bad func(int, string, ...any)) bool {
 	ok := true
 	names := map[string]bool{}
-	for _, prm := range ps {
+	for i, prm := range ps {
 		if names[prm.Name] {
-			bad(line, "parameter %q given twice", prm.Name)
+			bad(lines[i], "parameter %q given twice", prm.Name)
 			ok = false
 		}
 		names[prm.Name] = true
@@ -211,24 +214,28 @@ func (p *parser) checkParams(ps []Param, auto map[int]bool, line int, bad func(i
 			taken[next] = true
 		}
 	}
-	var pos []Param
-	for _, prm := range ps {
+	type positional struct {
+		Param
+		line int
+	}
+	var pos []positional
+	for i, prm := range ps {
 		if prm.Kind == Positional {
-			pos = append(pos, prm)
+			pos = append(pos, positional{prm, lines[i]})
 		}
 	}
 	sort.SliceStable(pos, func(i, j int) bool { return pos[i].Position < pos[j].Position })
 	for i, prm := range pos {
 		if prm.Position != i {
-			bad(line, "positional %s is at position %d: positions are 0, 1, 2 … without gaps or repeats", prm.Name, prm.Position)
+			bad(prm.line, "positional %s is at position %d: positions are 0, 1, 2 … without gaps or repeats", prm.Name, prm.Position)
 			return false
 		}
 		if prm.Variadic && i != len(pos)-1 {
-			bad(line, "positional %s takes the rest of the arguments (N+ or a list) but is not the last", prm.Name)
+			bad(prm.line, "positional %s takes the rest of the arguments (N+ or a list) but is not the last", prm.Name)
 			return false
 		}
 		if prm.Required && i > 0 && !pos[i-1].Required {
-			bad(line, "required positional %s comes after optional %s", prm.Name, pos[i-1].Name)
+			bad(prm.line, "required positional %s comes after optional %s", prm.Name, pos[i-1].Name)
 			return false
 		}
 	}

@@ -237,7 +237,8 @@ func yamlError(err error, frontLine int) (string, int) {
 		n, _ := strconv.Atoi(m[1])
 		return strings.TrimPrefix(msg, m[0]), n + frontLine - 1
 	}
-	return strings.TrimPrefix(msg, "yaml: "), 0
+	// yaml.v3 leaves the line out when it is the first.
+	return strings.TrimPrefix(msg, "yaml: "), frontLine
 }
 
 // yaml parses the front matter into its mapping node. Invalid YAML is
@@ -362,11 +363,16 @@ func (p *parser) fields(m *yaml.Node, frontLine int) map[string]metaValue {
 		case fieldName:
 			s.Name, hasName = p.str(key, v, line(v)), true
 		case fieldDescription:
+			hasDescription = true
 			if v.Kind != yaml.ScalarNode {
 				p.add(sevFatal, line(v), key, "not a string")
+				s.Description = ""
 				continue
 			}
-			s.Description, hasDescription = p.str(key, v, line(v)), true
+			s.Description = p.str(key, v, line(v))
+			if strings.TrimSpace(s.Description) == "" {
+				p.add(sevFatal, line(v), key, "empty: say what the skill does and when to use it")
+			}
 		case fieldLicense:
 			s.License = p.str(key, v, line(v))
 		case fieldCompatibility:
@@ -402,8 +408,8 @@ func (p *parser) fields(m *yaml.Node, frontLine int) map[string]metaValue {
 			p.add(sevFatal, frontLine, fieldName, "missing")
 		}
 	}
-	if !hasDescription || strings.TrimSpace(s.Description) == "" {
-		p.add(sevFatal, frontLine, fieldDescription, "missing or empty: say what the skill does and when to use it")
+	if !hasDescription {
+		p.add(sevFatal, frontLine, fieldDescription, "missing: say what the skill does and when to use it")
 	} else if n := utf8.RuneCountInString(s.Description); n > maxDescriptionLen {
 		p.add(sevWarn, seen[fieldDescription], fieldDescription, "%d characters, above the limit of %d", n, maxDescriptionLen)
 	}
@@ -776,7 +782,7 @@ func (p *parser) exec(meta map[string]metaValue, secs []section) {
 			scripts = append(scripts, r)
 		}
 	}
-	entry, entryLine := "", 0
+	entry := ""
 	switch mv, ok := meta[metaEntry]; {
 	case ok:
 		field := fieldMetadata + "." + metaEntry
@@ -788,23 +794,22 @@ func (p *parser) exec(meta map[string]metaValue, secs []section) {
 			p.add(sevWarn, mv.line, field, "%s is not a file in the skill's folder: not executable", mv.value)
 			return
 		}
-		entry, entryLine = mv.value, mv.line
+		entry = mv.value
 	case hasParams > 0 && len(scripts) == 0:
 		p.add(sevWarn, params.n, "## Parameters", "no script under scripts/ (nor metadata %s): not executable", metaEntry)
 		return
 	case hasParams == 0 || len(scripts) == 0:
 		return // instructions only
 	default:
-		entry, entryLine = p.usageEntry(secs, scripts)
+		entry = p.usageEntry(secs, scripts)
 		if entry == "" {
 			if len(scripts) > 1 {
 				p.add(sevWarn, params.n, "## Parameters", "%d scripts under scripts/ and ## Usage names none of them: set metadata %s; not executable", len(scripts), metaEntry)
 				return
 			}
-			entry, entryLine = scripts[0], params.n
+			entry = scripts[0]
 		}
 	}
-	_ = entryLine
 	x := &Exec{Entry: entry}
 	if params != nil {
 		ps, ok := p.params(params)
@@ -818,21 +823,21 @@ func (p *parser) exec(meta map[string]metaValue, secs []section) {
 
 // usageEntry returns the first of the scripts the first code block of
 // ## Usage calls.
-func (p *parser) usageEntry(secs []section, scripts []string) (string, int) {
+func (p *parser) usageEntry(secs []section, scripts []string) string {
 	usage, _ := findSection(secs, "Usage")
 	if usage == nil {
-		return "", 0
+		return ""
 	}
-	code, n, ok := firstCodeBlock(usage.lines)
+	code, _, ok := firstCodeBlock(usage.lines)
 	if !ok {
-		return "", 0
+		return ""
 	}
 	for _, m := range scriptRefRe.FindAllStringSubmatch(code, -1) {
 		for _, s := range scripts {
 			if s == "scripts/"+m[1] {
-				return s, n
+				return s
 			}
 		}
 	}
-	return "", 0
+	return ""
 }

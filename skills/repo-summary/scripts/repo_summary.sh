@@ -100,6 +100,7 @@ out="{\"dir\":$(json_str "$dir"),\"git\":$git_ok"
 
 if $git_ok; then
 	out+=",\"root\":$(json_str "$root")"
+	cd -- "$root" || exit 1 # paths relative to the repository's top
 
 	# Branch, HEAD, upstream and counts from porcelain v2.
 	out+=","$(git status --porcelain=v2 --branch 2>/dev/null | sanitize | awk "$AWK_LIB"'

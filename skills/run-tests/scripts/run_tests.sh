@@ -22,7 +22,7 @@ their messages. Without --runner the first of go (go.mod), cargo
 (Cargo.toml), npm (package.json with a "test" script), pytest (pytest.ini,
 pyproject.toml [tool.pytest], setup.cfg [tool:pytest], tox.ini [pytest],
 conftest.py, test_*.py) and make (a Makefile with a test target) found in
-PATH is used. --filter selects tests: go test -run, cargo test FILTER,
+PATH is used; go.mod and Cargo.toml may also be in a folder above PATH. --filter selects tests: go test -run, cargo test FILTER,
 pytest -k, npm test -- FILTER (make ignores it).
 EOF
 }
@@ -136,8 +136,20 @@ has_make_test() {
 	return 1
 }
 
-[[ -f go.mod ]] && detected+=(go)
-[[ -f Cargo.toml ]] && detected+=(cargo)
+# find_up reports whether the file is in the folder or one above it, as go
+# and cargo look for their module.
+find_up() {
+	local d=$dir
+	while :; do
+		[[ -f $d/$1 ]] && return 0
+		[[ $d == / || -z $d ]] && return 1
+		d=${d%/*}
+		[[ -z $d ]] && d=/
+	done
+}
+
+find_up go.mod && detected+=(go)
+find_up Cargo.toml && detected+=(cargo)
 has_npm_test && detected+=(npm)
 has_pytest && detected+=(pytest)
 has_make_test && detected+=(make)
