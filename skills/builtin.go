@@ -101,7 +101,7 @@ func extract(fsys fs.FS, dir string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("extracting the built-in skills: %w", err)
 	}
-	defer removeTree(tmp) // gone after a successful rename
+	defer func() { _ = removeTree(tmp) }() // gone after a successful rename
 	if err := writeTree(tmp, files); err != nil {
 		return "", fmt.Errorf("extracting the built-in skills: %w", err)
 	}

@@ -248,22 +248,22 @@ func TestLibraryConcurrentReads(t *testing.T) {
 
 func TestMarkdownSections(t *testing.T) {
 	body := strings.Join([]string{
-		"# Title",             // 10
-		"## Usage",            // 11
-		"```bash",             // 12
-		"## not a heading",    // 13
-		"````",                // 14: longer, still closes? no: a closing fence may be longer
-		"text",                // 15
-		"## Timeout ##",       // 16
+		"# Title",              // 10
+		"## Usage",             // 11
+		"```bash",              // 12
+		"## not a heading",     // 13
+		"````",                 // 14: longer, still closes? no: a closing fence may be longer
+		"text",                 // 15
+		"## Timeout ##",        // 16
 		"    ## indented code", // 17
-		"#hashtag",            // 18
-		"~~~",                 // 19
-		"## in tilde code",    // 20
-		"```",                 // 21: does not close a ~~~ block
-		"~~~",                 // 22
-		"### sub",             // 23
-		"# Other",             // 24
-		"after",               // 25
+		"#hashtag",             // 18
+		"~~~",                  // 19
+		"## in tilde code",     // 20
+		"```",                  // 21: does not close a ~~~ block
+		"~~~",                  // 22
+		"### sub",              // 23
+		"# Other",              // 24
+		"after",                // 25
 	}, "\n")
 	lines := bodyLines(body, 10)
 	secs := sections(lines, 2)

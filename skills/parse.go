@@ -159,7 +159,7 @@ func (p *parser) read() (string, bool) {
 		p.add(sevFatal, 0, "", "cannot read: %v", pathless(err))
 		return "", false
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read only
 	if fi, err := f.Stat(); err == nil {
 		if !fi.Mode().IsRegular() {
 			p.add(sevFatal, 0, "", "not a regular file")
@@ -471,7 +471,7 @@ func (p *parser) allowedTools(v *yaml.Node, line int) string {
 // metadata reads the metadata mapping (string to string).
 func (p *parser) metadata(v *yaml.Node, line func(*yaml.Node) int, meta map[string]metaValue) {
 	if v.Kind != yaml.MappingNode {
-		if !(v.Kind == yaml.ScalarNode && v.Tag == "!!null") {
+		if v.Kind != yaml.ScalarNode || v.Tag != "!!null" {
 			p.add(sevWarn, line(v), fieldMetadata, "not a mapping, ignored")
 		}
 		return
