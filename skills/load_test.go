@@ -286,3 +286,48 @@ func TestMarkdownSections(t *testing.T) {
 	assert.Equal(t, "## indented code", text)
 	assert.Equal(t, 17, tn)
 }
+
+// BenchmarkLoad300: a root of 300 skills (each a SKILL.md and one
+// script), loaded as the daemon loads a root at start.
+func BenchmarkLoad300(b *testing.B) {
+	root := b.TempDir()
+	for i := range 300 {
+		rel := fmt.Sprintf("cat%d/skill-%03d", i%3, i)
+		writeSkill(b, root, rel)
+		require.NoError(b, os.MkdirAll(filepath.Join(root, rel, "scripts"), 0o755))
+		require.NoError(b, os.WriteFile(filepath.Join(root, rel, "scripts", "run.sh"), []byte("#!/bin/sh\n"), 0o755))
+	}
+	b.ResetTimer()
+	for b.Loop() {
+		skills, _ := Load(root, root)
+		if len(skills) != 300 {
+			b.Fatal(len(skills))
+		}
+	}
+}
+
+// BenchmarkBuiltin: the embedded skills, parsed (NewLibrary's cost for
+// them).
+func BenchmarkBuiltin(b *testing.B) {
+	for b.Loop() {
+		skills, _ := LoadFS(Builtin(), RootBuiltin)
+		if len(skills) != 2 {
+			b.Fatal(len(skills))
+		}
+	}
+}
+
+// BenchmarkExtractBuiltinPresent: ExtractBuiltin when the copy is there
+// (every start after the first).
+func BenchmarkExtractBuiltinPresent(b *testing.B) {
+	base := b.TempDir()
+	b.Cleanup(func() { _ = removeTree(base) })
+	if _, err := ExtractBuiltin(base); err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if _, err := ExtractBuiltin(base); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

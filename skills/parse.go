@@ -758,6 +758,9 @@ func (p *parser) installer(lines []mdLine) {
 	}
 	seen := map[string]bool{}
 	for _, l := range lines {
+		if !strings.Contains(l.text, "deps/") {
+			continue // the regexp is the slow part of a whole parse
+		}
 		for _, m := range depsRefRe.FindAllStringSubmatch(l.text, -1) {
 			if ref := m[1]; !seen[ref] {
 				seen[ref] = true
