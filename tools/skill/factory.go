@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 
+	"github.com/sandboxd/sandboxd/skills"
 	"github.com/sandboxd/sandboxd/tools"
 )
 
@@ -40,12 +41,12 @@ func Factory(builtinNames []string) tools.Factory {
 			return nil, fmt.Errorf("skills params: dir %q is not an absolute path", p.Dir)
 		}
 		log := slog.Default().With("component", "skills")
-		ss, skipped := load(p.Dir, LoadRoot)
+		ss, skipped := skills.Load(p.Dir, LoadRoot)
 		for _, sk := range skipped {
 			log.Warn("skills: skipped", "path", sk.Path, "reason", sk.Reason)
 		}
 		if p.Allow != nil {
-			ss = selectSkills(ss, p.Allow)
+			ss = skills.Select(ss, p.Allow)
 		}
 		x, err := New(Options{
 			Dir:          p.Dir,
