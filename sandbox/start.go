@@ -12,11 +12,15 @@ import (
 
 // start creates a sandbox and waits until its agent answers. A session for
 // a pool (poolKey set) is returned unregistered and marked pooled; any other
-// is registered at once, so that it is listed while starting and a Close or
-// Shutdown can cancel the start.
-func (m *Manager) start(ctx context.Context, o SessionOptions, poolKey string, register bool) (*Session, error) {
+// is registered at once (with co applied), so that it is listed while
+// starting and a Close or Shutdown can cancel the start.
+func (m *Manager) start(ctx context.Context, o SessionOptions, poolKey string, co CreateOptions) (*Session, error) {
 	s := newSession(m, uuid.NewString(), o)
 	s.pooled = poolKey != ""
+	register := poolKey == ""
+	if register {
+		s.setIdleTimeout(co.IdleTimeout)
+	}
 	ctx, cancel := context.WithTimeout(ctx, m.opts.StartTimeout)
 	defer cancel()
 	stop := context.AfterFunc(m.ctx, cancel) // Shutdown cancels starts
