@@ -212,6 +212,10 @@ func (o SessionOptions) withDefaults(d SessionOptions) SessionOptions {
 		o.User = d.User
 	}
 	if o.Network == "" {
+		// allow_hosts narrows a network: it comes with d's network only.
+		if o.AllowHosts == nil {
+			o.AllowHosts = d.AllowHosts
+		}
 		o.Network = d.Network
 	}
 	if o.Runtime == "" {

@@ -382,4 +382,16 @@ func TestOverlayOnProfile(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "mine", r.Image)
 	assert.Empty(t, r.Skills, "an empty list selects none, over the profile's")
+
+	// allow_hosts comes with the profile's network, not over another one.
+	web := SessionOptions{Image: "web", Network: NetworkBridge, AllowHosts: []string{"example.com"}}
+	r, err = SessionOptions{}.Over(web).Resolve(SessionOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"example.com"}, r.AllowHosts)
+	r, err = SessionOptions{AllowHosts: []string{"go.dev"}}.Over(web).Resolve(SessionOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"go.dev"}, r.AllowHosts)
+	r, err = SessionOptions{Network: NetworkNone}.Over(web).Resolve(SessionOptions{})
+	require.NoError(t, err)
+	assert.Empty(t, r.AllowHosts, "a request's own network takes none of the profile's hosts")
 }

@@ -423,22 +423,31 @@ func (p *parser) skillsDirs(n *yaml.Node, path string) []string {
 		if !ok {
 			return
 		}
-		switch st, err := os.Stat(d); {
-		case !filepath.IsAbs(d):
-			p.errorf(v, ipath, "%q is not an absolute path", d)
-		case filepath.Clean(d) != d:
-			p.errorf(v, ipath, "%q is not a clean path (did you mean %q?)", d, filepath.Clean(d))
-		case err != nil:
+		if err := CheckSkillsDir(d); err != nil {
 			p.errorf(v, ipath, "%v", err)
-		case !st.IsDir():
-			p.errorf(v, ipath, "%q is not a directory", d)
-		case slices.Contains(dirs, d):
+		} else if slices.Contains(dirs, d) {
 			p.errorf(v, ipath, "%q is listed twice", d)
-		default:
+		} else {
 			dirs = append(dirs, d)
 		}
 	})
 	return dirs
+}
+
+// CheckSkillsDir checks a skill root: the absolute, clean path of an
+// existing directory.
+func CheckSkillsDir(d string) error {
+	switch st, err := os.Stat(d); {
+	case !filepath.IsAbs(d):
+		return fmt.Errorf("%q is not an absolute path", d)
+	case filepath.Clean(d) != d:
+		return fmt.Errorf("%q is not a clean path (did you mean %q?)", d, filepath.Clean(d))
+	case err != nil:
+		return err
+	case !st.IsDir():
+		return fmt.Errorf("%q is not a directory", d)
+	}
+	return nil
 }
 
 // list calls f for each item of a sequence node (null: none).
