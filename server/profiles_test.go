@@ -267,7 +267,11 @@ func TestMCPUnknownProfile(t *testing.T) {
 	}
 	assert.Zero(t, ts.Backend.Created())
 
-	post := func(path, token string) (*http.Response, []byte) {
+	type answer struct {
+		status      int
+		contentType string
+	}
+	post := func(path, token string) (answer, []byte) {
 		req, err := http.NewRequest(http.MethodPost, ts.Base+path, strings.NewReader(`{"jsonrpc":"2.0","id":"init-1","method":"initialize","params":{}}`))
 		require.NoError(t, err)
 		req.Header.Set("Content-Type", "application/json")
@@ -279,12 +283,12 @@ func TestMCPUnknownProfile(t *testing.T) {
 		require.NoError(t, err)
 		defer resp.Body.Close()
 		body, _ := io.ReadAll(resp.Body)
-		return resp, body
+		return answer{resp.StatusCode, resp.Header.Get("Content-Type")}, body
 	}
 	for _, path := range []string{"/mcp/nope", "/mcp/", "/mcp/fuzz/x", "/mcp/default"} {
 		resp, body := post(path, ts.Token)
-		assert.Equal(t, http.StatusNotFound, resp.StatusCode, path)
-		assert.Equal(t, "application/json", resp.Header.Get("Content-Type"), path)
+		assert.Equal(t, http.StatusNotFound, resp.status, path)
+		assert.Equal(t, "application/json", resp.contentType, path)
 		var msg struct {
 			JSONRPC string          `json:"jsonrpc"`
 			ID      json.RawMessage `json:"id"`
@@ -297,9 +301,9 @@ func TestMCPUnknownProfile(t *testing.T) {
 		assert.Contains(t, msg.Error.Message, "the endpoints here are /mcp, /mcp/fuzz, /mcp/web", path)
 
 		resp, body = post(path, "")
-		assert.Equal(t, http.StatusUnauthorized, resp.StatusCode, path)
+		assert.Equal(t, http.StatusUnauthorized, resp.status, path)
 		assert.NotContains(t, string(body), "fuzz")
 	}
 	resp, _ := post("/mcp/fuzz", "not-the-token-at-all-0123456789")
-	assert.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+	assert.Equal(t, http.StatusUnauthorized, resp.status)
 }
