@@ -262,3 +262,22 @@ func TestParseAliasBomb(t *testing.T) {
 	_, err := Parse("c.yaml", []byte(src))
 	require.ErrorContains(t, err, "profiles.p: too many nodes (more than 100000, aliases counted)")
 }
+
+// The README's example config parses and every profile in it resolves
+// (its skill root replaced by one that exists here).
+func TestReadmeExample(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	require.NoError(t, err)
+	_, rest, ok := strings.Cut(string(readme), "## Profiles\n")
+	require.True(t, ok, "README has a Profiles section")
+	_, rest, ok = strings.Cut(rest, "```yaml\n")
+	require.True(t, ok, "with a yaml example")
+	example, _, ok := strings.Cut(rest, "```")
+	require.True(t, ok)
+	example = strings.ReplaceAll(example, "/srv/sandboxd/skills", t.TempDir())
+	f, err := Parse("README.md", []byte(example))
+	require.NoError(t, err)
+	assert.Equal(t, []string{"default", "fuzz", "gvisor", "scratch"}, f.Names())
+	require.NoError(t, f.Check(sandbox.SessionOptions{Image: "img", Limits: sandbox.Limits{DiskQuota: 10 << 30}}))
+	assert.Equal(t, 2, f.Profiles["fuzz"].Pool)
+}
