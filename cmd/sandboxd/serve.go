@@ -132,7 +132,8 @@ func runServe(ctx context.Context, std stdio, args []string) error {
 	fs.StringVar(&cfg.diskDir, "disk-dir", "", "where the sparse files of --disk-backend loop live (default <state-dir>/disks)")
 	fs.IntVar(&cfg.diskMB, "disk-mb", 0, "cap /workspace and the home folder of every session at this many MiB each, as tmpfs charged to the "+
 		"session's memory (they start empty and do not survive an engine restart); 0: no tmpfs (see --disk-quota)")
-	fs.IntVar(&cfg.pool, "pool", 0, "keep this many started sandboxes of the default image ready (warm pool)")
+	fs.IntVar(&cfg.pool, "pool", 0, "keep this many started sandboxes of the default profile ready (warm pool): the config's default profile, else the flags' defaults; "+
+		"each profile of the config has its own (pool: N)")
 	fs.IntVar(&cfg.maxStarts, "max-concurrent-starts", sandbox.DefaultMaxConcurrentStarts,
 		"sandboxes being started at once (client creates go before pool refills); on 2 cores 4 gave the best ready latency")
 	fs.IntVar(&cfg.maxSessions, "max-sessions", server.DefaultMaxSessions, "cap on live sessions, WebSocket and MCP together (-1: none)")
@@ -257,6 +258,9 @@ func runServe(ctx context.Context, std stdio, args []string) error {
 			}
 		}
 		log.Info("sandboxd serving", "addr", addr.String(), "websocket", wsURL(base), "mcp", base+"/mcp", "token", where)
+		if names := file.Names(); len(names) > 0 {
+			log.Info("session profiles", "config", cfg.configPath, "profiles", strings.Join(names, ", "), "mcp", base+"/mcp/NAME")
+		}
 		// The client commands need the flags that differ from their defaults.
 		var flags string
 		if u := wsURL(base); u != "ws://"+server.DefaultListen+"/v1/ws" {

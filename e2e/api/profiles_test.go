@@ -240,6 +240,13 @@ func TestProfilesServe(t *testing.T) {
 		t.Fatalf("run --profile beta: %v: %q", err, out)
 	}
 
+	shell := exec.CommandContext(ctx, binary, "shell", "--server", serve.url, "--state-dir", state, "--profile", "alpha")
+	shell.Stdin = strings.NewReader("echo \"X=$X\"; pwd\n")
+	out, err = shell.Output()
+	if err != nil || !strings.Contains(string(out), "X=from-alpha\n/tmp") {
+		t.Fatalf("shell --profile alpha: %v: %q", err, out)
+	}
+
 	// An unknown profile: refused by both APIs, with the defined ones.
 	const unknown = `unknown profile "nope" (defined: alpha, beta)`
 	if _, err := c.CreateSession(ctx, client.CreateOptions{Profile: "nope"}); err == nil || !strings.Contains(err.Error(), unknown) {
