@@ -326,6 +326,22 @@ func TestIdleReaper(t *testing.T) {
 	})
 }
 
+// A session's idle clock starts when it is ready: a start that took longer
+// than its idle timeout does not get it reaped before its first call.
+func TestIdleClockStartsWhenReady(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt := newFakeRuntime(t)
+		rt.onStart = func(Spec) { time.Sleep(time.Second) } // a slow engine
+		m := newTestManager(t, rt, ManagerOptions{})
+		s, err := m.Create(context.Background(), SessionOptions{IdleTimeout: 200 * time.Millisecond})
+		require.NoError(t, err)
+		advance(testReapInterval)
+		assert.Equal(t, StateReady, s.State(), "not reaped for the time its start took")
+		advance(200 * time.Millisecond)
+		assert.Equal(t, StateClosed, s.State(), "reaped once idle for its timeout after it was ready")
+	})
+}
+
 func TestWarmPool(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rt := newFakeRuntime(t)

@@ -98,6 +98,10 @@ func (m *Manager) startSandbox(ctx context.Context, s *Session, poolKey string) 
 		m.removeQuietly(s.id)
 		return fmt.Errorf("session %s: %w: its agent did not answer (%v); %s", s.id, ErrStart, err, why)
 	}
+	// The idle clock starts now, not when the start began: a start slower
+	// than the idle timeout would otherwise be reaped at the reaper's next
+	// tick, before its creator made a call.
+	s.touch()
 	if !s.setReady(c) { // Close came first; its teardown removes the sandbox
 		c.Close()
 		return fmt.Errorf("session %s: %w while it was starting", s.id, ErrClosed)
