@@ -12,12 +12,16 @@ import (
 
 // start creates a sandbox and waits until its agent answers. A session for
 // a pool (poolKey set) is returned unregistered and marked pooled; any other
-// is registered at once, so that it is listed while starting and a Close or
-// Shutdown can cancel the start.
-func (m *Manager) start(ctx context.Context, o SessionOptions, poolKey string, register bool) (*Session, error) {
+// is registered at once (with co applied), so that it is listed while
+// starting and a Close or Shutdown can cancel the start.
+func (m *Manager) start(ctx context.Context, o SessionOptions, poolKey string, co CreateOptions) (*Session, error) {
 	s := newSession(m, uuid.NewString(), o)
 	s.pooled = poolKey != ""
 	parent := ctx
+	register := poolKey == ""
+	if register {
+		s.setIdleTimeout(co.IdleTimeout)
+	}
 	ctx, cancel := context.WithTimeout(ctx, m.opts.StartTimeout)
 	defer cancel()
 	stop := context.AfterFunc(m.ctx, cancel) // Shutdown cancels starts
@@ -122,6 +126,10 @@ func (m *Manager) startSandbox(ctx context.Context, s *Session, poolKey string) 
 		m.removeQuietly(s.id)
 		return fmt.Errorf("session %s: %w: its agent did not answer (%v); %s", s.id, ErrStart, err, why)
 	}
+	// The idle clock starts now, not when the start began: a start slower
+	// than the idle timeout would otherwise be reaped at the reaper's next
+	// tick, before its creator made a call.
+	s.touch()
 	if !s.setReady(c) { // Close came first; its teardown removes the sandbox
 		c.Close()
 		return fmt.Errorf("session %s: %w while it was starting", s.id, ErrClosed)

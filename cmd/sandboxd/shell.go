@@ -39,19 +39,23 @@ previous command finished.`
 
 func runShell(ctx context.Context, std stdio, args []string) error {
 	var conn connFlags
-	var sessionID, sessionToken, image string
+	var sessionID, sessionToken, profile, image string
 	var keep bool
 	fs := newFlagSet("shell", std, "[--session ID (token in SANDBOXD_SESSION_TOKEN)] [flags]", shellHelp)
 	conn.register(fs)
 	fs.StringVar(&sessionID, "session", "", "attach to this session instead of creating one")
 	fs.StringVar(&sessionToken, "session-token", os.Getenv("SANDBOXD_SESSION_TOKEN"), "the session's token; prefer the env SANDBOXD_SESSION_TOKEN (a command line is visible to every user in ps)")
-	fs.StringVar(&image, "image", "", "image of a new session (default: the server's)")
+	fs.StringVar(&profile, "profile", "", "session profile of the server (serve --config) of a new session (default: the server's default profile)")
+	fs.StringVar(&image, "image", "", "image of a new session (default: the profile's, else the server's)")
 	fs.BoolVar(&keep, "keep", false, "leave a session this shell created running on exit")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if sessionID != "" && sessionToken == "" {
 		return usageErrorf("--session needs the session's token: SANDBOXD_SESSION_TOKEN (or --session-token)")
+	}
+	if sessionID != "" && (profile != "" || image != "") {
+		return usageErrorf("--profile and --image are for a new session, not with --session")
 	}
 	// Signals are handled here (Ctrl-C goes to the sandbox), not by ctx.
 	sigs := make(chan os.Signal, 4)
@@ -82,7 +86,7 @@ func runShell(ctx context.Context, std stdio, args []string) error {
 	if sessionID != "" {
 		s, err = c.AttachOutput(cctx, sessionID, sessionToken, 0, printOutput)
 	} else {
-		s, err = c.CreateSession(cctx, client.CreateOptions{Image: image})
+		s, err = c.CreateSession(cctx, client.CreateOptions{Profile: profile, Image: image})
 		if err == nil {
 			s.OnOutput = printOutput // a new session has no output yet
 			// The token goes in the environment, not on a command line

@@ -177,6 +177,13 @@ type Limits struct {
 // invalid-params error, so a client asking for a feature this server lacks
 // (skills, MCP sidecars) learns it at once instead of silently not getting it.
 type CreateParams struct {
+	// Profile names one of the server's session profiles (serve --config);
+	// empty: the "default" profile if the server defines one, else the
+	// server's defaults. The fields below overlay the profile's: each one
+	// set replaces the profile's, env and labels are merged (these win).
+	// An unknown profile is an invalid-params error listing the defined
+	// ones.
+	Profile string            `json:"profile,omitempty"`
 	Image   string            `json:"image,omitempty"`
 	Env     map[string]string `json:"env,omitempty"`
 	Cwd     string            `json:"cwd,omitempty"`
