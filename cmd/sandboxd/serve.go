@@ -18,10 +18,13 @@ import (
 	"github.com/sandboxd/sandboxd/client"
 	"github.com/sandboxd/sandboxd/internal/auth"
 	"github.com/sandboxd/sandboxd/internal/config"
+	"github.com/sandboxd/sandboxd/internal/mcpapi"
 	"github.com/sandboxd/sandboxd/internal/sandboxmgr"
 	"github.com/sandboxd/sandboxd/sandbox"
 	"github.com/sandboxd/sandboxd/sandbox/docker"
 	"github.com/sandboxd/sandboxd/server"
+	"github.com/sandboxd/sandboxd/skills"
+	"github.com/sandboxd/sandboxd/tools"
 )
 
 func init() {
@@ -82,6 +85,9 @@ type pathList []string
 
 func (l *pathList) String() string { return strings.Join(*l, ":") }
 func (l *pathList) Set(v string) error {
+	if v == "" {
+		return errors.New("empty path")
+	}
 	*l = append(*l, v)
 	return nil
 }
@@ -224,11 +230,15 @@ func runServe(ctx context.Context, std stdio, args []string) error {
 	if err := checkProfiles(ctx, file, defaults, rt.CheckRuntime); err != nil {
 		return err
 	}
-	mopts := sandbox.ManagerOptions{Defaults: defaults, MaxConcurrentStarts: cfg.maxStarts, Logger: log,
-		Pools: profilePools(file, cfg, log)}
-	if len(skillRoots) > 0 {
-		log.Info("skill roots", "dirs", strings.Join(skillRoots, ", "))
+	skillSrc, err := loadSkills(cfg.stateDir, skillRoots, log)
+	if err != nil {
+		return err
 	}
+	if err := checkProfileSkills(file, skillSrc); err != nil {
+		return err
+	}
+	mopts := sandbox.ManagerOptions{Defaults: defaults, MaxConcurrentStarts: cfg.maxStarts, Logger: log,
+		Pools: profilePools(file, cfg, log), Skills: skillSrc}
 	m, err := sandbox.NewManager(ctx, rt, mopts)
 	if err != nil {
 		return err
@@ -239,6 +249,9 @@ func runServe(ctx context.Context, std stdio, args []string) error {
 		Backend: sandboxmgr.New(m), OperatorToken: token, StateDir: cfg.stateDir,
 		AllowedImages: cfg.allowImgs, MaxSessions: cfg.maxSessions, MaxMessageBytes: cfg.maxMessage,
 		Profiles: profileOptions(file), MCPImage: cfg.mcpImage, MCPSessionTimeout: cfg.mcpIdle,
+		MCPTools: func(profile string, o sandbox.SessionOptions) []tools.Definition {
+			return append(mcpapi.BuiltinTools(profile, o), skillSrc.Definitions(o.Skills)...)
+		},
 		KeepSessions: cfg.keepSessions, DrainTimeout: cfg.drainTimeout,
 		Logger: log, Version: version(),
 	})
@@ -338,6 +351,46 @@ func profilePools(file *config.File, cfg serveConfig, log *slog.Logger) []sandbo
 		log.Warn("--mcp-image is not used: the config's default profile is what /mcp serves", "mcp_image", cfg.mcpImage)
 	}
 	return pools
+}
+
+// loadSkills loads the skills sessions can select: the operator's roots,
+// then the built-in skills, written (content-addressed, read-only) under
+// the state directory so that sandboxes can mount them. What a root holds
+// that cannot be used is logged with the reason; it never stops the server.
+func loadSkills(stateDir string, operatorRoots []string, log *slog.Logger) (sandboxmgr.Skills, error) {
+	builtinDir, err := skills.ExtractBuiltin(filepath.Join(stateDir, "skills"))
+	if err != nil {
+		return sandboxmgr.Skills{}, fmt.Errorf("writing the built-in skills under %s: %w", stateDir, err)
+	}
+	roots := make([]skills.Root, 0, len(operatorRoots)+1)
+	for _, d := range operatorRoots {
+		roots = append(roots, skills.Root{Dir: d})
+	}
+	lib := skills.NewLibrary(append(roots, skills.BuiltinRoot(builtinDir))...)
+	for _, sk := range lib.Skipped() {
+		log.Warn("skill not loaded", "path", sk.Path, "root", sk.Root, "reason", sk.Reason)
+	}
+	for _, sk := range lib.Skills() {
+		for _, w := range sk.Warnings {
+			log.Debug("skill loaded with a warning", "path", sk.Path, "root", sk.Root, "warning", w)
+		}
+	}
+	log.Info("skills", "loaded", len(lib.Skills()), "skipped", len(lib.Skipped()), "roots", strings.Join(append(slices.Clone(operatorRoots), "built-in"), ", "))
+	return sandboxmgr.Skills{Lib: lib, Log: log}, nil
+}
+
+// checkProfileSkills refuses a profile whose skills select nothing loaded,
+// at the line of its skills option.
+func checkProfileSkills(file *config.File, src sandboxmgr.Skills) error {
+	var errs []error
+	for _, name := range file.Names() {
+		if sel := file.Profiles[name].Options.Skills; len(sel) > 0 {
+			if _, err := src.Mounts(sel); err != nil {
+				errs = append(errs, file.Errorf(name, "skills", "%v", err))
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // skillRoots are the operator's skill roots: the config's skills_dirs,

@@ -6,10 +6,12 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/sandboxd/sandboxd/internal/config"
 	"github.com/sandboxd/sandboxd/skills"
 )
 
@@ -38,14 +40,15 @@ text names. A message says what the lenient loader does with the problem
 ("ignored", "not executable", "read as ...").`
 
 const listHelp = `
-Loads the skill roots as the daemon does, leniently: the --skills-dir roots
-in the order given, then the built-in skills; a skill path in an earlier root
-shadows the same path in a later one. Prints each skill (path, name, root,
+Loads the skill roots as the daemon does, leniently: the skills_dirs of
+--config, then the --skills-dir roots in the order given, then the built-in
+skills; a skill path in an earlier root shadows the same path in a later
+one. Prints each skill (path, name, root,
 whether it is a tool, its timeout and installer), the warnings of the skills
 that loaded, and what was skipped and why.`
 
 const skillsHelp = `usage: sandboxd skills validate PATH
-       sandboxd skills list [--skills-dir DIR]... [--json]
+       sandboxd skills list [--config FILE] [--skills-dir DIR]... [--json]
 
 validate:` + validateHelp + `
 
@@ -101,19 +104,6 @@ func plural(n int, one, many string) string {
 	return many
 }
 
-// dirsFlag is a repeatable path flag (no comma splitting: paths may hold
-// commas).
-type dirsFlag []string
-
-func (d *dirsFlag) String() string { return strings.Join(*d, " ") }
-func (d *dirsFlag) Set(v string) error {
-	if v == "" {
-		return errors.New("empty path")
-	}
-	*d = append(*d, v)
-	return nil
-}
-
 // skillLibrary loads the operator roots dirs (a configuration file's roots
 // are more of them, after the flags') and the built-in skills.
 func skillLibrary(dirs []string) *skills.Library {
@@ -165,14 +155,32 @@ func orDefault(d, def time.Duration) time.Duration {
 }
 
 func runSkillsList(_ context.Context, std stdio, args []string) error {
-	fs := newFlagSet("skills list", std, "[--skills-dir DIR]... [--json]", listHelp)
-	var dirs dirsFlag
+	fs := newFlagSet("skills list", std, "[--config FILE] [--skills-dir DIR]... [--json]", listHelp)
+	var dirs pathList
 	fs.Var(&dirs, "skills-dir", "a root of skills, repeatable; earlier roots shadow later ones, all shadow the built-in skills")
+	configPath := fs.String("config", "", "serve's config file: its skills_dirs come first, as serve --config takes them")
 	asJSON := fs.Bool("json", false, "print JSON: {skills: [...], skipped: [...]}")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	lib := skillLibrary(dirs)
+	var fromConfig []string
+	if *configPath != "" {
+		file, err := config.Load(*configPath)
+		if err != nil {
+			return err
+		}
+		fromConfig = file.SkillsDirs
+	}
+	for i, d := range dirs { // a relative root is the user's own, here
+		if abs, err := filepath.Abs(d); err == nil {
+			dirs[i] = abs
+		}
+	}
+	roots, err := skillRoots(fromConfig, dirs)
+	if err != nil {
+		return err
+	}
+	lib := skillLibrary(roots)
 	all, skipped := lib.Skills(), lib.Skipped()
 	if *asJSON {
 		out := struct {

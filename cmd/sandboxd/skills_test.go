@@ -61,7 +61,7 @@ func TestSkillsUsage(t *testing.T) {
 		{[]string{"skills", "validate", "--nope", "a"}, exitUsage, "flag provided but not defined: -nope"},
 		{[]string{"skills", "list", "extra"}, exitUsage, "unexpected arguments: extra"},
 		{[]string{"skills", "list", "--skills-dir", ""}, exitUsage, "empty path"},
-		{[]string{"skills", "-h"}, exitOK, "sandboxd skills list [--skills-dir DIR]... [--json]"},
+		{[]string{"skills", "-h"}, exitOK, "sandboxd skills list [--config FILE] [--skills-dir DIR]... [--json]"},
 		{[]string{"skills", "validate", "-h"}, exitOK, "Strict is the Agent Skills specification"},
 		{[]string{"skills", "list", "-h"}, exitOK, "-skills-dir"},
 	}

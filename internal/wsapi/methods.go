@@ -97,6 +97,7 @@ func createOptions(p wsproto.CreateParams) (sandbox.SessionOptions, error) {
 	o := sandbox.SessionOptions{
 		Image: p.Image, Env: p.Env, Cwd: p.Cwd, User: p.User, Network: p.Network,
 		AllowHosts: p.AllowHosts, Runtime: p.Runtime, IdleTimeout: time.Duration(p.IdleTimeout), Labels: p.Labels,
+		Skills: p.Skills, SkillsInstall: p.SkillsInstall,
 	}
 	if p.IdleTimeout < 0 {
 		o.IdleTimeout = sandbox.NoIdleTimeout
