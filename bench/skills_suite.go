@@ -35,8 +35,8 @@ func writeBenchSkills(root string) error {
 		"hi/scripts/hi.sh": "echo \"$1\"\n",
 		"slow-deps/SKILL.md": "---\nname: slow-deps\ndescription: Echoes its argument after a 1 s installer.\n---\n# slow-deps\n\n## Parameters\n\n" +
 			"### text (required, positional position 0)\n\n**Type**: `str`\n\nWhat to echo.\n",
-		"slow-deps/scripts/hi.sh":      "echo \"$1\"\n",
-		"slow-deps/deps/install.sh":    fmt.Sprintf("sleep %g\n", installerSleep.Seconds()),
+		"slow-deps/scripts/hi.sh":   "echo \"$1\"\n",
+		"slow-deps/deps/install.sh": fmt.Sprintf("sleep %g\n", installerSleep.Seconds()),
 	}
 	for rel, content := range files {
 		p := filepath.Join(root, rel)

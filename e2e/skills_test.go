@@ -22,7 +22,9 @@ func builtinSkills(t *testing.T, operatorRoots ...string) sandboxmgr.Skills {
 	t.Helper()
 	dir, err := skills.ExtractBuiltin(t.TempDir())
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = filepath.WalkDir(dir, func(p string, _ os.DirEntry, _ error) error { return os.Chmod(p, 0o755) }) })
+	t.Cleanup(func() {
+		_ = filepath.WalkDir(dir, func(p string, _ os.DirEntry, _ error) error { return os.Chmod(p, 0o755) })
+	})
 	roots := make([]skills.Root, 0, len(operatorRoots)+1)
 	for _, r := range operatorRoots {
 		roots = append(roots, skills.Root{Dir: r})
