@@ -167,6 +167,19 @@ func (c *Client) Shutdown(ctx context.Context) error {
 	return err
 }
 
+// InstallSkills runs the dependency installers of the session's skills
+// that have not run yet, ordered by priority, and returns when all have
+// ended (a no-op without skills). A failure is an error wrapping
+// ErrSkillInstall whose message names each failed skill, its installer,
+// exit status and log tail; those skills' calls fail for the session, the
+// rest work. Installers may take long (30 minutes each by default): ctx
+// bounds the wait, and the agent stops waiting (the installer itself runs
+// to its own timeout) when it is cancelled.
+func (c *Client) InstallSkills(ctx context.Context) error {
+	_, err := c.roundTrip(ctx, MethodSkillsInstall, struct{}{}, nil)
+	return err
+}
+
 // roundTrip sends one request and waits for its result.
 func (c *Client) roundTrip(ctx context.Context, method string, params any, stream tools.StreamFunc) (json.RawMessage, error) {
 	f, err := c.exchange(ctx, method, params, nil, stream)

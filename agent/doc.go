@@ -50,6 +50,7 @@
 //	fs/download/begin {path}                              -> {transfer}
 //	fs/download/read  {transfer}                          -> {eof} + payload
 //	shutdown          {}                                  -> {} (then the agent closes)
+//	skills/install    {}                                  -> {} (the skills' pending installers ran)
 //	pty/open          {pty, rows, cols, command, watch}   -> {pid, command}
 //	pty/input         {pty} + payload                     -> {}
 //	pty/resize        {pty, rows, cols}                   -> {}
@@ -67,10 +68,11 @@
 // PTYWindow bytes ahead of the host's "pty/ack" {pty, bytes}: a host that
 // does not keep up makes the agent stop reading the pty, and the program's
 // writes block, as on a slow terminal (a watched tool is never slowed: its
-// view drops the oldest output past 1 MiB and says so). When the program
-// exits, or on pty/close, every process of the PTY's session gets SIGHUP,
-// then SIGKILL after a second; the output still in the pty follows, then
-// one "pty/exit" {pty, exit_code, signal}.
+// view drops the oldest output past 1 MiB and says so). On pty/close a
+// running program is hung up (the master closes); when it exits by itself
+// the output still in the pty follows. Either way every process of the
+// PTY's session gets SIGHUP, then SIGKILL after a second, then one
+// "pty/exit" {pty, exit_code, signal}.
 //
 // A tool failure the model should read (bad arguments, a missing file) is a
 // successful response whose Observation has is_error; a protocol error means

@@ -30,6 +30,9 @@ var (
 	// ErrUnknownTransfer: an upload or download id the agent does not know
 	// (finished, aborted, or from another connection).
 	ErrUnknownTransfer = errors.New("unknown transfer")
+	// ErrSkillInstall: a dependency installer of the session's skills
+	// failed (skills/install); the message says which and why.
+	ErrSkillInstall = errors.New("skill installer failed")
 	// ErrUnknownPTY: a PTY id the agent does not know on this connection
 	// (it ended, or was opened on another connection).
 	ErrUnknownPTY = errors.New("unknown pty")
@@ -62,7 +65,8 @@ const (
 	CodePermission       = -32013
 	CodeExists           = -32014
 	CodeUnknownTransfer  = -32015
-	CodeUnknownPTY       = -32016
+	CodeSkillInstall     = -32016
+	CodeUnknownPTY       = -32017
 )
 
 // codeTable is the one place typed errors meet protocol codes. The agent maps
@@ -89,6 +93,7 @@ var codeTable = []struct {
 	{CodePermission, fs.ErrPermission},
 	{CodeExists, fs.ErrExist},
 	{CodeUnknownTransfer, ErrUnknownTransfer},
+	{CodeSkillInstall, ErrSkillInstall},
 	{CodeUnknownPTY, ErrUnknownPTY},
 	{CodeInternal, ErrInternal},
 }

@@ -28,6 +28,9 @@ const (
 	MethodDownload    = "fs/download/begin"
 	MethodDownloadRd  = "fs/download/read"
 	MethodShutdown    = "shutdown"
+	// MethodSkillsInstall runs the dependency installers of the session's
+	// skills that have not run yet (skills_install: eager).
+	MethodSkillsInstall = "skills/install"
 
 	// Notifications (frames without id).
 	MethodCancel = "cancel"   // host -> agent: {id}

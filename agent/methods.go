@@ -25,15 +25,16 @@ type handler struct {
 }
 
 var handlers = map[string]handler{
-	MethodPing:        {fn: handlePing, inline: true},
-	MethodToolsList:   {fn: handleToolsList, inline: true},
-	MethodToolsCall:   {fn: handleToolsCall, bounded: true},
-	MethodUploadBegin: {fn: handleUploadBegin, bounded: true},
-	MethodUploadChunk: {fn: handleUploadChunk, bounded: true},
-	MethodUploadEnd:   {fn: handleUploadEnd, bounded: true},
-	MethodDownload:    {fn: handleDownloadBegin, bounded: true},
-	MethodDownloadRd:  {fn: handleDownloadRead, bounded: true},
-	MethodShutdown:    {fn: handleShutdown, after: func(c *conn) { c.s.closeConns() }},
+	MethodPing:          {fn: handlePing, inline: true},
+	MethodToolsList:     {fn: handleToolsList, inline: true},
+	MethodToolsCall:     {fn: handleToolsCall, bounded: true},
+	MethodUploadBegin:   {fn: handleUploadBegin, bounded: true},
+	MethodUploadChunk:   {fn: handleUploadChunk, bounded: true},
+	MethodUploadEnd:     {fn: handleUploadEnd, bounded: true},
+	MethodDownload:      {fn: handleDownloadBegin, bounded: true},
+	MethodDownloadRd:    {fn: handleDownloadRead, bounded: true},
+	MethodShutdown:      {fn: handleShutdown, after: func(c *conn) { c.s.closeConns() }},
+	MethodSkillsInstall: {fn: handleSkillsInstall, bounded: true},
 	// Input and resize run on the read loop, in the order they came: they
 	// only queue bytes or set the size.
 	MethodPTYOpen:   {fn: handlePTYOpen},
@@ -131,6 +132,34 @@ func (st *streamer) finish() {
 	st.mu.Lock()
 	st.done = true
 	st.mu.Unlock()
+}
+
+// skillInstaller is an executor with dependency installers to run ahead of
+// the first call: the skills' (tools/skill.Executor).
+type skillInstaller interface {
+	InstallAll(ctx context.Context) error
+}
+
+// handleSkillsInstall runs the installers of the session's skills that
+// have not run yet; without skills it succeeds at once. A failed installer
+// is ErrSkillInstall, whose message names each skill that failed, its
+// installer, its exit status and its log's last lines.
+func handleSkillsInstall(ctx context.Context, c *conn, _ *frame) (any, error) {
+	var errs []error
+	for _, e := range c.s.opts.Toolset.Executors() {
+		if in, ok := e.(skillInstaller); ok {
+			if err := in.InstallAll(ctx); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("%w: %w", ErrSkillInstall, err)
+	}
+	return struct{}{}, nil
 }
 
 func handleShutdown(_ context.Context, c *conn, _ *frame) (any, error) {

@@ -286,7 +286,7 @@ type agentProc struct {
 	cli *agent.Client
 }
 
-func startAgent(bin, ws, state string, log io.Writer) (*agentProc, error) {
+func startAgent(bin, ws, state string, log io.Writer, extra ...string) (*agentProc, error) {
 	inR, inW, err := os.Pipe()
 	if err != nil {
 		return nil, err
@@ -295,7 +295,7 @@ func startAgent(bin, ws, state string, log io.Writer) (*agentProc, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(bin, "agent", "--stdio", "--workspace", ws, "--state-dir", state, "--log-level", "warn")
+	cmd := exec.Command(bin, append([]string{"agent", "--stdio", "--workspace", ws, "--state-dir", state, "--log-level", "warn"}, extra...)...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, log
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting %s agent: %w", bin, err)

@@ -22,6 +22,9 @@ type AgentClient interface {
 	// OpenPTY opens a PTY (a program on a pseudo-terminal of its own, or a
 	// read-only view of a tool); h gets its output and end.
 	OpenPTY(ctx context.Context, o agent.PTYOptions, h agent.PTYHandler) (*agent.PTY, error)
+	// InstallSkills runs the dependency installers of the session's skills
+	// that have not run yet (skills_install: eager); see agent.Client.
+	InstallSkills(ctx context.Context) error
 	// Shutdown asks the agent to end its tools and exit.
 	Shutdown(ctx context.Context) error
 	// Close drops the connection and leaves the agent running.

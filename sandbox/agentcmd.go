@@ -40,12 +40,15 @@ func AgentCommand(o SessionOptions) ([]string, error) {
 // what the session asks for, so that the command line carries no --tools.
 func AgentToolSpecs(o SessionOptions) ([]tools.Spec, error) {
 	otherCwd := o.Cwd != "" && o.Cwd != WorkspaceDir
-	if len(o.Tools) == 0 && !otherCwd {
+	if len(o.Tools) == 0 && !otherCwd && len(o.Skills) == 0 {
 		return nil, nil
 	}
 	specs := slices.Clone(o.Tools)
 	if len(specs) == 0 {
 		specs = builtin.DefaultSpecs()
+	}
+	if len(o.Skills) > 0 && !slices.ContainsFunc(specs, func(s tools.Spec) bool { return s.Name == SkillsFactory }) {
+		specs = append(specs, skillsSpec(o))
 	}
 	if !otherCwd {
 		return specs, nil

@@ -59,6 +59,9 @@ type ManagerOptions struct {
 	// Logger receives structured logs (component=sandbox); nil is
 	// slog.Default().
 	Logger *slog.Logger
+	// Skills resolves SessionOptions.Skills to folders to mount; nil: a
+	// session that selects skills is refused.
+	Skills SkillSource
 	// Dial wraps agent streams in clients; nil is DialAgent. For tests.
 	Dial DialFunc
 }
@@ -193,12 +196,43 @@ func NewManager(ctx context.Context, rt Runtime, opts ManagerOptions) (*Manager,
 
 // Resolve applies the manager's defaults to o and validates it.
 func (m *Manager) Resolve(o SessionOptions) (SessionOptions, error) {
-	return o.Resolve(m.opts.Defaults)
+	r, err := o.Resolve(m.opts.Defaults)
+	if err != nil {
+		return SessionOptions{}, err
+	}
+	if _, err := m.skillMounts(r); err != nil {
+		return SessionOptions{}, err
+	}
+	return r, nil
+}
+
+// CreateOptions are how one Create serves its session beyond the session's
+// options: they shape no sandbox, so they take no part in the warm-pool key
+// and are not recorded in the sandbox's labels.
+type CreateOptions struct {
+	// IdleTimeout, when not zero, replaces the resolved options' idle
+	// timeout for this daemon's life (NoIdleTimeout: never). It is for an
+	// API that owns its sessions' end itself (MCP: the MCP session, or
+	// --mcp-idle-timeout of a sandbox opened by handle), whose sessions are
+	// never adopted after a restart: a restarted daemon would read the
+	// options' own idle timeout back from the labels. Set before the
+	// session is listed, so the reaper never sees the options' one.
+	IdleTimeout time.Duration
 }
 
 // Create starts a session, or hands out a pooled one started with the same
 // resolved options. It returns once the agent answers.
 func (m *Manager) Create(ctx context.Context, o SessionOptions) (*Session, error) {
+	return m.CreateWith(ctx, o, CreateOptions{})
+}
+
+// CreateWith is Create with the options of this create (see CreateOptions):
+// a pooled sandbox is handed out whenever the resolved options match, what
+// ever co says.
+func (m *Manager) CreateWith(ctx context.Context, o SessionOptions, co CreateOptions) (*Session, error) {
+	if co.IdleTimeout > 0 && co.IdleTimeout < MinIdleTimeout {
+		return nil, fmt.Errorf("%w: idle timeout %v is below the minimum of %v", ErrInvalidOptions, co.IdleTimeout, MinIdleTimeout)
+	}
 	r, err := m.Resolve(o)
 	if err != nil {
 		return nil, err
@@ -218,14 +252,14 @@ func (m *Manager) Create(ctx context.Context, o SessionOptions) (*Session, error
 				m.closeInBackground(s)
 				continue
 			}
-			if err := m.handOut(s); err != nil {
+			if err := m.handOut(s, co); err != nil {
 				return nil, err
 			}
 			return s, nil
 		}
 		p.log.Debug("pool empty; starting a session cold")
 	}
-	s, err := m.start(ctx, r, "", true)
+	s, err := m.start(ctx, r, "", co)
 	if err != nil {
 		return nil, err
 	}
@@ -234,10 +268,11 @@ func (m *Manager) Create(ctx context.Context, o SessionOptions) (*Session, error
 }
 
 // handOut registers a pooled session as a live one.
-func (m *Manager) handOut(s *Session) error {
+func (m *Manager) handOut(s *Session, co CreateOptions) error {
 	s.mu.Lock()
 	s.pooled = false
 	s.mu.Unlock()
+	s.setIdleTimeout(co.IdleTimeout)
 	s.touch()
 	m.mu.Lock()
 	if m.shutdown { // Shutdown drained the pools while we held this one

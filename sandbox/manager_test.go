@@ -326,6 +326,22 @@ func TestIdleReaper(t *testing.T) {
 	})
 }
 
+// A session's idle clock starts when it is ready: a start that took longer
+// than its idle timeout does not get it reaped before its first call.
+func TestIdleClockStartsWhenReady(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt := newFakeRuntime(t)
+		rt.onStart = func(Spec) { time.Sleep(time.Second) } // a slow engine
+		m := newTestManager(t, rt, ManagerOptions{})
+		s, err := m.Create(context.Background(), SessionOptions{IdleTimeout: 200 * time.Millisecond})
+		require.NoError(t, err)
+		advance(testReapInterval)
+		assert.Equal(t, StateReady, s.State(), "not reaped for the time its start took")
+		advance(200 * time.Millisecond)
+		assert.Equal(t, StateClosed, s.State(), "reaped once idle for its timeout after it was ready")
+	})
+}
+
 func TestWarmPool(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rt := newFakeRuntime(t)
@@ -367,6 +383,42 @@ func TestWarmPool(t *testing.T) {
 		synctest.Wait()
 		assert.Equal(t, StateClosed, victim.State())
 		assert.Equal(t, 2, p.stat().Ready)
+	})
+}
+
+// An API that owns its sessions' end (MCP) creates with the options a pool
+// holds and its own idle timeout: it is handed a pooled sandbox, and the
+// idle timeout in force is its own, on the pooled path and the cold one.
+func TestCreateWithIdleTimeoutDrawsFromPool(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt := newFakeRuntime(t)
+		m := newTestManager(t, rt, ManagerOptions{Pools: []PoolOptions{{Size: 1, Options: SessionOptions{IdleTimeout: time.Second}}}})
+		synctest.Wait()
+		p := m.pools[mustKey(t, m, SessionOptions{IdleTimeout: time.Second})]
+		require.NotNil(t, p)
+		p.mu.Lock()
+		warm := p.ready[0].ID()
+		p.mu.Unlock()
+		starts := rt.starts.Load()
+
+		kept, err := m.CreateWith(context.Background(), SessionOptions{IdleTimeout: time.Second}, CreateOptions{IdleTimeout: NoIdleTimeout})
+		require.NoError(t, err)
+		assert.Equal(t, warm, kept.ID(), "handed out from the pool")
+		assert.Equal(t, starts, rt.starts.Load(), "nothing started cold")
+		assert.Equal(t, NoIdleTimeout, kept.Options().IdleTimeout, "the create's idle timeout is in force")
+		synctest.Wait() // the refill
+		cold, err := m.CreateWith(context.Background(), SessionOptions{Env: map[string]string{"A": "1"}}, CreateOptions{IdleTimeout: 200 * time.Millisecond})
+		require.NoError(t, err)
+		assert.Equal(t, 200*time.Millisecond, cold.Options().IdleTimeout)
+
+		advance(200*time.Millisecond + testReapInterval)
+		assert.Equal(t, StateClosed, cold.State(), "reaped at its create's idle timeout, not the default 30 minutes")
+		advance(2 * time.Second)
+		assert.Equal(t, StateReady, kept.State(), "never idles out, though its options say 1s")
+
+		_, err = m.CreateWith(context.Background(), SessionOptions{}, CreateOptions{IdleTimeout: time.Millisecond})
+		require.ErrorIs(t, err, ErrInvalidOptions)
+		require.NoError(t, kept.Close(context.Background()))
 	})
 }
 

@@ -194,6 +194,12 @@ type SessionOptions struct {
 	// and the adoption label follow by themselves.
 }
 
+// Over lays o over base: each field o leaves zero takes base's, Env and
+// Labels are merged (o's entries win), WritableRootfs is on if either sets
+// it. It is how a request's fields overlay a session profile's; the result
+// still takes the manager's defaults in Resolve.
+func (o SessionOptions) Over(base SessionOptions) SessionOptions { return o.withDefaults(base) }
+
 // withDefaults fills zero fields from d.
 func (o SessionOptions) withDefaults(d SessionOptions) SessionOptions {
 	if o.Image == "" {
@@ -206,6 +212,10 @@ func (o SessionOptions) withDefaults(d SessionOptions) SessionOptions {
 		o.User = d.User
 	}
 	if o.Network == "" {
+		// allow_hosts narrows a network: it comes with d's network only.
+		if o.AllowHosts == nil {
+			o.AllowHosts = d.AllowHosts
+		}
 		o.Network = d.Network
 	}
 	if o.Runtime == "" {

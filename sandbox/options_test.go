@@ -360,3 +360,38 @@ func TestManagerOptionsValidation(t *testing.T) {
 	assert.Contains(t, err.Error(), "defaults: user")
 	assert.Contains(t, err.Error(), "pools[0].size")
 }
+
+// A request's fields overlay a profile's: set fields win, maps merge, and
+// the manager's defaults fill what neither sets.
+func TestOverlayOnProfile(t *testing.T) {
+	profile := SessionOptions{Image: "prof", Env: map[string]string{"A": "1", "B": "2"}, Cwd: "/src", Limits: Limits{Memory: 2 << 30},
+		Skills: []string{"fuzz"}, SkillsInstall: SkillsInstallEager, WritableRootfs: true}
+	req := SessionOptions{Env: map[string]string{"B": "3"}, Limits: Limits{CPUs: 2}}
+	r, err := req.Over(profile).Resolve(SessionOptions{Image: "default", User: "1234"})
+	require.NoError(t, err)
+	assert.Equal(t, "prof", r.Image)
+	assert.Equal(t, map[string]string{"A": "1", "B": "3"}, r.Env)
+	assert.Equal(t, "/src", r.Cwd)
+	assert.Equal(t, "1234", r.User, "the manager's default")
+	assert.Equal(t, Limits{Memory: 2 << 30, CPUs: 2, Pids: DefaultPids, Tmpfs: DefaultTmpfs}, r.Limits)
+	assert.Equal(t, []string{"fuzz"}, r.Skills)
+	assert.Equal(t, SkillsInstallEager, r.SkillsInstall)
+	assert.True(t, r.WritableRootfs)
+
+	r, err = SessionOptions{Image: "mine", Skills: []string{}}.Over(profile).Resolve(SessionOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, "mine", r.Image)
+	assert.Empty(t, r.Skills, "an empty list selects none, over the profile's")
+
+	// allow_hosts comes with the profile's network, not over another one.
+	web := SessionOptions{Image: "web", Network: NetworkBridge, AllowHosts: []string{"example.com"}}
+	r, err = SessionOptions{}.Over(web).Resolve(SessionOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"example.com"}, r.AllowHosts)
+	r, err = SessionOptions{AllowHosts: []string{"go.dev"}}.Over(web).Resolve(SessionOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"go.dev"}, r.AllowHosts)
+	r, err = SessionOptions{Network: NetworkNone}.Over(web).Resolve(SessionOptions{})
+	require.NoError(t, err)
+	assert.Empty(t, r.AllowHosts, "a request's own network takes none of the profile's hosts")
+}

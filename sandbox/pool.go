@@ -152,7 +152,7 @@ func (p *pool) fill() {
 }
 
 func (p *pool) startOne(ctx context.Context) {
-	s, err := p.m.start(ctx, p.opts, p.key, false)
+	s, err := p.m.start(ctx, p.opts, p.key, CreateOptions{})
 	p.mu.Lock()
 	p.starting--
 	if err != nil {

@@ -30,13 +30,14 @@ func (m *Manager) reapIdle(now time.Time) {
 			continue
 		}
 		idle, ok := s.idleFor(now)
-		if !ok || idle < s.opts.IdleTimeout {
+		timeout := s.idleTimeout()
+		if !ok || idle < timeout {
 			continue
 		}
-		s.log.Info("closing idle session", "idle", idle.Round(time.Millisecond), "idle_timeout", s.opts.IdleTimeout, "state", st)
+		s.log.Info("closing idle session", "idle", idle.Round(time.Millisecond), "idle_timeout", timeout, "state", st)
 		if st == StateReady {
 			s.mu.Lock()
-			s.reaped = fmt.Sprintf("idle timeout: no call for %v", s.opts.IdleTimeout)
+			s.reaped = fmt.Sprintf("idle timeout: no call for %v", timeout)
 			s.mu.Unlock()
 		}
 		m.closeInBackground(s)

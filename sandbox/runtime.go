@@ -56,6 +56,9 @@ type Spec struct {
 	// runtime runs it as given, in place of any entrypoint of the image,
 	// so that what the agent serves is decided here for every runtime.
 	Command []string
+	// Skills are the folders of the selected skills, shown read-only at
+	// SkillsDir/<Path> (SessionOptions.Skills, resolved by the manager).
+	Skills []SkillMount
 	// Pooled marks a sandbox started for a warm pool; it counts as not
 	// handed out until Claim.
 	Pooled bool

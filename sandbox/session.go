@@ -42,6 +42,7 @@ type Session struct {
 	pooled  bool        // waiting in a warm pool, not handed out
 	created time.Time
 
+	idle       atomic.Int64 // the idle timeout in force (opts', or CreateOptions.IdleTimeout)
 	lastActive atomic.Int64 // unix nanoseconds of the end of the last call
 	inflight   atomic.Int64 // calls running now; a busy session is never idle
 	checking   atomic.Bool  // a health ping is in flight
@@ -70,6 +71,7 @@ func newSession(m *Manager, id string, o SessionOptions) *Session {
 		done:     make(chan struct{}),
 		closed:   make(chan struct{}),
 	}
+	s.idle.Store(int64(o.IdleTimeout))
 	s.touch()
 	return s
 }
@@ -77,8 +79,23 @@ func newSession(m *Manager, id string, o SessionOptions) *Session {
 // ID is the session's id (a UUID).
 func (s *Session) ID() string { return s.id }
 
-// Options are the resolved options the session runs with.
-func (s *Session) Options() SessionOptions { return s.opts }
+// Options are the resolved options the session runs with, with the idle
+// timeout in force (see CreateOptions.IdleTimeout).
+func (s *Session) Options() SessionOptions {
+	o := s.opts
+	o.IdleTimeout = s.idleTimeout()
+	return o
+}
+
+// idleTimeout is the idle timeout in force.
+func (s *Session) idleTimeout() time.Duration { return time.Duration(s.idle.Load()) }
+
+// setIdleTimeout replaces the idle timeout in force; zero keeps it.
+func (s *Session) setIdleTimeout(d time.Duration) {
+	if d != 0 {
+		s.idle.Store(int64(d))
+	}
+}
 
 // State is where the session is in its life.
 func (s *Session) State() State {
@@ -122,6 +139,19 @@ func (s *Session) Ping(ctx context.Context) error {
 	}
 	defer s.inflight.Add(-1)
 	return s.callErr(ctx, "ping", c.Ping(ctx))
+}
+
+// InstallSkills runs the dependency installers of the session's skills
+// that have not run yet (each once per session, in priority order). An
+// installer's failure is the error, and that skill's calls fail with it;
+// the rest of the session works.
+func (s *Session) InstallSkills(ctx context.Context) error {
+	c, err := s.begin()
+	if err != nil {
+		return err
+	}
+	defer s.inflight.Add(-1)
+	return s.callErr(ctx, "skills/install", c.InstallSkills(ctx))
 }
 
 // Tools lists the tools the session's agent serves.
@@ -402,7 +432,7 @@ func (s *Session) detach() {
 // idleFor reports how long the session has had no call, and whether it is
 // subject to the idle reaper at all.
 func (s *Session) idleFor(now time.Time) (time.Duration, bool) {
-	if s.opts.IdleTimeout <= 0 || s.inflight.Load() > 0 {
+	if s.idleTimeout() <= 0 || s.inflight.Load() > 0 {
 		return 0, false
 	}
 	return now.Sub(s.LastActive()), true

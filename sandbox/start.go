@@ -12,11 +12,16 @@ import (
 
 // start creates a sandbox and waits until its agent answers. A session for
 // a pool (poolKey set) is returned unregistered and marked pooled; any other
-// is registered at once, so that it is listed while starting and a Close or
-// Shutdown can cancel the start.
-func (m *Manager) start(ctx context.Context, o SessionOptions, poolKey string, register bool) (*Session, error) {
+// is registered at once (with co applied), so that it is listed while
+// starting and a Close or Shutdown can cancel the start.
+func (m *Manager) start(ctx context.Context, o SessionOptions, poolKey string, co CreateOptions) (*Session, error) {
 	s := newSession(m, uuid.NewString(), o)
 	s.pooled = poolKey != ""
+	parent := ctx
+	register := poolKey == ""
+	if register {
+		s.setIdleTimeout(co.IdleTimeout)
+	}
 	ctx, cancel := context.WithTimeout(ctx, m.opts.StartTimeout)
 	defer cancel()
 	stop := context.AfterFunc(m.ctx, cancel) // Shutdown cancels starts
@@ -52,7 +57,29 @@ func (m *Manager) start(ctx context.Context, o SessionOptions, poolKey string, r
 		}
 		return nil, err
 	}
+	m.installEager(parent, s)
 	return s, nil
+}
+
+// installEager runs the installers of a session whose skills say
+// SkillsInstallEager, before the session is handed out: bounded by each
+// installer's own timeout (not StartTimeout) and by the caller, and ended
+// by Shutdown. A failure is logged, not fatal: that skill's calls fail with
+// the installer's error, everything else works.
+func (m *Manager) installEager(ctx context.Context, s *Session) {
+	if len(s.opts.Skills) == 0 || s.opts.SkillsInstall != SkillsInstallEager {
+		return
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(m.ctx, cancel)
+	defer stop()
+	began := time.Now()
+	if err := s.InstallSkills(ctx); err != nil {
+		s.log.Warn("skill installers failed; those skills' calls will say why", "err", err)
+		return
+	}
+	s.log.Info("skill installers done", "took", time.Since(began).Round(time.Millisecond))
 }
 
 // startSandbox takes a start slot, starts the sandbox and pings its agent.
@@ -68,9 +95,14 @@ func (m *Manager) startSandbox(ctx context.Context, s *Session, poolKey string) 
 	if err != nil {
 		return fmt.Errorf("session %s: %w: %w", s.id, ErrStart, err)
 	}
+	skills, err := m.skillMounts(s.opts)
+	if err != nil {
+		return fmt.Errorf("session %s: %w", s.id, err)
+	}
 	spec := Spec{
 		SessionID: s.id,
 		Options:   s.opts,
+		Skills:    skills,
 		Labels:    SessionLabels(s.id, s.opts, poolKey, s.created),
 		Command:   cmd,
 		Pooled:    poolKey != "",
@@ -94,6 +126,10 @@ func (m *Manager) startSandbox(ctx context.Context, s *Session, poolKey string) 
 		m.removeQuietly(s.id)
 		return fmt.Errorf("session %s: %w: its agent did not answer (%v); %s", s.id, ErrStart, err, why)
 	}
+	// The idle clock starts now, not when the start began: a start slower
+	// than the idle timeout would otherwise be reaped at the reaper's next
+	// tick, before its creator made a call.
+	s.touch()
 	if !s.setReady(c) { // Close came first; its teardown removes the sandbox
 		c.Close()
 		return fmt.Errorf("session %s: %w while it was starting", s.id, ErrClosed)

@@ -3,6 +3,7 @@ package server
 import (
 	"io"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -44,10 +45,10 @@ func (s *Server) operatorOnly(next http.Handler) http.Handler {
 func (s *Server) refuse(w http.ResponseWriter, r *http.Request, status int, code, msg string) {
 	s.log.Warn("request refused", "path", r.URL.Path, "remote", r.RemoteAddr, "status", status, "code", code)
 	transport := "http"
-	switch r.URL.Path {
-	case "/mcp":
+	switch {
+	case r.URL.Path == "/mcp" || strings.HasPrefix(r.URL.Path, "/mcp/"):
 		transport = "mcp"
-	case "/v1/ws":
+	case r.URL.Path == "/v1/ws":
 		transport = "ws"
 	}
 	s.core.Metrics().Error(code, transport)

@@ -10,6 +10,8 @@ import (
 
 	"github.com/sandboxd/sandboxd/internal/auth"
 	"github.com/sandboxd/sandboxd/internal/core"
+	"github.com/sandboxd/sandboxd/sandbox"
+	"github.com/sandboxd/sandboxd/tools"
 )
 
 // Defaults of Options.
@@ -68,8 +70,18 @@ type Options struct {
 	// default DefaultBodyReadTimeout.
 	BodyReadTimeout time.Duration
 
-	// MCPImage is the image of MCP sessions' sandboxes.
+	// Profiles are the session profiles by name (serve --config), as
+	// written: session.create names one (its fields overlay it), /mcp/NAME
+	// serves one. "default", when defined, is the profile of a create that
+	// names none and of /mcp.
+	Profiles map[string]sandbox.SessionOptions
+	// MCPImage is the image of the sandboxes of /mcp when Profiles defines
+	// no "default".
 	MCPImage string
+	// MCPTools lists a profile's tools for MCP clients that have no
+	// sandbox yet (revision 2026-07-28); nil: the built-in tools
+	// (mcpapi.Options.Tools).
+	MCPTools func(profile string, opts sandbox.SessionOptions) []tools.Definition
 	// MCPSessionTimeout ends an MCP session (and its sandbox), and closes a
 	// sandbox a 2026-07-28 client opened by handle, after this long without
 	// a request (a tool call, for a handle).

@@ -61,6 +61,8 @@ func New(opts Options) (*Server, error) {
 		Tokens:            tokens,
 		AllowedImages:     opts.AllowedImages,
 		MaxSessions:       opts.MaxSessions,
+		Profiles:          opts.Profiles,
+		MCPDefault:        sandbox.SessionOptions{Image: opts.MCPImage},
 		RingBytes:         opts.RingBytes,
 		DrainTransferIdle: opts.DrainTransferIdle,
 		// A download chunk, base64-encoded in a message, must fit in one.
@@ -80,8 +82,8 @@ func New(opts Options) (*Server, error) {
 	})
 	s.mcp = mcpapi.New(c, mcpapi.Options{
 		Requests:       opts.requestPolicy(),
-		Session:        sandbox.SessionOptions{Image: opts.MCPImage},
 		SessionTimeout: opts.MCPSessionTimeout,
+		Tools:          opts.MCPTools,
 		MaxBodyBytes:   opts.MaxMessageBytes,
 		Version:        opts.Version,
 	})
@@ -106,7 +108,8 @@ func (s *Server) Core() *core.Core { return s.core }
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle(wsproto.Path, s.ws)
-	mux.Handle("/mcp", s.operatorOnly(s.mcp))
+	mux.Handle(mcpapi.Path, s.operatorOnly(s.mcp))
+	mux.Handle(mcpapi.Path+"/", s.operatorOnly(s.mcp)) // /mcp/NAME: a session profile
 	mux.Handle("/metrics", s.operatorOnly(s.core.Metrics().Handler()))
 	guarded := s.guard(mux)
 	top := http.NewServeMux()

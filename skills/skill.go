@@ -24,6 +24,26 @@ const DefaultTimeout = 60 * time.Second
 // DefaultInstallTimeout bounds one run of a skill's dependency installer.
 const DefaultInstallTimeout = 30 * time.Minute
 
+// Bounds of the loader: a skill root is operator input, but a SKILL.md may
+// come from anywhere (a cloned repository), so nothing about it is allowed
+// to grow without limit.
+const (
+	// MaxResources bounds Skill.Resources; a folder with more files lists
+	// the first MaxResources (sorted) and says so in a warning.
+	MaxResources = 200
+	// MaxSkillFile bounds the size of a SKILL.md; a larger one is skipped.
+	MaxSkillFile = 256 << 10
+	// MaxDepth bounds how deep under a root a SKILL.md is looked for.
+	MaxDepth = 6
+	// MaxDirs bounds the directories one scan of a root reads; the scan
+	// stops there and says so in a Skipped entry.
+	MaxDirs = 2000
+	// MaxTimeout bounds ## Timeout and the installer's timeout.
+	MaxTimeout = 24 * time.Hour
+	// MaxParams bounds the parameters of one executable skill.
+	MaxParams = 64
+)
+
 // Skill is one loaded SKILL.md folder.
 type Skill struct {
 	// Path is the folder's slash-separated path relative to its root, e.g.

@@ -149,6 +149,15 @@ func appendCloser(cs []io.Closer, c io.Closer) []io.Closer {
 	return append(cs, c)
 }
 
+// Executors returns the executors of the set's tools (the closer each
+// tool was built with, each once), so that a server can reach what an
+// executor offers beyond tool calls, such as the skills' InstallAll.
+func (ts *Toolset) Executors() []io.Closer {
+	ts.mu.RLock()
+	defer ts.mu.RUnlock()
+	return slices.Clone(ts.closers)
+}
+
 // Definitions returns the definitions of all tools, in resolution order.
 func (ts *Toolset) Definitions() []Definition {
 	ts.mu.RLock()

@@ -111,14 +111,15 @@ const pollSeconds = 1.0
 
 func runRun(ctx context.Context, std stdio, args []string) error {
 	var conn connFlags
-	var image, network, cwd string
+	var profile, image, network, cwd string
 	var timeout time.Duration
 	var withStdin bool
 	var allowHosts listFlag
 	env := envList{}
 	fs := newFlagSet("run", std, "[flags] -- CMD [ARG...]", runHelp)
 	conn.register(fs)
-	fs.StringVar(&image, "image", "", "image of the sandbox (default: the server's)")
+	fs.StringVar(&profile, "profile", "", "session profile of the server (serve --config) to start the sandbox from; the flags below override its fields (default: the server's default profile)")
+	fs.StringVar(&image, "image", "", "image of the sandbox (default: the profile's, else the server's)")
 	fs.StringVar(&network, "network", "", "network of the sandbox: none (default), bridge, internal, or the name of a Docker network")
 	fs.Var(&allowHosts, "allow-hosts", "with --network bridge: the only host names, IP addresses or CIDR prefixes the sandbox may reach, repeatable or comma-separated")
 	fs.StringVar(&cwd, "cwd", "", "working directory (default /workspace)")
@@ -148,7 +149,7 @@ func runRun(ctx context.Context, std stdio, args []string) error {
 		}
 		defer func() { _ = input.Close() }() // an unlinked temp file, only read
 	}
-	code, err := runOnce(ctx, conn.server, token, client.CreateOptions{Image: image, Network: network, AllowHosts: allowHosts, Cwd: cwd, Env: env}, command, input, timeout, std.out)
+	code, err := runOnce(ctx, conn.server, token, client.CreateOptions{Profile: profile, Image: image, Network: network, AllowHosts: allowHosts, Cwd: cwd, Env: env}, command, input, timeout, std.out)
 	if err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -10,15 +11,20 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/sandboxd/sandboxd/client"
 	"github.com/sandboxd/sandboxd/internal/auth"
+	"github.com/sandboxd/sandboxd/internal/config"
+	"github.com/sandboxd/sandboxd/internal/mcpapi"
 	"github.com/sandboxd/sandboxd/internal/sandboxmgr"
 	"github.com/sandboxd/sandboxd/sandbox"
 	"github.com/sandboxd/sandboxd/sandbox/docker"
 	"github.com/sandboxd/sandboxd/server"
+	"github.com/sandboxd/sandboxd/skills"
+	"github.com/sandboxd/sandboxd/tools"
 )
 
 func init() {
@@ -44,6 +50,13 @@ SIGTERM or SIGINT shuts down gracefully: no new work, calls in flight get
 --drain-timeout to finish, WebSockets close with 1001, then sessions are
 removed (or kept running with --keep-sessions, for the next start to adopt).
 
+--config FILE names a YAML file of session profiles (named kinds of
+session: image, env, cwd, limits, network, idle timeout, warm pool, skills)
+and skill roots; session.create takes "profile", /mcp/NAME serves profile
+NAME, and a profile named "default" is what a create without profile and
+/mcp get. A bad file refuses to start, naming file:line and the option.
+Without it, every session takes the flags' defaults.
+
 Every flag can also be set in the environment: SANDBOXD_<FLAG> with dashes
 as underscores (SANDBOXD_LISTEN, SANDBOXD_MCP_IMAGE, ...); flags win.`
 
@@ -62,6 +75,21 @@ type serveConfig struct {
 	maxMessage                          int64
 	logLevel, logFormat                 string
 	labels                              envList
+	configPath                          string
+	skillsDirs                          pathList
+}
+
+// pathList is a repeatable flag of paths (not comma-separated: a path may
+// hold a comma).
+type pathList []string
+
+func (l *pathList) String() string { return strings.Join(*l, ":") }
+func (l *pathList) Set(v string) error {
+	if v == "" {
+		return errors.New("empty path")
+	}
+	*l = append(*l, v)
+	return nil
 }
 
 // listFlag is a repeatable, comma-separable string flag.
@@ -110,7 +138,8 @@ func runServe(ctx context.Context, std stdio, args []string) error {
 	fs.StringVar(&cfg.diskDir, "disk-dir", "", "where the sparse files of --disk-backend loop live (default <state-dir>/disks)")
 	fs.IntVar(&cfg.diskMB, "disk-mb", 0, "cap /workspace and the home folder of every session at this many MiB each, as tmpfs charged to the "+
 		"session's memory (they start empty and do not survive an engine restart); 0: no tmpfs (see --disk-quota)")
-	fs.IntVar(&cfg.pool, "pool", 0, "keep this many started sandboxes of the default image ready (warm pool)")
+	fs.IntVar(&cfg.pool, "pool", 0, "keep this many started sandboxes of the default profile ready (warm pool): the config's default profile, else the flags' defaults; "+
+		"each profile of the config has its own (pool: N)")
 	fs.IntVar(&cfg.maxStarts, "max-concurrent-starts", sandbox.DefaultMaxConcurrentStarts,
 		"sandboxes being started at once (client creates go before pool refills); on 2 cores 4 gave the best ready latency")
 	fs.IntVar(&cfg.maxSessions, "max-sessions", server.DefaultMaxSessions, "cap on live sessions, WebSocket and MCP together (-1: none)")
@@ -120,6 +149,10 @@ func runServe(ctx context.Context, std stdio, args []string) error {
 	fs.DurationVar(&cfg.shutdownTime, "shutdown-timeout", 60*time.Second, "hard limit of the whole shutdown")
 	fs.StringVar(&cfg.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&cfg.logFormat, "log-format", "text", "text or json")
+	fs.StringVar(&cfg.configPath, "config", "", "YAML file of session profiles and skill roots (README.md, \"Profiles\"); "+
+		"a profile named default is what session.create without profile and /mcp get; refused at start with file:line if anything in it is wrong")
+	fs.Var(&cfg.skillsDirs, "skills-dir", "a root of operator skills: the absolute path of a directory on this host, repeatable; "+
+		"added to the config's skills_dirs")
 	if err := envDefaults(fs, "SANDBOXD_"); err != nil {
 		return err
 	}
@@ -145,6 +178,17 @@ func runServe(ctx context.Context, std stdio, args []string) error {
 		return usageErrorf("--max-concurrent-starts %d: want 1 or more", cfg.maxStarts)
 	}
 	log, err := newServeLogger(std.err, cfg.logLevel, cfg.logFormat)
+	if err != nil {
+		return err
+	}
+	// A bad config refuses to start before anything touches Docker.
+	file := &config.File{Profiles: map[string]*config.Profile{}}
+	if cfg.configPath != "" {
+		if file, err = config.Load(cfg.configPath); err != nil {
+			return err
+		}
+	}
+	skillRoots, err := skillRoots(file.SkillsDirs, cfg.skillsDirs)
 	if err != nil {
 		return err
 	}
@@ -183,10 +227,18 @@ func runServe(ctx context.Context, std stdio, args []string) error {
 		return err
 	}
 	defaults := sandbox.SessionOptions{Image: cfg.image, Limits: limits, Runtime: cfg.runtime}
-	mopts := sandbox.ManagerOptions{Defaults: defaults, MaxConcurrentStarts: cfg.maxStarts, Logger: log}
-	if cfg.pool > 0 {
-		mopts.Pools = []sandbox.PoolOptions{{Size: cfg.pool}}
+	if err := checkProfiles(ctx, file, defaults, rt.CheckRuntime); err != nil {
+		return err
 	}
+	skillSrc, err := loadSkills(cfg.stateDir, skillRoots, log)
+	if err != nil {
+		return err
+	}
+	if err := checkProfileSkills(file, skillSrc); err != nil {
+		return err
+	}
+	mopts := sandbox.ManagerOptions{Defaults: defaults, MaxConcurrentStarts: cfg.maxStarts, Logger: log,
+		Pools: profilePools(file, cfg, log), Skills: skillSrc}
 	m, err := sandbox.NewManager(ctx, rt, mopts)
 	if err != nil {
 		return err
@@ -196,7 +248,10 @@ func runServe(ctx context.Context, std stdio, args []string) error {
 		AllowOrigins: cfg.allowOrigins, AllowHosts: cfg.allowHosts,
 		Backend: sandboxmgr.New(m), OperatorToken: token, StateDir: cfg.stateDir,
 		AllowedImages: cfg.allowImgs, MaxSessions: cfg.maxSessions, MaxMessageBytes: cfg.maxMessage,
-		MCPImage: cfg.mcpImage, MCPSessionTimeout: cfg.mcpIdle,
+		Profiles: profileOptions(file), MCPImage: cfg.mcpImage, MCPSessionTimeout: cfg.mcpIdle,
+		MCPTools: func(profile string, o sandbox.SessionOptions) []tools.Definition {
+			return append(mcpapi.BuiltinTools(profile, o), skillSrc.Definitions(o.Skills)...)
+		},
 		KeepSessions: cfg.keepSessions, DrainTimeout: cfg.drainTimeout,
 		Logger: log, Version: version(),
 	})
@@ -216,6 +271,9 @@ func runServe(ctx context.Context, std stdio, args []string) error {
 			}
 		}
 		log.Info("sandboxd serving", "addr", addr.String(), "websocket", wsURL(base), "mcp", base+"/mcp", "token", where)
+		if names := file.Names(); len(names) > 0 {
+			log.Info("session profiles", "config", cfg.configPath, "profiles", strings.Join(names, ", "), "mcp", base+"/mcp/NAME")
+		}
 		// The client commands need the flags that differ from their defaults.
 		var flags string
 		if u := wsURL(base); u != "ws://"+server.DefaultListen+"/v1/ws" {
@@ -233,6 +291,121 @@ func runServe(ctx context.Context, std stdio, args []string) error {
 			"  MCP clients: %s/mcp with the header \"Authorization: Bearer <token>\"\n",
 			version(), addr, wsURL(base), base, where, who, flags, flags, base)
 	})
+}
+
+// checkProfiles resolves every profile of the config over the sessions'
+// defaults, as a create would, and checks the OCI runtimes they name with
+// the engine: a profile whose sessions could never start refuses the
+// server's start, at the line of the option at fault.
+func checkProfiles(ctx context.Context, file *config.File, defaults sandbox.SessionOptions, checkRuntime func(context.Context, string) error) error {
+	if err := file.Check(defaults); err != nil {
+		return err
+	}
+	var errs []error
+	for _, name := range file.Names() {
+		if rt := file.Profiles[name].Options.Runtime; rt != "" && rt != defaults.Runtime {
+			if err := checkRuntime(ctx, rt); err != nil {
+				errs = append(errs, file.Errorf(name, "runtime", "%v", err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// profileOptions are the config's profiles as the server takes them.
+func profileOptions(file *config.File) map[string]sandbox.SessionOptions {
+	out := make(map[string]sandbox.SessionOptions, len(file.Profiles))
+	for name, p := range file.Profiles {
+		out[name] = p.Options
+	}
+	return out
+}
+
+// profilePools are the warm pools: each profile's pool of its options, and
+// --pool N the default profile's (the config's "default", else the
+// flags' defaults), in place of the one the config gives it.
+func profilePools(file *config.File, cfg serveConfig, log *slog.Logger) []sandbox.PoolOptions {
+	var pools []sandbox.PoolOptions
+	def, hasDefault := file.Profiles[config.DefaultProfile]
+	for _, name := range file.Names() {
+		p := file.Profiles[name]
+		if p.Pool == 0 || (name == config.DefaultProfile && cfg.pool > 0) {
+			continue
+		}
+		pools = append(pools, sandbox.PoolOptions{Options: p.Options, Size: p.Pool})
+	}
+	if cfg.pool > 0 {
+		var o sandbox.SessionOptions
+		if hasDefault {
+			o = def.Options
+			if def.Pool > 0 && def.Pool != cfg.pool {
+				log.Info("--pool sets the default profile's warm pool, in place of the config's", "pool", cfg.pool, "config_pool", def.Pool)
+			}
+		} else if cfg.mcpImage != cfg.image {
+			log.Warn("the warm pool (--pool) holds --image; the MCP endpoint /mcp starts --mcp-image sandboxes cold "+
+				"(give both the same image, or define a default profile)", "image", cfg.image, "mcp_image", cfg.mcpImage)
+		}
+		pools = append(pools, sandbox.PoolOptions{Options: o, Size: cfg.pool})
+	}
+	if hasDefault && cfg.mcpImage != server.DefaultMCPImage {
+		log.Warn("--mcp-image is not used: the config's default profile is what /mcp serves", "mcp_image", cfg.mcpImage)
+	}
+	return pools
+}
+
+// loadSkills loads the skills sessions can select: the operator's roots,
+// then the built-in skills, written (content-addressed, read-only) under
+// the state directory so that sandboxes can mount them. What a root holds
+// that cannot be used is logged with the reason; it never stops the server.
+func loadSkills(stateDir string, operatorRoots []string, log *slog.Logger) (sandboxmgr.Skills, error) {
+	builtinDir, err := skills.ExtractBuiltin(filepath.Join(stateDir, "skills"))
+	if err != nil {
+		return sandboxmgr.Skills{}, fmt.Errorf("writing the built-in skills under %s: %w", stateDir, err)
+	}
+	roots := make([]skills.Root, 0, len(operatorRoots)+1)
+	for _, d := range operatorRoots {
+		roots = append(roots, skills.Root{Dir: d})
+	}
+	lib := skills.NewLibrary(append(roots, skills.BuiltinRoot(builtinDir))...)
+	for _, sk := range lib.Skipped() {
+		log.Warn("skill not loaded", "path", sk.Path, "root", sk.Root, "reason", sk.Reason)
+	}
+	for _, sk := range lib.Skills() {
+		for _, w := range sk.Warnings {
+			log.Debug("skill loaded with a warning", "path", sk.Path, "root", sk.Root, "warning", w)
+		}
+	}
+	log.Info("skills", "loaded", len(lib.Skills()), "skipped", len(lib.Skipped()), "roots", strings.Join(append(slices.Clone(operatorRoots), "built-in"), ", "))
+	return sandboxmgr.Skills{Lib: lib, Log: log}, nil
+}
+
+// checkProfileSkills refuses a profile whose skills select nothing loaded,
+// at the line of its skills option.
+func checkProfileSkills(file *config.File, src sandboxmgr.Skills) error {
+	var errs []error
+	for _, name := range file.Names() {
+		if sel := file.Profiles[name].Options.Skills; len(sel) > 0 {
+			if _, err := src.Mounts(sel); err != nil {
+				errs = append(errs, file.Errorf(name, "skills", "%v", err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// skillRoots are the operator's skill roots: the config's skills_dirs,
+// then --skills-dir, each an absolute path of a directory, once.
+func skillRoots(fromConfig, fromFlags []string) ([]string, error) {
+	roots := slices.Clone(fromConfig)
+	for _, d := range fromFlags {
+		if err := config.CheckSkillsDir(d); err != nil {
+			return nil, usageErrorf("--skills-dir %v", err)
+		}
+		if !slices.Contains(roots, d) {
+			roots = append(roots, d)
+		}
+	}
+	return roots, nil
 }
 
 // Disk backends (--disk-backend).

@@ -54,25 +54,29 @@ holds (and then everything any client runs) is shown first.`
 
 func runShell(ctx context.Context, std stdio, args []string) error {
 	var conn connFlags
-	var sessionID, sessionToken, image, follow string
+	var sessionID, sessionToken, profile, image, follow string
 	var keep bool
 	fs := newFlagSet("shell", std, "[--session ID | --follow ID] [flags]  (the session's token in SANDBOXD_SESSION_TOKEN)", shellHelp)
 	conn.register(fs)
 	fs.StringVar(&sessionID, "session", "", "open the shell in this session instead of creating one")
 	fs.StringVar(&follow, "follow", "", "watch this session's agent terminal, read-only")
 	fs.StringVar(&sessionToken, "session-token", os.Getenv("SANDBOXD_SESSION_TOKEN"), "the session's token; prefer the env SANDBOXD_SESSION_TOKEN (a command line is visible to every user in ps)")
-	fs.StringVar(&image, "image", "", "image of a new session (default: the server's)")
+	fs.StringVar(&profile, "profile", "", "session profile of the server (serve --config) of a new session (default: the server's default profile)")
+	fs.StringVar(&image, "image", "", "image of a new session (default: the profile's, else the server's)")
 	fs.BoolVar(&keep, "keep", false, "leave a session this shell created running on exit")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	switch {
-	case follow != "" && (sessionID != "" || image != "" || keep):
-		return usageErrorf("--follow watches a session: it takes no --session, --image or --keep")
+	case follow != "" && (sessionID != "" || profile != "" || image != "" || keep):
+		return usageErrorf("--follow watches a session: it takes no --session, --profile, --image or --keep")
 	case follow != "" && sessionToken == "":
 		return usageErrorf("--follow needs the session's token: SANDBOXD_SESSION_TOKEN (or --session-token)")
 	case sessionID != "" && sessionToken == "":
 		return usageErrorf("--session needs the session's token: SANDBOXD_SESSION_TOKEN (or --session-token)")
+	}
+	if sessionID != "" && (profile != "" || image != "") {
+		return usageErrorf("--profile and --image are for a new session, not with --session")
 	}
 	if follow != "" {
 		return followTerminal(ctx, std, conn.server, follow, sessionToken)
@@ -111,7 +115,7 @@ func runShell(ctx context.Context, std stdio, args []string) error {
 	case sessionID != "":
 		s, err = c.AttachOutput(cctx, sessionID, sessionToken, 0, printOutput)
 	default:
-		s, err = c.CreateSession(cctx, client.CreateOptions{Image: image})
+		s, err = c.CreateSession(cctx, client.CreateOptions{Profile: profile, Image: image})
 		if err == nil {
 			if !tty {
 				s.OnOutput = printOutput // a new session has no output yet

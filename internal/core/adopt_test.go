@@ -17,11 +17,11 @@ import (
 func TestStartAdoptsKnownAndRemovesUnreachableSessions(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		m := servertest.NewFakeBackend()
-		known, err := m.Create(context.Background(), sandbox.SessionOptions{})
+		known, err := m.Create(context.Background(), sandbox.SessionOptions{}, sandbox.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		orphan, err := m.Create(context.Background(), sandbox.SessionOptions{})
+		orphan, err := m.Create(context.Background(), sandbox.SessionOptions{}, sandbox.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -16,8 +16,9 @@ import (
 // API's (apierr.FromSandbox); unit tests use a fake.
 type Backend interface {
 	// Create starts a session; zero fields of opts take the manager's
-	// defaults.
-	Create(ctx context.Context, opts sandbox.SessionOptions) (Sandbox, error)
+	// defaults. co is how this create serves it beyond its options (an
+	// API's own idle timeout).
+	Create(ctx context.Context, opts sandbox.SessionOptions, co sandbox.CreateOptions) (Sandbox, error)
 	Get(id string) (Sandbox, bool)
 	List() []Sandbox
 	Stats() metrics.Stats

@@ -13,12 +13,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"path"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/sandboxd/sandboxd/internal/apierr"
 	"github.com/sandboxd/sandboxd/internal/auth"
+	"github.com/sandboxd/sandboxd/internal/config"
 	"github.com/sandboxd/sandboxd/internal/metrics"
 	"github.com/sandboxd/sandboxd/sandbox"
 	"github.com/sandboxd/sandboxd/server/wsproto"
@@ -61,6 +64,16 @@ type Options struct {
 	AllowedImages []string
 	// MaxSessions caps live sessions across all clients; 0 is no cap.
 	MaxSessions int
+	// Profiles are the server's session profiles by name (serve --config),
+	// as written: a create names one and its own fields overlay it (their
+	// image must match AllowedImages; the profile's is the operator's own
+	// and need not). config.DefaultProfile, when defined, is the profile of
+	// a create that names none.
+	Profiles map[string]sandbox.SessionOptions
+	// MCPDefault is the profile of an MCP create that names none when
+	// Profiles has no default (serve --mcp-image); a WebSocket create then
+	// has the manager's defaults alone.
+	MCPDefault sandbox.SessionOptions
 
 	RingBytes    int
 	RingChunks   int
@@ -86,6 +99,11 @@ func (o *Options) setDefaults() error {
 	for _, p := range o.AllowedImages {
 		if _, err := path.Match(p, ""); err != nil {
 			return fmt.Errorf("core: allowed image pattern %q: %w", p, err)
+		}
+	}
+	for name := range o.Profiles {
+		if !config.ProfileNameRe.MatchString(name) {
+			return fmt.Errorf("core: %q is not a profile name", name)
 		}
 	}
 	def(&o.RingBytes, DefaultRingBytes)
@@ -283,17 +301,72 @@ type CreateResult struct {
 	Token   string
 }
 
-// Create starts a session for p (the operator). With an idempotency key, a
-// retry of the same create (same principal, key and options) returns the
-// first create's session; the create then runs to completion even if the
-// caller goes away, since a retry may come to collect it.
-func (c *Core) Create(wait context.Context, p Principal, api string, opts sandbox.SessionOptions, idemKey string) (CreateResult, error) {
+// CreateRequest is what a session create asks for.
+type CreateRequest struct {
+	// Profile names the session's profile; "" is the default one (see
+	// Options.Profiles).
+	Profile string
+	// Options are the client's own fields: they overlay the profile's
+	// (sandbox.SessionOptions.Over), and their image must be allowed
+	// (Options.AllowedImages).
+	Options sandbox.SessionOptions
+	// IdleTimeout, when set, is the API's own idle timeout for the session
+	// (MCP's; NoIdleTimeout: never): not one of its options, so a warm pool
+	// of the profile hands out to it (sandbox.CreateOptions).
+	IdleTimeout time.Duration
+	// IdempotencyKey makes a retry of the same create return the first
+	// create's session.
+	IdempotencyKey string
+}
+
+// Profile returns the options of a profile, as written in the config: ""
+// is the default profile of api (Options.Profiles' default, else for MCP
+// Options.MCPDefault, else none). An unknown name is an invalid-params
+// error listing the defined profiles.
+func (c *Core) Profile(api, name string) (sandbox.SessionOptions, error) {
+	if o, ok := c.opts.Profiles[name]; ok {
+		return o, nil
+	}
+	if name != "" {
+		return sandbox.SessionOptions{}, apierr.New(apierr.InvalidParams, "%v", config.UnknownProfile(name, c.ProfileNames()))
+	}
+	if o, ok := c.opts.Profiles[config.DefaultProfile]; ok {
+		return o, nil
+	}
+	if api == APIMCP {
+		return c.opts.MCPDefault, nil
+	}
+	return sandbox.SessionOptions{}, nil
+}
+
+// HasProfile says whether a profile of that name is defined.
+func (c *Core) HasProfile(name string) bool {
+	_, ok := c.opts.Profiles[name]
+	return ok
+}
+
+// ProfileNames are the defined profiles, sorted.
+func (c *Core) ProfileNames() []string { return slices.Sorted(maps.Keys(c.opts.Profiles)) }
+
+// Create starts a session for p (the operator): the request's options over
+// its profile's. With an idempotency key, a retry of the same create (same
+// principal, key, profile and options) returns the first create's session;
+// the create then runs to completion even if the caller goes away, since a
+// retry may come to collect it.
+func (c *Core) Create(wait context.Context, p Principal, api string, req CreateRequest) (CreateResult, error) {
 	if !p.Operator {
 		return CreateResult{}, apierr.New(apierr.PermissionDenied, "a session token cannot create sessions; use the operator token")
 	}
-	if err := c.checkImage(opts.Image); err != nil {
+	profile, err := c.Profile(api, req.Profile)
+	if err != nil {
 		return CreateResult{}, err
 	}
+	if err := c.checkImage(req.Options.Image); err != nil {
+		return CreateResult{}, err
+	}
+	opts := req.Options.Over(profile)
+	co := sandbox.CreateOptions{IdleTimeout: req.IdleTimeout}
+	idemKey := req.IdempotencyKey
 	if len(idemKey) > wsproto.MaxIDBytes {
 		return CreateResult{}, apierr.New(apierr.InvalidParams, "idempotency_key is longer than %d bytes", wsproto.MaxIDBytes)
 	}
@@ -305,14 +378,18 @@ func (c *Core) Create(wait context.Context, p Principal, api string, opts sandbo
 	if idemKey == "" {
 		ctx, cancel := c.callContext(wait)
 		defer cancel()
-		return c.create(ctx, api, opts)
+		return c.create(ctx, api, opts, co)
 	}
-	optsJSON, _ := json.Marshal(opts)
+	optsJSON, _ := json.Marshal(struct {
+		Profile string
+		Options sandbox.SessionOptions
+		Idle    time.Duration
+	}{req.Profile, opts, req.IdleTimeout})
 	key := hex.EncodeToString(p.digest[:8]) + "/" + idemKey
 	raw, err := c.creates.do(wait, key, fingerprint(api, optsJSON), func() (json.RawMessage, error) {
 		ctx, cancel := context.WithCancel(c.base)
 		defer cancel()
-		r, err := c.create(ctx, api, opts)
+		r, err := c.create(ctx, api, opts, co)
 		if err != nil {
 			return nil, err
 		}
@@ -368,7 +445,7 @@ func (c *Core) admitLocked(pending int) error {
 	return nil
 }
 
-func (c *Core) create(ctx context.Context, api string, opts sandbox.SessionOptions) (CreateResult, error) {
+func (c *Core) create(ctx context.Context, api string, opts sandbox.SessionOptions, co sandbox.CreateOptions) (CreateResult, error) {
 	c.mu.Lock()
 	if err := c.admitLocked(0); err != nil {
 		c.mu.Unlock()
@@ -385,7 +462,7 @@ func (c *Core) create(ctx context.Context, api string, opts sandbox.SessionOptio
 	ctx, cancel := context.WithTimeout(ctx, c.opts.CreateTimeout)
 	defer cancel()
 	start := time.Now()
-	sb, err := c.opts.Backend.Create(ctx, opts)
+	sb, err := c.opts.Backend.Create(ctx, opts, co)
 	if err != nil {
 		return CreateResult{}, err
 	}

@@ -14,7 +14,6 @@ import (
 	"github.com/sandboxd/sandboxd/internal/auth"
 	"github.com/sandboxd/sandboxd/internal/core"
 	"github.com/sandboxd/sandboxd/internal/servertest"
-	"github.com/sandboxd/sandboxd/sandbox"
 )
 
 // newCore returns a core over a fake backend with one session holding a
@@ -27,7 +26,7 @@ func newCore(t *testing.T, opts core.Options) (*core.Core, *core.Session) {
 	c, err := core.New(opts)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Shutdown(context.Background(), false) })
-	r, err := c.Create(context.Background(), c.Operator(), core.APIWebSocket, sandbox.SessionOptions{}, "")
+	r, err := c.Create(context.Background(), c.Operator(), core.APIWebSocket, core.CreateRequest{})
 	require.NoError(t, err)
 	payload := bytes.Repeat([]byte("0123456789abcdef"), 10000)
 	require.NoError(t, m.Sandbox(r.Session.ID()).Upload(context.Background(), "/workspace/a", bytes.NewReader(payload)))

@@ -21,13 +21,24 @@
 // on the same endpoint by a second, stateless mcp.Server: they open
 // sandboxes with sandbox_open and name them by handle (stateless.go).
 // Requests are routed by their Mcp-Protocol-Version header.
+//
+// Endpoints: /mcp serves the default profile (the core's: the config's
+// "default", else --mcp-image), /mcp/NAME the session profile NAME; each
+// is an endpoint of its own (its mcp.Servers, its HTTP handlers and so its
+// own MCP session ids, its stateless tool list). Any other /mcp/... path is
+// a 404 whose JSON-RPC error names the endpoints there are.
 package mcpapi
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -36,10 +47,12 @@ import (
 
 	"github.com/sandboxd/sandboxd/internal/apierr"
 	"github.com/sandboxd/sandboxd/internal/auth"
+	"github.com/sandboxd/sandboxd/internal/config"
 	"github.com/sandboxd/sandboxd/internal/core"
 	"github.com/sandboxd/sandboxd/internal/metrics"
 	"github.com/sandboxd/sandboxd/sandbox"
 	"github.com/sandboxd/sandboxd/tools"
+	"github.com/sandboxd/sandboxd/tools/builtin"
 )
 
 // Defaults of Options.
@@ -48,17 +61,28 @@ const (
 	progressQueue         = 64 // progress notifications buffered per call; more are dropped
 )
 
+// Path is where the handler is mounted: Path serves the default profile,
+// Path/NAME the profile NAME.
+const Path = "/mcp"
+
 // Options configure the MCP endpoint.
 type Options struct {
 	// Requests is the Host and Origin check of every request (the zero
 	// value: loopback Hosts, no browser Origin).
 	Requests auth.RequestPolicy
-	// Session is how every MCP session's sandbox is created (Image is the
-	// --mcp-image flag).
-	Session sandbox.SessionOptions
 	// SessionTimeout closes an MCP session (and its sandbox) after this
-	// long without a request. Default 30 minutes.
+	// long without a request, and a sandbox opened by handle after this
+	// long without a call. Default 30 minutes. It is the sandboxes' idle
+	// timeout as far as MCP is concerned, applied on top of their profile's
+	// options (core.CreateRequest.IdleTimeout), so a warm pool of the
+	// profile serves MCP too.
 	SessionTimeout time.Duration
+	// Tools are the tools a profile's sandboxes serve, as the stateless
+	// path lists them without a sandbox (tools/list of revision
+	// 2026-07-28): profile is the endpoint's ("" for /mcp), opts the
+	// profile's options as written. nil: BuiltinTools. The seam for tools
+	// that come with a profile (skills).
+	Tools func(profile string, opts sandbox.SessionOptions) []tools.Definition
 	// MaxBodyBytes bounds a request body (a file_editor call carries up to
 	// 10 MiB of file text).
 	MaxBodyBytes int64
@@ -66,28 +90,54 @@ type Options struct {
 	Version string
 }
 
-// Handler is the http.Handler of /mcp. The server's middleware has checked
-// Host and Origin; this handler requires the operator token.
+// Handler is the http.Handler of /mcp and /mcp/NAME. The server's
+// middleware has checked Host and Origin; this handler requires the
+// operator token.
 type Handler struct {
 	core *core.Core
 	opts Options
 	log  *slog.Logger
-	http *mcp.StreamableHTTPHandler
+
+	def       *endpoint            // /mcp
+	endpoints map[string]*endpoint // /mcp/NAME by NAME
 
 	mu       sync.Mutex
 	sessions map[*mcp.ServerSession]*mcpSandbox
 	shut     bool
 	wg       sync.WaitGroup
 
-	// The stateless path (revision 2026-07-28): its handler, its tool
-	// list (the same for every caller) and its sandboxes by handle.
+	// The sandboxes of the stateless path (revision 2026-07-28) by handle.
+	handles *handles
+}
+
+// endpoint serves one profile: its MCP sessions' sandboxes and the
+// stateless path's are created with that profile.
+type endpoint struct {
+	h       *Handler
+	profile string // "" for /mcp: the default profile
+	path    string // for people: /mcp, /mcp/NAME
+	http    *mcp.StreamableHTTPHandler
+	// The stateless path (revision 2026-07-28): its handler and its tool
+	// list (the same for every caller of the endpoint, made once).
 	modernHTTP *mcp.StreamableHTTPHandler
-	modern     []*mcp.Tool
-	handles    *handles
+	modern     func() []*mcp.Tool
+}
+
+// BuiltinTools are the built-in tools that a profile's options select
+// (all four unless its Tools names some).
+func BuiltinTools(_ string, o sandbox.SessionOptions) []tools.Definition {
+	defs := builtin.Definitions(sandbox.WorkspaceDir)
+	if len(o.Tools) > 0 {
+		defs = slices.DeleteFunc(defs, func(d tools.Definition) bool {
+			return !slices.ContainsFunc(o.Tools, func(s tools.Spec) bool { return s.Name == d.Name })
+		})
+	}
+	return defs
 }
 
 // mcpSandbox is the sandbox of one MCP session.
 type mcpSandbox struct {
+	ep     *endpoint          // the endpoint of its initialize
 	ready  chan struct{}      // closed when the first create has ended
 	cancel context.CancelFunc // cancels the first create
 
@@ -97,7 +147,8 @@ type mcpSandbox struct {
 	ended bool  // the MCP session ended: its sandbox is closed, none is made
 }
 
-// New returns the MCP handler.
+// New returns the MCP handler: an endpoint for the default profile and one
+// for each profile the core defines.
 func New(c *core.Core, opts Options) *Handler {
 	if opts.SessionTimeout <= 0 {
 		opts.SessionTimeout = DefaultSessionTimeout
@@ -105,25 +156,44 @@ func New(c *core.Core, opts Options) *Handler {
 	if opts.Version == "" {
 		opts.Version = "dev"
 	}
-	// The MCP session's end closes its sandbox. The sandbox's own idle
-	// reaper is off: it counts only tool calls, while the MCP session also
-	// lives on pings (the SDK client's KeepAlive), and a sandbox reaped
-	// under a live MCP session lost its shell state.
-	if opts.Session.IdleTimeout == 0 {
-		opts.Session.IdleTimeout = sandbox.NoIdleTimeout
+	if opts.Tools == nil {
+		opts.Tools = BuiltinTools
 	}
 	h := &Handler{
 		core: c, opts: opts, log: c.Logger().With("component", "mcpapi"), sessions: map[*mcp.ServerSession]*mcpSandbox{},
-		modern: modernTools(opts.Session, opts.SessionTimeout), handles: newHandles(),
+		handles: newHandles(), endpoints: map[string]*endpoint{},
 	}
+	h.def = h.newEndpoint("")
+	for _, name := range c.ProfileNames() {
+		if name == config.DefaultProfile {
+			h.endpoints[name] = h.def // /mcp/default is /mcp
+			continue
+		}
+		h.endpoints[name] = h.newEndpoint(name)
+	}
+	return h
+}
+
+func (h *Handler) newEndpoint(profile string) *endpoint {
+	e := &endpoint{h: h, profile: profile, path: Path}
+	of := ""
+	if profile != "" {
+		e.path += "/" + profile
+		of = " (session profile " + profile + ")"
+	}
+	e.modern = sync.OnceValue(func() []*mcp.Tool {
+		o, _ := h.core.Profile(core.APIMCP, profile) // defined: the endpoint exists for it
+		return modernTools(h.opts.Tools(profile, o), h.opts.SessionTimeout)
+	})
+	opts := h.opts
 	srv := mcp.NewServer(&mcp.Implementation{Name: "sandboxd", Title: "sandboxd", Version: opts.Version}, &mcp.ServerOptions{
-		Instructions: "Each MCP session of this server is one sandbox (a Linux container) with a persistent terminal, " +
+		Instructions: "Each MCP session of this server is one sandbox" + of + " (a Linux container) with a persistent terminal, " +
 			"a file editor, grep and glob. Files live under /workspace; the sandbox ends with the session.",
 		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}},
 		Logger:       h.log,
 	})
-	srv.AddReceivingMiddleware(h.middleware)
-	h.http = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, &mcp.StreamableHTTPOptions{
+	srv.AddReceivingMiddleware(e.middleware)
+	e.http = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, &mcp.StreamableHTTPOptions{
 		SessionTimeout:      opts.SessionTimeout,
 		MaxRequestBodyBytes: opts.MaxBodyBytes,
 		Logger:              h.log,
@@ -139,14 +209,14 @@ func New(c *core.Core, opts Options) *Handler {
 	// tool call. Only its warnings and errors are kept on this path.
 	quiet := slog.New(minLevel{h.log.Handler(), slog.LevelWarn})
 	modern := mcp.NewServer(&mcp.Implementation{Name: "sandboxd", Title: "sandboxd", Version: opts.Version}, &mcp.ServerOptions{
-		Instructions: "Open a sandbox (a Linux container with a persistent terminal, a file editor, grep and glob; files under " +
+		Instructions: "Open a sandbox" + of + " (a Linux container with a persistent terminal, a file editor, grep and glob; files under " +
 			"/workspace) with " + ToolOpen + ", then pass the handle it returns as the \"" + HandleArg + "\" argument of every call; " +
 			"close it with " + ToolClose + ".",
 		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}},
 		Logger:       quiet,
 	})
-	modern.AddReceivingMiddleware(h.modernMiddleware)
-	h.modernHTTP = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return modern }, &mcp.StreamableHTTPOptions{
+	modern.AddReceivingMiddleware(e.modernMiddleware)
+	e.modernHTTP = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return modern }, &mcp.StreamableHTTPOptions{
 		Stateless:           true,
 		MaxRequestBodyBytes: opts.MaxBodyBytes,
 		Logger:              quiet,
@@ -156,7 +226,7 @@ func New(c *core.Core, opts Options) *Handler {
 		PropagateRequestCancellation: true,
 		DisableLocalhostProtection:   len(opts.Requests.Hosts.Allowed) > 0,
 	})
-	return h
+	return e
 }
 
 // modernRequest tells a request of revision 2026-07-28 or later: its
@@ -175,14 +245,73 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, msg, http.StatusForbidden)
 		return
 	}
-	if modernRequest(r) {
-		h.modernHTTP.ServeHTTP(w, r)
+	e := h.endpoint(r.URL.Path)
+	if e == nil {
+		h.notFound(w, r)
 		return
 	}
-	h.http.ServeHTTP(w, r)
+	if modernRequest(r) {
+		e.modernHTTP.ServeHTTP(w, r)
+		return
+	}
+	e.http.ServeHTTP(w, r)
 }
 
-func (h *Handler) middleware(next mcp.MethodHandler) mcp.MethodHandler {
+// endpoint is the endpoint of a path: Path, or Path/NAME of a defined
+// profile; nil for any other.
+func (h *Handler) endpoint(path string) *endpoint {
+	if path == Path {
+		return h.def
+	}
+	name, ok := strings.CutPrefix(path, Path+"/")
+	if !ok {
+		return nil
+	}
+	return h.endpoints[name]
+}
+
+// maxIDBody bounds what notFound reads of a request to learn its id.
+const maxIDBody = 64 << 10
+
+// notFound answers a path under /mcp that names no profile: 404, with a
+// JSON-RPC error naming the endpoints there are (an MCP client shows its
+// message), under the request's id when its body gives one.
+func (h *Handler) notFound(w http.ResponseWriter, r *http.Request) {
+	id := json.RawMessage("null")
+	if r.Method == http.MethodPost && r.Body != nil {
+		var msg struct {
+			ID json.RawMessage `json:"id"`
+		}
+		body, _ := io.ReadAll(io.LimitReader(r.Body, maxIDBody))
+		if json.Unmarshal(body, &msg) == nil && len(msg.ID) > 0 && (msg.ID[0] == '"' || msg.ID[0] == '-' || (msg.ID[0] >= '0' && msg.ID[0] <= '9')) {
+			id = msg.ID
+		}
+	}
+	paths := []string{Path}
+	for _, name := range h.core.ProfileNames() {
+		paths = append(paths, Path+"/"+name)
+	}
+	name := strings.TrimPrefix(r.URL.Path, Path+"/")
+	if len(name) > 64 { // the client's own text; a long one need not come back whole
+		name = name[:64] + "…"
+	}
+	msg := fmt.Sprintf("no MCP endpoint at %s: %v; the endpoints here are %s", Path+"/"+name,
+		config.UnknownProfile(name, h.core.ProfileNames()), strings.Join(paths, ", "))
+	h.core.Metrics().Error(apierr.NotFound.String(), "mcp")
+	e := apierr.JSONRPC(apierr.New(apierr.NotFound, "%s", msg))
+	var b bytes.Buffer
+	_ = json.NewEncoder(&b).Encode(struct {
+		JSONRPC string          `json:"jsonrpc"`
+		ID      json.RawMessage `json:"id"`
+		Error   any             `json:"error"`
+	}{"2.0", id, e})
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusNotFound)
+	_, _ = w.Write(b.Bytes())
+}
+
+func (e *endpoint) middleware(next mcp.MethodHandler) mcp.MethodHandler {
+	h := e.h
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
 		ss, _ := req.GetSession().(*mcp.ServerSession)
 		switch {
@@ -196,7 +325,7 @@ func (h *Handler) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 			}
 			res, err := next(ctx, method, req)
 			if err == nil {
-				h.start(ss)
+				h.start(e, ss)
 			}
 			return res, err
 		case method == "tools/list":
@@ -249,8 +378,9 @@ func (h *Handler) protocolError(err error) error {
 	return &jsonrpc.Error{Code: int64(e.Code), Message: e.Message}
 }
 
-// start begins creating the sandbox of ss and watches for the session's end.
-func (h *Handler) start(ss *mcp.ServerSession) {
+// start begins creating the sandbox of ss, initialized at e, and watches
+// for the session's end.
+func (h *Handler) start(e *endpoint, ss *mcp.ServerSession) {
 	h.mu.Lock()
 	if _, ok := h.sessions[ss]; ok || h.shut {
 		h.mu.Unlock()
@@ -261,7 +391,7 @@ func (h *Handler) start(ss *mcp.ServerSession) {
 		return
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	sb := &mcpSandbox{ready: make(chan struct{}), cancel: cancel}
+	sb := &mcpSandbox{ep: e, ready: make(chan struct{}), cancel: cancel}
 	h.sessions[ss] = sb
 	h.wg.Add(2)
 	h.mu.Unlock()
@@ -294,13 +424,17 @@ func (h *Handler) start(ss *mcp.ServerSession) {
 		delete(h.sessions, ss)
 		h.mu.Unlock()
 		h.core.Metrics().MCPSessions.Dec()
-		h.log.Info("mcp session ended", "mcp_session", ss.ID())
+		h.log.Info("mcp session ended", "mcp_session", ss.ID(), "endpoint", e.path)
 	}()
 }
 
-// create makes the sandbox of ss, with sb.mu held.
+// create makes the sandbox of ss, with sb.mu held: of its endpoint's
+// profile, without an idle timeout of its own (the MCP session's end closes
+// it: the sandbox's reaper counts only tool calls, while the MCP session
+// also lives on pings, the SDK client's KeepAlive, and a sandbox reaped
+// under a live MCP session lost its shell state).
 func (h *Handler) create(ctx context.Context, ss *mcp.ServerSession, sb *mcpSandbox) {
-	r, err := h.core.Create(ctx, h.core.Operator(), core.APIMCP, h.opts.Session, "")
+	r, err := h.core.Create(ctx, h.core.Operator(), core.APIMCP, core.CreateRequest{Profile: sb.ep.profile, IdleTimeout: sandbox.NoIdleTimeout})
 	if err != nil {
 		sb.err = fmt.Errorf("creating the sandbox of this MCP session: %w (the next call tries again)", err)
 		level := slog.LevelWarn
@@ -311,7 +445,7 @@ func (h *Handler) create(ctx context.Context, ss *mcp.ServerSession, sb *mcpSand
 		return
 	}
 	sb.sess, sb.err = r.Session, nil
-	h.log.Info("mcp session started", "mcp_session", ss.ID(), "session", r.Session.ID())
+	h.log.Info("mcp session started", "mcp_session", ss.ID(), "session", r.Session.ID(), "endpoint", sb.ep.path)
 }
 
 // sandboxOf waits for the sandbox of ss; if its create failed, it tries

@@ -30,7 +30,7 @@ const initialize = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"pro
 // refuses a rebound Host or another origin, and starts no sandbox for them.
 func TestHandlerChecksHostAndOrigin(t *testing.T) {
 	m := servertest.NewFakeBackend()
-	c, err := core.New(core.Options{Backend: m, OperatorToken: auth.NewToken()})
+	c, err := core.New(core.Options{Backend: m, OperatorToken: auth.NewToken(), MCPDefault: sandbox.SessionOptions{Image: "fake:latest"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,11 +49,11 @@ func TestHandlerChecksHostAndOrigin(t *testing.T) {
 		{"plain", auth.RequestPolicy{}, "", "", http.StatusOK},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			h := mcpapi.New(c, mcpapi.Options{Requests: tc.policy, Session: sandbox.SessionOptions{Image: "fake:latest"}})
+			h := mcpapi.New(c, mcpapi.Options{Requests: tc.policy})
 			hs := httptest.NewServer(h)
 			defer hs.Close()
 			defer h.Shutdown(context.Background())
-			req, _ := http.NewRequest(http.MethodPost, hs.URL, strings.NewReader(initialize))
+			req, _ := http.NewRequest(http.MethodPost, hs.URL+mcpapi.Path, strings.NewReader(initialize))
 			req.Header.Set("Content-Type", "application/json")
 			req.Header.Set("Accept", "application/json, text/event-stream")
 			if tc.host != "" {

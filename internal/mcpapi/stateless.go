@@ -20,7 +20,6 @@ import (
 	"github.com/sandboxd/sandboxd/internal/metrics"
 	"github.com/sandboxd/sandboxd/sandbox"
 	"github.com/sandboxd/sandboxd/tools"
-	"github.com/sandboxd/sandboxd/tools/builtin"
 )
 
 // The MCP revision 2026-07-28 has no protocol sessions: state that outlives
@@ -51,11 +50,18 @@ const (
 // lookup's timing says nothing about one.
 type handles struct {
 	mu   sync.Mutex
-	byID map[[sha256.Size]byte]*core.Session
+	byID map[[sha256.Size]byte]opened
 	shut bool
 }
 
-func newHandles() *handles { return &handles{byID: map[[sha256.Size]byte]*core.Session{}} }
+// opened is a sandbox opened by handle, and the endpoint that opened it
+// (its tools are that endpoint's).
+type opened struct {
+	s  *core.Session
+	ep *endpoint
+}
+
+func newHandles() *handles { return &handles{byID: map[[sha256.Size]byte]opened{}} }
 
 func handleKey(h string) [sha256.Size]byte { return sha256.Sum256([]byte(h)) }
 
@@ -65,9 +71,9 @@ func newHandle() string {
 	return handlePrefix + base64.RawURLEncoding.EncodeToString(b)
 }
 
-// add records s under a new handle until s ends (closed, idled out,
-// failed). False: the server is shutting down.
-func (hs *handles) add(s *core.Session) (string, bool) {
+// add records s, opened at ep, under a new handle until s ends (closed,
+// idled out, failed). False: the server is shutting down.
+func (hs *handles) add(s *core.Session, ep *endpoint) (string, bool) {
 	h := newHandle()
 	k := handleKey(h)
 	hs.mu.Lock()
@@ -75,7 +81,7 @@ func (hs *handles) add(s *core.Session) (string, bool) {
 		hs.mu.Unlock()
 		return "", false
 	}
-	hs.byID[k] = s
+	hs.byID[k] = opened{s, ep}
 	hs.mu.Unlock()
 	go func() {
 		<-s.Done()
@@ -86,11 +92,11 @@ func (hs *handles) add(s *core.Session) (string, bool) {
 	return h, true
 }
 
-func (hs *handles) get(h string) (*core.Session, bool) {
+func (hs *handles) get(h string) (opened, bool) {
 	hs.mu.Lock()
 	defer hs.mu.Unlock()
-	s, ok := hs.byID[handleKey(h)]
-	return s, ok
+	o, ok := hs.byID[handleKey(h)]
+	return o, ok
 }
 
 // shutdown refuses new handles and returns the live sandboxes.
@@ -99,22 +105,17 @@ func (hs *handles) shutdown() []*core.Session {
 	defer hs.mu.Unlock()
 	hs.shut = true
 	all := make([]*core.Session, 0, len(hs.byID))
-	for _, s := range hs.byID {
-		all = append(all, s)
+	for _, o := range hs.byID {
+		all = append(all, o.s)
 	}
 	return all
 }
 
-// modernTools is the tools/list of the stateless path: the same for every
-// caller. The session tools are the built-in tools of the endpoint's
-// sandboxes, each with the required handle argument.
-func modernTools(o sandbox.SessionOptions, idle time.Duration) []*mcp.Tool {
-	defs := builtin.Definitions(sandbox.WorkspaceDir)
-	if len(o.Tools) > 0 {
-		defs = slices.DeleteFunc(defs, func(d tools.Definition) bool {
-			return !slices.ContainsFunc(o.Tools, func(s tools.Spec) bool { return s.Name == d.Name })
-		})
-	}
+// modernTools is the tools/list of an endpoint's stateless path: the same
+// for every caller. The session tools are defs, the tools of the
+// endpoint's sandboxes (Options.Tools), each with the required handle
+// argument.
+func modernTools(defs []tools.Definition, idle time.Duration) []*mcp.Tool {
 	expiry := fmt.Sprintf("It closes after %s without a call on it", humanDuration(idle))
 	list := []*mcp.Tool{
 		{
@@ -180,32 +181,35 @@ func plural(n int, unit string) string {
 	return fmt.Sprintf("%d %ss", n, unit)
 }
 
-// modernMiddleware answers tools/list and tools/call of the stateless path.
-func (h *Handler) modernMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
+// modernMiddleware answers tools/list and tools/call of the endpoint's
+// stateless path.
+func (e *endpoint) modernMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
+	h := e.h
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
 		switch method {
 		case "tools/list":
 			h.core.Metrics().Requests.WithLabelValues(method, "mcp").Inc()
-			return &mcp.ListToolsResult{Tools: h.modern, Cacheable: mcp.Cacheable{TTLMs: int(listTTL.Milliseconds()), CacheScope: "public"}}, nil
+			return &mcp.ListToolsResult{Tools: e.modern(), Cacheable: mcp.Cacheable{TTLMs: int(listTTL.Milliseconds()), CacheScope: "public"}}, nil
 		case "tools/call":
 			creq, ok := req.(*mcp.CallToolRequest)
 			if !ok {
 				return next(ctx, method, req)
 			}
 			h.core.Metrics().Requests.WithLabelValues(method, "mcp").Inc()
-			res, err := h.modernCall(ctx, creq)
+			res, err := e.modernCall(ctx, creq)
 			return res, h.protocolError(err)
 		}
 		return next(ctx, method, req)
 	}
 }
 
-func (h *Handler) modernCall(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+func (e *endpoint) modernCall(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	h := e.h
 	name := req.Params.Name
 	if name == ToolOpen {
-		return h.openSandbox(ctx), nil
+		return e.openSandbox(ctx), nil
 	}
-	if !slices.ContainsFunc(h.modern, func(t *mcp.Tool) bool { return t.Name == name }) {
+	if !slices.ContainsFunc(e.modern(), func(t *mcp.Tool) bool { return t.Name == name }) {
 		return nil, apierr.New(apierr.InvalidParams, "unknown tool %q", name)
 	}
 	args, handle, err := splitHandle(req.Params.Arguments)
@@ -216,7 +220,7 @@ func (h *Handler) modernCall(ctx context.Context, req *mcp.CallToolRequest) (*mc
 		return failureText(fmt.Sprintf("missing %q: every call of %s names its sandbox; call %s first and pass the handle it returns as %q",
 			HandleArg, name, ToolOpen, HandleArg)), nil
 	}
-	s, ok := h.handles.get(handle)
+	o, ok := h.handles.get(handle)
 	if !ok {
 		shown := handle
 		if len(shown) > 64 { // it is the client's own text; a long one need not come back whole
@@ -225,6 +229,10 @@ func (h *Handler) modernCall(ctx context.Context, req *mcp.CallToolRequest) (*mc
 		return failureText(fmt.Sprintf("unknown sandbox %q: it was never opened, was closed, or closed after %s without a call; open a new one with %s",
 			shown, humanDuration(h.opts.SessionTimeout), ToolOpen)), nil
 	}
+	if o.ep != e {
+		return failureText(fmt.Sprintf("this sandbox was opened at %s, not %s: call its tools there (its tools are that endpoint's)", o.ep.path, e.path)), nil
+	}
+	s := o.s
 	if name == ToolClose {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 		defer cancel()
@@ -253,24 +261,25 @@ func (h *Handler) modernCall(ctx context.Context, req *mcp.CallToolRequest) (*mc
 	return toResult(obs), nil
 }
 
-// openSandbox creates a sandbox and mints its handle. Failures (the server
-// at --max-sessions, the engine) are results the model reads.
-func (h *Handler) openSandbox(ctx context.Context) *mcp.CallToolResult {
-	opts := h.opts.Session
-	opts.IdleTimeout = h.opts.SessionTimeout // no session end exists: idling out is the end
-	r, err := h.core.Create(ctx, h.core.Operator(), core.APIMCP, opts, "")
+// openSandbox creates a sandbox of the endpoint's profile and mints its
+// handle. Failures (the server at --max-sessions, the engine) are results
+// the model reads.
+func (e *endpoint) openSandbox(ctx context.Context) *mcp.CallToolResult {
+	h := e.h
+	// No session end exists: idling out is the end.
+	r, err := h.core.Create(ctx, h.core.Operator(), core.APIMCP, core.CreateRequest{Profile: e.profile, IdleTimeout: h.opts.SessionTimeout})
 	if err != nil {
 		h.core.Metrics().Error(apierr.KindOf(err).String(), "mcp")
 		return failure(fmt.Errorf("opening a sandbox: %w", err))
 	}
-	handle, ok := h.handles.add(r.Session)
+	handle, ok := h.handles.add(r.Session, e)
 	if !ok {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 		defer cancel()
 		_ = r.Session.Close(cctx) // the server is shutting down; Close logs a failed removal
 		return failureText("the server is shutting down; no sandbox was opened")
 	}
-	h.log.Info("mcp sandbox opened", "session", r.Session.ID())
+	h.log.Info("mcp sandbox opened", "session", r.Session.ID(), "endpoint", e.path)
 	idle := h.opts.SessionTimeout
 	return &mcp.CallToolResult{
 		Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf(

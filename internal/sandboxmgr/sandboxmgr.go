@@ -24,8 +24,8 @@ var _ core.Backend = (*Backend)(nil)
 func New(m *sandbox.Manager) *Backend { return &Backend{m: m} }
 
 // Create starts a session.
-func (a *Backend) Create(ctx context.Context, o sandbox.SessionOptions) (core.Sandbox, error) {
-	s, err := a.m.Create(ctx, o)
+func (a *Backend) Create(ctx context.Context, o sandbox.SessionOptions, co sandbox.CreateOptions) (core.Sandbox, error) {
+	s, err := a.m.CreateWith(ctx, o, co)
 	if err != nil {
 		return nil, apierr.FromSandbox(err)
 	}

@@ -57,8 +57,9 @@ func NewFakeBackend() *FakeBackend { return &FakeBackend{sessions: map[string]*F
 
 var _ core.Backend = (*FakeBackend)(nil)
 
-// Create makes a fake session.
-func (m *FakeBackend) Create(ctx context.Context, o sandbox.SessionOptions) (core.Sandbox, error) {
+// Create makes a fake session; it keeps o and co for the test to read
+// (FakeSandbox.Options, CreateOptions).
+func (m *FakeBackend) Create(ctx context.Context, o sandbox.SessionOptions, co sandbox.CreateOptions) (core.Sandbox, error) {
 	if m.CreateDelay > 0 {
 		select {
 		case <-time.After(m.CreateDelay):
@@ -77,7 +78,7 @@ func (m *FakeBackend) Create(ctx context.Context, o sandbox.SessionOptions) (cor
 	if m.shut {
 		return nil, errManagerClosed
 	}
-	s := &FakeSandbox{id: "fake-" + auth.NewToken()[:12], opts: o, done: make(chan struct{}), wake: make(chan struct{}), files: map[string][]byte{}}
+	s := &FakeSandbox{id: "fake-" + auth.NewToken()[:12], opts: o, co: co, done: make(chan struct{}), wake: make(chan struct{}), files: map[string][]byte{}}
 	m.sessions[s.id] = s
 	m.created.Add(1)
 	return s, nil
@@ -144,6 +145,7 @@ func (m *FakeBackend) Shutdown(ctx context.Context, keep bool) error {
 type FakeSandbox struct {
 	id     string
 	opts   sandbox.SessionOptions
+	co     sandbox.CreateOptions
 	done   chan struct{}
 	closed atomic.Bool
 	counts atomic.Int64
@@ -179,8 +181,18 @@ func (s *FakeSandbox) Info() core.Info {
 	return core.Info{State: state, Image: s.opts.Image, Labels: maps.Clone(s.opts.Labels)}
 }
 
-// Options are the options the session was created with.
-func (s *FakeSandbox) Options() sandbox.SessionOptions { return s.opts }
+// Options are the options the session was created with, with the idle
+// timeout in force (its create's, if set), as sandbox.Session.Options.
+func (s *FakeSandbox) Options() sandbox.SessionOptions {
+	o := s.opts
+	if s.co.IdleTimeout != 0 {
+		o.IdleTimeout = s.co.IdleTimeout
+	}
+	return o
+}
+
+// CreateOptions are how its create asked the backend to serve it.
+func (s *FakeSandbox) CreateOptions() sandbox.CreateOptions { return s.co }
 
 // Counts is how many times the count tool ran.
 func (s *FakeSandbox) Counts() int { return int(s.counts.Load()) }

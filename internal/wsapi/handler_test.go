@@ -23,7 +23,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // noSessions is a core.Backend without sessions.
 type noSessions struct{}
 
-func (noSessions) Create(context.Context, sandbox.SessionOptions) (core.Sandbox, error) {
+func (noSessions) Create(context.Context, sandbox.SessionOptions, sandbox.CreateOptions) (core.Sandbox, error) {
 	return nil, context.Canceled
 }
 func (noSessions) Get(string) (core.Sandbox, bool)      { return nil, false }

@@ -71,7 +71,7 @@ func sessionCreate(c *conn, req *wsproto.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	r, err := c.h.core.Create(c.ctx, c.p, core.APIWebSocket, opts, p.IdempotencyKey)
+	r, err := c.h.core.Create(c.ctx, c.p, core.APIWebSocket, core.CreateRequest{Profile: p.Profile, Options: opts, IdempotencyKey: p.IdempotencyKey})
 	if err != nil {
 		return nil, err
 	}
@@ -93,11 +93,13 @@ func sessionCreate(c *conn, req *wsproto.Request) (any, error) {
 
 // createOptions checks the wire options and translates them into the
 // manager's (sizes in MiB become bytes, a negative idle timeout "never").
-// Zero fields stay zero: the manager's defaults fill them.
+// Zero fields stay zero: the profile's, then the manager's defaults fill
+// them.
 func createOptions(p wsproto.CreateParams) (sandbox.SessionOptions, error) {
 	o := sandbox.SessionOptions{
 		Image: p.Image, Env: p.Env, Cwd: p.Cwd, User: p.User, Network: p.Network,
 		AllowHosts: p.AllowHosts, Runtime: p.Runtime, IdleTimeout: time.Duration(p.IdleTimeout), Labels: p.Labels,
+		Skills: p.Skills, SkillsInstall: p.SkillsInstall,
 	}
 	if p.IdleTimeout < 0 {
 		o.IdleTimeout = sandbox.NoIdleTimeout

@@ -35,15 +35,21 @@ type containerSpec struct {
 // buildContainer maps a session spec to engine settings. It is pure, so
 // the security settings are unit-tested without an engine; e2e reads them
 // back from a real container.
-func (r *Runtime) buildContainer(spec sandbox.Spec, netName string, l layout) (containerSpec, error) {
+func (r *Runtime) buildContainer(spec sandbox.Spec, netName string, l layout, extra ...mount.Mount) (containerSpec, error) {
 	o := spec.Options
 	uid, gid, err := sandbox.ParseUser(o.User)
 	if err != nil {
 		return containerSpec{}, fmt.Errorf("user: %w", err)
 	}
-	env := make([]string, 0, len(o.Env)+1)
+	env := make([]string, 0, len(o.Env)+2)
 	for k, v := range o.Env {
+		if k == "PATH" && l.path != "" {
+			continue
+		}
 		env = append(env, k+"="+v)
+	}
+	if l.path != "" {
+		env = append(env, "PATH="+l.path)
 	}
 	if l.setHome {
 		env = append(env, "HOME="+l.home)
@@ -130,6 +136,7 @@ func (r *Runtime) buildContainer(spec sandbox.Spec, netName string, l layout) (c
 	if l.home != "" {
 		host.Mounts = append(host.Mounts, volumeMount(spec.SessionID, l.home, l))
 	}
+	host.Mounts = append(host.Mounts, extra...)
 	return containerSpec{
 		name:    containerName(spec.SessionID, spec.Pooled),
 		config:  cfg,

@@ -1,6 +1,7 @@
 package docker
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"path"
@@ -18,6 +19,7 @@ const LabelImageKind = "sandboxd.image.kind"
 type imageFacts struct {
 	id   string // image ID, so the ownership helper runs exactly this image
 	home string // HOME of the image's environment; "" when it sets none
+	path string // PATH of the image's environment; "" when it sets none
 	user string // the image's USER
 	ours bool   // built by sandboxd's scripts (LabelImageKind)
 }
@@ -39,6 +41,9 @@ func (r *Runtime) inspectImage(ctx context.Context, ref string) (imageFacts, err
 		for _, kv := range c.Env {
 			if v, ok := strings.CutPrefix(kv, "HOME="); ok {
 				f.home = v
+			}
+			if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+				f.path = v
 			}
 		}
 		f.user = c.User
@@ -64,6 +69,10 @@ type layout struct {
 	// container mounts them without the engine's copy-up (NoCopy), which
 	// would otherwise reset the owner of an empty volume to the image's.
 	fix []string
+	// path is the PATH to set in the container's environment; "" leaves
+	// the image's. A session with skills gets $HOME/.local/bin first: the
+	// per-session folder where skill installers put programs.
+	path string
 }
 
 // planLayout decides the home volume and the ownership fix.
@@ -78,8 +87,12 @@ type layout struct {
 // another session user, or a home folder the image lacks gets the volume
 // roots handed to the session user (see fixOwnership). A tmpfs volume
 // (Limits.Disk) is created owned by the session user and needs no fix.
-func planLayout(o sandbox.SessionOptions, img imageFacts) layout {
-	var l layout
+func planLayout(o sandbox.SessionOptions, img imageFacts) (l layout) {
+	defer func() {
+		if len(o.Skills) > 0 {
+			l.path = skillsPATH(o, img, l)
+		}
+	}()
 	if h, set := o.Env["HOME"]; set {
 		if homeUsable(h) && !homeWritable(h) {
 			l.home = h
@@ -103,6 +116,26 @@ func planLayout(o sandbox.SessionOptions, img imageFacts) layout {
 		l.fix = append(l.fix, l.home)
 	}
 	return l
+}
+
+// defaultPATH is the PATH of a process whose environment names none, as
+// Docker sets it for a container whose image sets none.
+const defaultPATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// skillsPATH is the PATH of a session with skills: HOME's .local/bin, then
+// the session's PATH, else the image's, else the default.
+func skillsPATH(o sandbox.SessionOptions, img imageFacts, l layout) string {
+	home := img.home
+	if h, set := o.Env["HOME"]; set {
+		home = h
+	} else if l.setHome {
+		home = l.home
+	}
+	rest := cmp.Or(o.Env["PATH"], img.path, defaultPATH)
+	if home == "" || !path.IsAbs(home) {
+		return rest
+	}
+	return path.Join(home, ".local/bin") + ":" + rest
 }
 
 // systemDirs are top-level folders that are no home: a volume there would

@@ -37,6 +37,9 @@ func (r *Runtime) Prune(ctx context.Context) error {
 		err := r.cli.VolumeRemove(cctx, v.Name, false)
 		switch {
 		case err == nil:
+			r.skillVols.mu.Lock()
+			delete(r.skillVols.filled, v.Name)
+			r.skillVols.mu.Unlock()
 			if v.Name == r.agent.volume() {
 				r.agent.mu.Lock()
 				r.agent.copied = false

@@ -109,6 +109,8 @@ type Runtime struct {
 	// on stderr (hostile input), truncated and rate-limited once for all
 	// of the session's streams (attach, agent-proxy). Dropped at Remove.
 	agentLogs sync.Map // session id → *slog.Logger
+	// skillVols: the skill volumes filled in copy mode.
+	skillVols skillVolumes
 }
 
 // agentLog is the session's logger for its agent's stderr.

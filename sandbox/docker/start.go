@@ -96,7 +96,11 @@ func (r *Runtime) Start(ctx context.Context, spec sandbox.Spec) (_ io.ReadWriteC
 		}
 	}
 
-	cs, err := r.buildContainer(spec, netName, l)
+	skills, err := r.skillMounts(ctx, spec.Options.Image, spec.Skills)
+	if err != nil {
+		return nil, err
+	}
+	cs, err := r.buildContainer(spec, netName, l, skills...)
 	if err != nil {
 		return nil, err
 	}

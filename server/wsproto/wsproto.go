@@ -177,6 +177,13 @@ type Limits struct {
 // invalid-params error, so a client asking for a feature this server lacks
 // (skills, MCP sidecars) learns it at once instead of silently not getting it.
 type CreateParams struct {
+	// Profile names one of the server's session profiles (serve --config);
+	// empty: the "default" profile if the server defines one, else the
+	// server's defaults. The fields below overlay the profile's: each one
+	// set replaces the profile's, env and labels are merged (these win).
+	// An unknown profile is an invalid-params error listing the defined
+	// ones.
+	Profile string            `json:"profile,omitempty"`
 	Image   string            `json:"image,omitempty"`
 	Env     map[string]string `json:"env,omitempty"`
 	Cwd     string            `json:"cwd,omitempty"`
@@ -189,9 +196,17 @@ type CreateParams struct {
 	// Runtime is the engine's OCI runtime for the sandbox ("runsc": gVisor);
 	// empty: the server's default (serve --runtime), else the engine's.
 	// One the engine lacks is an invalid-params error naming those it has.
-	Runtime     string            `json:"runtime,omitempty"`
-	IdleTimeout Duration          `json:"idle_timeout,omitempty"`
-	Labels      map[string]string `json:"labels,omitempty"`
+	Runtime string `json:"runtime,omitempty"`
+	// Skills selects skills of the server's roots by path prefix ("fuzz",
+	// "fuzz/run-campaign", or "all" for every top-level skill); they are
+	// mounted read-only at /skills and become tools (load_skill and one
+	// per executable skill). A prefix selecting nothing is invalid params.
+	Skills []string `json:"skills,omitempty"`
+	// SkillsInstall is "lazy" (default: a skill's installer runs before
+	// its first call) or "eager" (before the session is handed out).
+	SkillsInstall string            `json:"skills_install,omitempty"`
+	IdleTimeout   Duration          `json:"idle_timeout,omitempty"`
+	Labels        map[string]string `json:"labels,omitempty"`
 	// IdempotencyKey makes a retried create return the first create's
 	// session instead of starting a second sandbox. Keys are scoped to the
 	// caller's token and remembered for ten minutes. A retry returns the

@@ -48,8 +48,9 @@
 //     lines rendered as a terminal shows them ("\r" overwrites, so
 //     progress bars keep their last state; "\r\n" is a newline), invalid
 //     UTF-8 as U+FFFD. Each call's output is collected with bounded memory
-//     (accum.go); beyond the limit the middle is cut and the full output is
-//     kept in a file under the state directory. That file holds at most
+//     (tools/internal/output, shared with the skill tools); beyond the
+//     limit the middle is cut and the full output is kept in a file under
+//     the state directory. That file holds at most
 //     16 MiB, a quarter of a sandbox's state tmpfs: of a larger output, its
 //     first and last 8 MiB, with a line saying how much was cut between
 //     them, and the note says so. When the disk is full, the oldest saved

@@ -422,13 +422,13 @@ func notExecuted(command string) string {
 // refuse answers a new command while the previous one still runs: nothing
 // is executed; the output printed since the last call is shown.
 func (e *Executor) refuse(c *call, s *session, command string) *tools.Observation {
-	r := s.takeOutput().finish()
+	r := s.takeOutput().Finish()
 	meta := Metadata{ExitCode: -1, PID: -1, Suffix: notExecuted(command)}
-	out := strings.TrimRight(r.text, " \t\r\n")
+	out := strings.TrimRight(r.Text, " \t\r\n")
 	if out != "" {
 		meta.Prefix = continuedPrefix
 	}
-	return c.result(Output{Command: command, ExitCode: -1, Truncated: r.truncated, FullOutputPath: r.path, Metadata: meta}, out, true)
+	return c.result(Output{Command: command, ExitCode: -1, Truncated: r.Truncated, FullOutputPath: r.Path, Metadata: meta}, out, true)
 }
 
 const continuedPrefix = "[Below is the output of the previous command.]\n"

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/sandboxd/sandboxd/tools/internal/output"
 )
 
 // literalHint is OpenHands' _LITERAL_ARG_HINT_TEMPLATE: a model sometimes
@@ -44,7 +46,7 @@ func literalKind(command string) string {
 func literalMessage(command, kind string) string {
 	head := strings.TrimLeft(command, " \t\n\r\f\v")
 	if utf8.RuneCountInString(head) > 60 {
-		head = prefixRunes(head, 60)
+		head = output.PrefixRunes(head, 60)
 	}
 	return fmt.Sprintf(literalHint, kind, pyRepr(head))
 }

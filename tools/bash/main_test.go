@@ -1,7 +1,6 @@
 package bash
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"os"
@@ -109,7 +108,7 @@ func commandEnded(s *session) bool { return s.done != nil }
 
 // printed: text has arrived since the last call took the output.
 func printed(text string) func(s *session) bool {
-	return func(s *session) bool { return bytes.Contains(s.acc.buf, []byte(text)) }
+	return func(s *session) bool { return s.acc.Contains([]byte(text)) }
 }
 
 // runs: program owns the terminal, as the running command's foreground

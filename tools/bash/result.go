@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/tools"
+	"github.com/sandboxd/sandboxd/tools/internal/output"
 )
 
 // finishCancelled interrupts the command (SIGINT to the terminal's
@@ -25,7 +26,7 @@ func (e *Executor) finishCancelled(c *call, s *session) *tools.Observation {
 		select {
 		case <-s.wake:
 		case <-grace.C:
-			r := s.takeOutput().finish()
+			r := s.takeOutput().Finish()
 			meta := Metadata{ExitCode: -1, PID: -1, Suffix: "\n[The command was interrupted by user request. The process received SIGINT (Ctrl+C).]"}
 			return c.build(Output{Command: c.command, ExitCode: -1}, meta, r, false)
 		}
@@ -33,7 +34,7 @@ func (e *Executor) finishCancelled(c *call, s *session) *tools.Observation {
 }
 
 func (e *Executor) finishDone(c *call, d *completion) *tools.Observation {
-	r := d.acc.finish()
+	r := d.acc.Finish()
 	meta := e.meta(d.m, d.m.exit)
 	switch {
 	case c.inputNotSent:
@@ -49,7 +50,7 @@ func (e *Executor) finishDone(c *call, d *completion) *tools.Observation {
 }
 
 func (e *Executor) finishTimeout(c *call, s *session, kind string, after time.Duration) *tools.Observation {
-	r := s.takeOutput().finish()
+	r := s.takeOutput().Finish()
 	meta := Metadata{ExitCode: -1, PID: -1}
 	switch kind {
 	case TimeoutSoft:
@@ -70,7 +71,7 @@ func (e *Executor) finishExited(c *call, s *session) *tools.Observation {
 	case <-s.readerDone:
 	case <-time.After(100 * time.Millisecond):
 	}
-	r := s.takeOutput().finish()
+	r := s.takeOutput().Finish()
 	code := s.exitCode()
 	meta := Metadata{ExitCode: code, PID: -1}
 	meta.Suffix = fmt.Sprintf("\n[The shell exited with code %d. The next command starts a new shell: environment variables, functions, background jobs and the working directory will be reset.]", code)
@@ -123,13 +124,13 @@ type call struct {
 }
 
 // build assembles text and structured output.
-func (c *call) build(out Output, meta Metadata, r result, isErr bool) *tools.Observation {
-	output := strings.TrimRight(r.text, " \t\r\n")
+func (c *call) build(out Output, meta Metadata, r output.Result, isErr bool) *tools.Observation {
+	output := strings.TrimRight(r.Text, " \t\r\n")
 	if c.continued && output != "" {
 		meta.Prefix = continuedPrefix
 	}
 	out.Metadata = meta
-	out.Truncated, out.FullOutputPath = r.truncated, r.path
+	out.Truncated, out.FullOutputPath = r.Truncated, r.Path
 	return c.result(out, output, isErr)
 }
 
@@ -140,8 +141,8 @@ func (c *call) result(out Output, output string, isErr bool) *tools.Observation 
 		b.WriteString("\n\n")
 	}
 	if c.previous != nil {
-		r := c.previous.acc.finish()
-		if prev := strings.TrimRight(r.text, " \t\r\n"); prev != "" {
+		r := c.previous.acc.Finish()
+		if prev := strings.TrimRight(r.Text, " \t\r\n"); prev != "" {
 			b.WriteString(continuedPrefix)
 			b.WriteString(prev)
 			b.WriteString("\n")

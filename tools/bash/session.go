@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandboxd/tools"
+	"github.com/sandboxd/sandboxd/tools/internal/output"
 )
 
 // session is one shell process on a pty. A reader goroutine turns the pty
@@ -26,6 +27,10 @@ import (
 // TagVar is the environment variable that tags every process a terminal
 // started (see session.tag); reset and close end them all.
 const TagVar = "SANDBOXD_TERMINAL"
+
+// outputPrefix names the files that keep the full output of a cut command
+// (terminal_output_<random>.txt in the state directory), as OpenHands does.
+const outputPrefix = "terminal_output_"
 
 type session struct {
 	cfg     sessionConfig
@@ -45,7 +50,7 @@ type session struct {
 	mu      sync.Mutex
 	scanner markerScanner
 	clean   cleaner
-	acc     *accum
+	acc     *output.Accum
 	seq     uint64      // seq of the last command sent
 	running bool        // a command was sent and its end not yet handed to a call
 	done    *completion // end of the command with seq == s.seq
@@ -72,7 +77,7 @@ type session struct {
 // completion is a finished command: its marker and its output.
 type completion struct {
 	m   marker
-	acc *accum
+	acc *output.Accum
 }
 
 type sessionConfig struct {
@@ -109,7 +114,7 @@ func startSession(cfg sessionConfig) (*session, error) {
 		running:    true, // the init script is "command" 0
 	}
 	s.scanner.codec = s.codec
-	s.acc = newAccum(cfg.limit, cfg.outDir)
+	s.acc = output.New(cfg.limit, cfg.outDir, outputPrefix)
 	s.lastOut = time.Now()
 
 	initFile := filepath.Join(cfg.stateDir, ".init-"+nonce+".sh")
@@ -228,8 +233,8 @@ func (s *session) awaitInit(initFile string) error {
 		}
 		s.mu.Unlock()
 		if done != nil {
-			if r := done.acc.finish(); strings.TrimSpace(r.text) != "" {
-				s.log.Debug("terminal: shell start output", "text", r.text)
+			if r := done.acc.Finish(); strings.TrimSpace(r.Text) != "" {
+				s.log.Debug("terminal: shell start output", "text", r.Text)
 			}
 			return nil
 		}
@@ -276,7 +281,7 @@ func (s *session) readLoop() {
 	s.mu.Lock()
 	// The shell is gone: what was held as a possible marker is output.
 	if h := s.scanner.flush(); len(h) > 0 {
-		s.acc.write(s.clean.write(h))
+		s.acc.Add(s.clean.write(h))
 	}
 	s.mu.Unlock()
 	s.signal()
@@ -295,7 +300,7 @@ func (s *session) ingest(p []byte) {
 			s.cfg.tap(b)
 		}
 		t := s.clean.write(b)
-		s.acc.write(t)
+		s.acc.Add(t)
 		switch {
 		case s.done != nil:
 		case s.sink != nil:
@@ -306,14 +311,14 @@ func (s *session) ingest(p []byte) {
 	}
 	s.scanner.feed(p, out, func(m marker) {
 		t := s.clean.finish()
-		s.acc.write(t)
+		s.acc.Add(t)
 		if s.sink != nil && s.done == nil {
 			stream = append(stream, t...)
 		}
 		s.last = m
 		if s.running && s.done == nil && m.seq == s.seq {
 			s.done = &completion{m: m, acc: s.acc}
-			s.acc = newAccum(s.cfg.limit, s.cfg.outDir)
+			s.acc = output.New(s.cfg.limit, s.cfg.outDir, outputPrefix)
 		}
 	})
 	s.streamLocked(stream)
@@ -477,12 +482,12 @@ func (s *session) interrupt() {
 
 // takeOutput hands the output collected so far to a call that returns
 // before the command ended; the unfinished last line goes with it.
-func (s *session) takeOutput() *accum {
+func (s *session) takeOutput() *output.Accum {
 	s.mu.Lock()
 	t := s.clean.flushLine()
-	s.acc.write(t)
+	s.acc.Add(t)
 	acc := s.acc
-	s.acc = newAccum(s.cfg.limit, s.cfg.outDir)
+	s.acc = output.New(s.cfg.limit, s.cfg.outDir, outputPrefix)
 	s.streamLocked(append([]byte(nil), t...))
 	return acc
 }

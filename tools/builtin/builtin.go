@@ -1,5 +1,7 @@
 // Package builtin assembles the tools every sandbox has: the terminal, the
-// file editor, grep and glob, under their OpenHands-compatible names.
+// file editor, grep and glob, under their OpenHands-compatible names; its
+// registry also holds the factory of the skill tools ("skills"), which only
+// sessions with skills ask for.
 package builtin
 
 import (
@@ -10,6 +12,7 @@ import (
 	"github.com/sandboxd/sandboxd/tools/fileeditor"
 	"github.com/sandboxd/sandboxd/tools/glob"
 	"github.com/sandboxd/sandboxd/tools/grep"
+	"github.com/sandboxd/sandboxd/tools/skill"
 )
 
 // factories are the built-in factories, in the order DefaultSpecs lists
@@ -24,14 +27,28 @@ var factories = []struct {
 	{glob.Name, glob.Factory},
 }
 
-// Registry returns a new registry holding the built-in factories. Callers
-// may register more (skills, sidecar tools) on it.
+// ToolNames are the names of the built-in tools, in DefaultSpecs' order:
+// the names skill tools may not take.
+func ToolNames() []string {
+	names := make([]string, len(factories))
+	for i, f := range factories {
+		names[i] = f.name
+	}
+	return names
+}
+
+// Registry returns a new registry holding the built-in factories and the
+// skills factory (skill.FactoryName, not in DefaultSpecs). Callers may
+// register more (sidecar tools) on it.
 func Registry() *tools.Registry {
 	r := &tools.Registry{}
 	for _, f := range factories {
 		if err := r.Register(f.name, f.factory); err != nil {
 			panic(fmt.Sprintf("builtin: %v", err)) // a duplicate name is a programming error
 		}
+	}
+	if err := r.Register(skill.FactoryName, skill.Factory(ToolNames())); err != nil {
+		panic(fmt.Sprintf("builtin: %v", err))
 	}
 	return r
 }

@@ -10,6 +10,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/sandboxd/sandboxd/tools"
+	"github.com/sandboxd/sandboxd/tools/skill"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -21,7 +22,9 @@ func TestDefaultSpecsResolve(t *testing.T) {
 	for _, s := range specs {
 		names = append(names, s.Name)
 	}
-	assert.Equal(t, reg.Names(), slices.Sorted(slices.Values(names)), "every factory has a default spec")
+	assert.Equal(t, reg.Names(), slices.Sorted(slices.Values(append(slices.Clone(names), skill.FactoryName))),
+		"every factory but the skills' has a default spec")
+	assert.Equal(t, names, ToolNames())
 
 	ws := t.TempDir()
 	ts, err := reg.Resolve(tools.Env{Workspace: ws, StateDir: t.TempDir()}, specs)

@@ -1,4 +1,4 @@
-package bash
+package output
 
 import (
 	"bytes"
@@ -19,7 +19,7 @@ import (
 // directory, a 64 MiB tmpfs (sandbox/docker.DefaultRunDirSize).
 func TestMaxSavedBytesIsAFractionOfTheStateDir(t *testing.T) {
 	assert.LessOrEqual(t, maxSavedBytes, (64<<20)/4)
-	assert.Equal(t, int64(maxSavedBytes), newAccum(1000, t.TempDir()).saveCap)
+	assert.Equal(t, int64(maxSavedBytes), New(1000, t.TempDir(), testPrefix).saveCap)
 }
 
 // An output larger than the cap keeps its first and its last half of the
@@ -33,22 +33,22 @@ func TestAccumHugeOutputKeepsHeadAndTail(t *testing.T) {
 	for _, size := range []int{999, 1000, 1001, 1500, 2000, 2001, 2777, len(whole)} {
 		t.Run(strconv.Itoa(size), func(t *testing.T) {
 			out := whole[:size]
-			a := newAccum(600, t.TempDir()) // the note leaves room for some output
+			a := New(600, t.TempDir(), testPrefix) // the note leaves room for some output
 			a.saveCap = 1000
 			a.memCap = 300 // spill early, so writes go to the file in pieces
 			for data := out; len(data) > 0; {
 				n := min(1+rand.IntN(150), len(data))
-				a.write([]byte(data[:n]))
+				a.Add([]byte(data[:n]))
 				data = data[n:]
 			}
-			r := a.finish()
-			require.True(t, r.truncated)
-			require.NotEmpty(t, r.path, r.text)
-			saved, err := os.ReadFile(r.path)
+			r := a.Finish()
+			require.True(t, r.Truncated)
+			require.NotEmpty(t, r.Path, r.Text)
+			saved, err := os.ReadFile(r.Path)
 			require.NoError(t, err)
 			if size <= 1000 {
 				assert.Equal(t, out, string(saved), "saved whole")
-				assert.Contains(t, r.text, "The complete output has been saved to "+r.path)
+				assert.Contains(t, r.Text, "The complete output has been saved to "+r.Path)
 				return
 			}
 			require.Len(t, saved, 1000)
@@ -58,8 +58,8 @@ func TestAccumHugeOutputKeepsHeadAndTail(t *testing.T) {
 			rest := saved[500+len(note[0]):]
 			assert.Equal(t, out[len(out)-len(rest):], string(rest), "tail")
 			assert.Equal(t, strconv.Itoa(size-500-len(rest)), string(note[1]), "bytes cut")
-			assert.Contains(t, r.text, "The output is larger than 1000 bytes, the most saved of one output: its first 500 bytes and last 500 bytes have been saved to "+r.path+" - you can use other tools to view them")
-			assert.True(t, strings.HasSuffix(r.text, out[len(out)-20:]), "the shown text keeps its tail")
+			assert.Contains(t, r.Text, "The output is larger than 1000 bytes, the most saved of one output: its first 500 bytes and last 500 bytes have been saved to "+r.Path+" - you can use other tools to view them")
+			assert.True(t, strings.HasSuffix(r.Text, out[len(out)-20:]), "the shown text keeps its tail")
 		})
 	}
 }
@@ -69,26 +69,26 @@ func TestAccumDefaultCap(t *testing.T) {
 	if testing.Short() {
 		t.Skip("writes 17 MiB")
 	}
-	a := newAccum(30000, t.TempDir())
+	a := New(30000, t.TempDir(), testPrefix)
 	line := bytes.Repeat([]byte("x"), 1023)
 	line = append(line, '\n')
 	for i := range 17 << 10 {
 		copy(line, fmt.Sprintf("%08d", i))
-		a.write(line)
+		a.Add(line)
 	}
-	r := a.finish()
-	st, err := os.Stat(r.path)
+	r := a.Finish()
+	st, err := os.Stat(r.Path)
 	require.NoError(t, err)
 	assert.Equal(t, int64(16<<20), st.Size())
-	assert.Contains(t, r.text, "The output is larger than 16 MiB, the most saved of one output: its first 8 MiB and last 8 MiB have been saved to "+r.path)
-	f, err := os.Open(r.path)
+	assert.Contains(t, r.Text, "The output is larger than 16 MiB, the most saved of one output: its first 8 MiB and last 8 MiB have been saved to "+r.Path)
+	f, err := os.Open(r.Path)
 	require.NoError(t, err)
 	defer f.Close()
 	end := make([]byte, 1024)
 	_, err = f.ReadAt(end, st.Size()-1024)
 	require.NoError(t, err)
 	assert.Equal(t, fmt.Sprintf("%08d", 17<<10-1), string(end[:8]), "the file ends with the last line")
-	assert.Equal(t, []string{r.path}, savedOutputs(t, filepath.Dir(r.path)))
+	assert.Equal(t, []string{r.Path}, savedOutputs(t, filepath.Dir(r.Path)))
 }
 
 func TestRotateLeft(t *testing.T) {

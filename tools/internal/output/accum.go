@@ -1,6 +1,13 @@
-package bash
+// Package output caps what a tool call shows the model: the output of one
+// call is kept whole up to a limit of characters; beyond it the middle is
+// cut (head and tail shown, with OpenHands' truncation notice) and the full
+// output is saved to a file under the tool's state directory, itself capped
+// at MaxSavedBytes (first and last halves kept). The terminal and the skill
+// tools share it, so both cap output the same way.
+package output
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -29,6 +36,9 @@ const cutNotice = "<response clipped><NOTE>Due to the max output limit, only par
 // plainNotice is used when the full output could not be saved.
 const plainNotice = "<response clipped><NOTE>Due to the max output limit, only part of the full response has been shown to you.</NOTE>"
 
+// MaxSavedBytes caps the file of one output (see maxSavedBytes).
+const MaxSavedBytes = maxSavedBytes
+
 const (
 	// maxSavedBytes caps the file of one call's output: a command printing
 	// without end must not fill the disk, and one output must leave room
@@ -39,12 +49,13 @@ const (
 	memCapMin = 1 << 20
 )
 
-// accum collects the cleaned output of one call with bounded memory: all of
-// it up to memCap bytes, then the head and a sliding tail in memory and the
-// rest written to a file in dir.
-type accum struct {
+// Accum collects the output of one call with bounded memory: all of it up
+// to memCap bytes, then the head and a sliding tail in memory and the rest
+// written to a file in dir. It is not safe for concurrent use.
+type Accum struct {
 	limit  int // characters shown to the model
 	dir    string
+	prefix string // of the saved files' names; "" for a fixed file (NewFile)
 	memCap int
 
 	buf      []byte // everything, until spilled
@@ -54,6 +65,7 @@ type accum struct {
 	path     string
 	saveCap  int64 // maxSavedBytes; tests use less
 	saved    int64 // bytes of output passed to the file
+	total    int64 // bytes of output added
 	full     bool  // nothing more is saved: the disk is full, or an error
 	diskFull bool
 	err      error
@@ -63,14 +75,33 @@ type accum struct {
 	writeAt func(f *os.File, p []byte, off int64) (int, error)
 }
 
-func newAccum(limit int, dir string) *accum {
-	return &accum{limit: limit, dir: dir, memCap: max(memCapMin, 8*limit), saveCap: maxSavedBytes}
+// New returns an Accum that shows at most limit characters and saves a
+// longer output to a new file dir/<prefix><random>.txt (dir is created when
+// needed). On a full disk the oldest files of the same prefix in dir are
+// removed to make room.
+func New(limit int, dir, prefix string) *Accum {
+	return &Accum{limit: limit, dir: dir, prefix: prefix, memCap: max(memCapMin, 8*limit), saveCap: maxSavedBytes}
 }
 
-func (a *accum) write(p []byte) {
+// NewFile returns an Accum that writes everything to the file at path
+// (created or truncated, mode 0600) as it comes, up to saveCap bytes: a
+// longer output keeps its first and last halves of saveCap with a line
+// saying how much was cut between them. Finish must be called to put the
+// file in order and close it; its text shows at most limit characters.
+func NewFile(path string, saveCap int64, limit int) (*Accum, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	return &Accum{limit: limit, dir: filepath.Dir(path), saveCap: saveCap, file: f, path: path}, nil
+}
+
+// Add appends output.
+func (a *Accum) Add(p []byte) {
 	if len(p) == 0 {
 		return
 	}
+	a.total += int64(len(p))
 	if a.file == nil && a.err == nil {
 		a.buf = append(a.buf, p...)
 		if len(a.buf) > a.memCap {
@@ -95,8 +126,14 @@ func (a *accum) write(p []byte) {
 	}
 }
 
+// Contains reports whether the output held in memory contains p: all of it
+// until it spills to a file, then its head and tail. Tests wait on it.
+func (a *Accum) Contains(p []byte) bool {
+	return bytes.Contains(a.buf, p) || bytes.Contains(a.head, p) || bytes.Contains(a.tail, p)
+}
+
 // spill moves the in-memory output to a file and keeps head and tail.
-func (a *accum) spill() {
+func (a *Accum) spill() {
 	if err := a.openFile(); err != nil {
 		a.err = err
 		// Without a file, keep head and tail only.
@@ -109,13 +146,13 @@ func (a *accum) spill() {
 	a.buf = nil
 }
 
-func (a *accum) openFile() error {
+func (a *Accum) openFile() error {
 	if err := os.MkdirAll(a.dir, 0o700); err != nil {
 		return err
 	}
 	var b [4]byte
 	_, _ = rand.Read(b[:])
-	path := filepath.Join(a.dir, "terminal_output_"+hex.EncodeToString(b[:])+".txt")
+	path := filepath.Join(a.dir, a.prefix+hex.EncodeToString(b[:])+".txt")
 	// Read and write: finish reorders the kept tail of a cut output.
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	for err != nil && errors.Is(err, syscall.ENOSPC) && a.dropOldest() {
@@ -133,7 +170,7 @@ func (a *accum) openFile() error {
 // the rest as a ring that holds the latest bytes; finish puts the ring in
 // order and marks the cut, so a file of a huge output holds its beginning
 // and its end.
-func (a *accum) save(p []byte) {
+func (a *Accum) save(p []byte) {
 	if a.full {
 		return
 	}
@@ -174,17 +211,17 @@ func (a *accum) save(p []byte) {
 
 // caps splits saveCap into the head kept of a cut output and the ring that
 // keeps its tail.
-func (a *accum) caps() (head, ring int64) {
+func (a *Accum) caps() (head, ring int64) {
 	head = a.saveCap / 2
 	return head, a.saveCap - head
 }
 
 // cut reports whether the output was larger than the file keeps.
-func (a *accum) cut() bool { return a.saved > a.saveCap }
+func (a *Accum) cut() bool { return a.saved > a.saveCap }
 
 // dropFile gives up the file: one that cannot hold the output is no use to
 // the model.
-func (a *accum) dropFile(err error) {
+func (a *Accum) dropFile(err error) {
 	a.err = err
 	a.full = true
 	_ = a.file.Close()
@@ -195,7 +232,7 @@ func (a *accum) dropFile(err error) {
 // finishCut puts the ring of a cut output in order (its oldest byte is at
 // the next write position) and writes a line saying how much was cut over
 // its first bytes, which are then cut too.
-func (a *accum) finishCut() {
+func (a *Accum) finishCut() {
 	headCap, ringCap := a.caps()
 	oldest := (a.saved - headCap) % ringCap
 	if err := rotateLeft(a.file, headCap, headCap+ringCap, oldest); err != nil {
@@ -258,8 +295,11 @@ func reverseRange(f *os.File, lo, hi int64, a, b []byte) error {
 // written) to make room on a full disk: the sandbox's state directory is a
 // small tmpfs, and the newest output matters most. It reports whether a
 // file was removed.
-func (a *accum) dropOldest() bool {
-	names, err := filepath.Glob(filepath.Join(a.dir, "terminal_output_*.txt"))
+func (a *Accum) dropOldest() bool {
+	if a.prefix == "" {
+		return false // a fixed file: the other files in dir are not ours
+	}
+	names, err := filepath.Glob(filepath.Join(a.dir, a.prefix+"*.txt"))
 	if err != nil {
 		return false
 	}
@@ -296,22 +336,24 @@ func sizeText(n int64) string {
 	return strconv.FormatInt(n, 10) + " bytes"
 }
 
-// result is the text to show and, if it was cut, where the full output is.
-type result struct {
-	text      string
-	truncated bool
-	path      string
+// Result is the text to show and, if it was cut, where the full output is.
+type Result struct {
+	Text      string
+	Truncated bool
+	// Path of the saved output; "" when it was not cut or could not be
+	// saved.
+	Path string
 }
 
-// finish closes the file and returns the text, cut in the middle if longer
+// Finish closes the file and returns the text, cut in the middle if longer
 // than limit characters (head = ceil(avail/2), tail = the rest, where avail
 // is limit minus the notice, as OpenHands' maybe_truncate does).
-func (a *accum) finish() result {
+func (a *Accum) Finish() Result {
 	defer a.close()
 	if a.file == nil && a.err == nil {
 		s := string(a.buf)
 		if utf8.RuneCountInString(s) <= a.limit {
-			return result{text: s}
+			return Result{Text: s}
 		}
 		if err := a.openFile(); err != nil {
 			a.err = err
@@ -319,6 +361,10 @@ func (a *accum) finish() result {
 			a.save(a.buf)
 		}
 		a.head, a.tail = a.buf, a.buf
+	}
+	if int64(len(a.head)) == a.total && utf8.RuneCount(a.head) <= a.limit {
+		// A short output written straight to its file (NewFile).
+		return Result{Text: string(a.head)}
 	}
 	if a.file != nil && a.cut() {
 		a.finishCut()
@@ -329,7 +375,7 @@ func (a *accum) finish() result {
 		path = a.path
 	}
 	build := func(headRunes int) string {
-		line := strings.Count(prefixRunes(head, headRunes), "\n") + 1
+		line := strings.Count(PrefixRunes(head, headRunes), "\n") + 1
 		switch {
 		case path == "":
 			return plainNotice
@@ -353,21 +399,22 @@ func (a *accum) finish() result {
 	h := (avail + 1) / 2
 	t := avail - h
 	notice := build(h)
-	return result{
-		text:      prefixRunes(head, h) + notice + suffixRunes(tail, t),
-		truncated: true,
-		path:      path,
+	return Result{
+		Text:      PrefixRunes(head, h) + notice + suffixRunes(tail, t),
+		Truncated: true,
+		Path:      path,
 	}
 }
 
-func (a *accum) close() {
+func (a *Accum) close() {
 	if a.file != nil {
 		_ = a.file.Close()
 		a.file = nil
 	}
 }
 
-func prefixRunes(s string, n int) string {
+// PrefixRunes returns the first n runes of s.
+func PrefixRunes(s string, n int) string {
 	i := 0
 	for k := 0; k < n && i < len(s); k++ {
 		_, size := utf8.DecodeRuneInString(s[i:])

@@ -1,0 +1,198 @@
+package config
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/sandboxd/sandboxd/internal/bytesize"
+	"github.com/sandboxd/sandboxd/sandbox"
+)
+
+// decoder reads one option's value node into its field. pos records where
+// nested keys were written (key is the option's name in pos: "limits").
+type decoder func(p *parser, v *yaml.Node, path string, pos map[string]position, key string)
+
+// sessionFields are the keys of a profile that are session options, one
+// per field of sandbox.SessionOptions, named as Validate names them (so its
+// problems are reported at the right line). A new session option is one
+// line here.
+func sessionFields(o *sandbox.SessionOptions) map[string]decoder {
+	return map[string]decoder{
+		"image":           str(&o.Image),
+		"env":             strMap(&o.Env),
+		"cwd":             str(&o.Cwd),
+		"user":            str(&o.User),
+		"limits":          limits(&o.Limits),
+		"network":         str(&o.Network),
+		"allow_hosts":     strList(&o.AllowHosts),
+		"idle_timeout":    idleTimeout(&o.IdleTimeout),
+		"labels":          strMap(&o.Labels),
+		"writable_rootfs": boolean(&o.WritableRootfs),
+		"runtime":         str(&o.Runtime),
+		"skills":          skills(&o.Skills),
+		"skills_install":  str(&o.SkillsInstall),
+	}
+}
+
+// limitFields are the keys of a profile's limits, one per sandbox.Limits
+// field.
+func limitFields(l *sandbox.Limits) map[string]decoder {
+	return map[string]decoder{
+		"memory":     size(&l.Memory),
+		"cpus":       number(&l.CPUs),
+		"pids":       whole(&l.Pids),
+		"tmpfs":      size(&l.Tmpfs),
+		"disk":       size(&l.Disk),
+		"disk_quota": size(&l.DiskQuota),
+	}
+}
+
+func str(dst *string) decoder {
+	return func(p *parser, v *yaml.Node, path string, _ map[string]position, _ string) {
+		if s, ok := p.str(v, path); ok {
+			*dst = s
+		}
+	}
+}
+
+func boolean(dst *bool) decoder {
+	return func(p *parser, v *yaml.Node, path string, _ map[string]position, _ string) {
+		n := p.resolve(v)
+		if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!bool" {
+			p.errorf(n, path, "want true or false, not %s", kindName(n))
+			return
+		}
+		b, err := strconv.ParseBool(n.Value)
+		if err != nil {
+			p.errorf(n, path, "want true or false, not %s", kindName(n))
+			return
+		}
+		*dst = b
+	}
+}
+
+func strList(dst *[]string) decoder {
+	return func(p *parser, v *yaml.Node, path string, _ map[string]position, _ string) {
+		out := []string{}
+		if p.list(v, path, func(i int, item *yaml.Node) {
+			if s, ok := p.str(item, fmt.Sprintf("%s[%d]", path, i)); ok {
+				out = append(out, s)
+			}
+		}) {
+			*dst = out
+		}
+	}
+}
+
+// strMap reads a mapping of names to string values (env, labels). A value
+// that YAML reads as a number or boolean is taken as written ("1", "true").
+func strMap(dst *map[string]string) decoder {
+	return func(p *parser, v *yaml.Node, path string, _ map[string]position, _ string) {
+		m := map[string]string{}
+		p.mapping(v, path, func(key string, _, val *yaml.Node) {
+			if s, ok := p.str(val, join(path, key)); ok {
+				m[key] = s
+			}
+		})
+		*dst = m
+	}
+}
+
+func limits(l *sandbox.Limits) decoder {
+	return func(p *parser, v *yaml.Node, path string, pos map[string]position, key string) {
+		fields := limitFields(l)
+		p.mapping(v, path, func(name string, k, val *yaml.Node) {
+			dec, ok := fields[name]
+			if !ok {
+				known := make([]string, 0, len(fields))
+				for f := range fields {
+					known = append(known, f)
+				}
+				p.unknown(k, path, name, known...)
+				return
+			}
+			pos[key+"."+name] = position{k.Line, k.Column}
+			dec(p, val, join(path, name), pos, key+"."+name)
+		})
+	}
+}
+
+// size reads a size: a whole number of bytes, or a string with a binary
+// unit ("2GiB", "512MiB").
+func size(dst *int64) decoder {
+	return func(p *parser, v *yaml.Node, path string, _ map[string]position, _ string) {
+		n := p.resolve(v)
+		if n.Kind != yaml.ScalarNode || (n.ShortTag() != "!!int" && n.ShortTag() != "!!str") {
+			p.errorf(n, path, "want a size such as 2GiB or 512MiB, or a number of bytes, not %s", kindName(n))
+			return
+		}
+		b, err := bytesize.ParseStrict(n.Value)
+		if err != nil {
+			p.errorf(n, path, "%v", err)
+			return
+		}
+		*dst = b
+	}
+}
+
+func whole(dst *int64) decoder {
+	return func(p *parser, v *yaml.Node, path string, _ map[string]position, _ string) {
+		if n, ok := p.integer(v, path); ok {
+			*dst = n
+		}
+	}
+}
+
+func number(dst *float64) decoder {
+	return func(p *parser, v *yaml.Node, path string, _ map[string]position, _ string) {
+		n := p.resolve(v)
+		if n.Kind != yaml.ScalarNode || (n.ShortTag() != "!!int" && n.ShortTag() != "!!float") {
+			p.errorf(n, path, "want a number, not %s", kindName(n))
+			return
+		}
+		f, err := strconv.ParseFloat(n.Value, 64)
+		if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+			p.errorf(n, path, "%q is not a number", n.Value)
+			return
+		}
+		*dst = f
+	}
+}
+
+// idleTimeout reads a duration with a unit ("30m", "1h30m") or "never".
+func idleTimeout(dst *time.Duration) decoder {
+	return func(p *parser, v *yaml.Node, path string, _ map[string]position, _ string) {
+		n := p.resolve(v)
+		if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!str" {
+			if n.Value == "never" {
+				*dst = sandbox.NoIdleTimeout
+				return
+			}
+			if d, err := time.ParseDuration(n.Value); err == nil && d > 0 {
+				*dst = d
+				return
+			}
+		}
+		p.errorf(n, path, "%s is not a duration such as 30m or 1h30m, or never", kindName(n))
+	}
+}
+
+// skills reads "all" or a list of path prefixes.
+func skills(dst *[]string) decoder {
+	return func(p *parser, v *yaml.Node, path string, pos map[string]position, key string) {
+		n := p.resolve(v)
+		if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!str" {
+			if n.Value != sandbox.SkillsAll {
+				p.errorf(n, path, "%q: want %q or a list of skill path prefixes (such as [fuzz, review/go])", n.Value, sandbox.SkillsAll)
+				return
+			}
+			*dst = []string{sandbox.SkillsAll}
+			return
+		}
+		strList(dst)(p, v, path, pos, key)
+	}
+}
