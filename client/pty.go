@@ -52,9 +52,9 @@ type PTY struct {
 	buf     []byte
 	closing bool // Close was called: unread output is dropped, never waited for
 	status  *wsproto.PTYStatus
-	more   chan struct{} // capacity 1: output or the end arrived
-	room   chan struct{} // capacity 1: Read took output
-	done   chan struct{}
+	more    chan struct{} // capacity 1: output or the end arrived
+	room    chan struct{} // capacity 1: Read took output
+	done    chan struct{}
 }
 
 // OpenPTY opens a PTY in the session.
