@@ -74,7 +74,7 @@ type (
 	noArgs struct{}
 )
 
-func newTestKit(t *testing.T, barrierN int) (*testKit, *tools.Toolset) {
+func newTestKit(t testing.TB, barrierN int) (*testKit, *tools.Toolset) {
 	t.Helper()
 	k := &testKit{cancelled: make(chan string, 100), barrier: make(chan struct{}), barN: barrierN}
 	mk := func(tool *tools.Tool, err error) *tools.Tool {
@@ -138,7 +138,7 @@ type pair struct {
 	serveErr chan error
 }
 
-func newPair(t *testing.T, tweak ...func(*ServerOptions)) *pair {
+func newPair(t testing.TB, tweak ...func(*ServerOptions)) *pair {
 	t.Helper()
 	kit, ts := newTestKit(t, 4)
 	opts := ServerOptions{Toolset: ts, Workspace: t.TempDir(), Logger: quiet}
@@ -157,7 +157,7 @@ func newPair(t *testing.T, tweak ...func(*ServerOptions)) *pair {
 }
 
 // connect serves one more connection and returns its client.
-func (p *pair) connect(t *testing.T) *Client {
+func (p *pair) connect(t testing.TB) *Client {
 	hostEnd, agentEnd := net.Pipe()
 	go func() {
 		err := p.srv.Serve(context.Background(), agentEnd)

@@ -349,6 +349,9 @@ func (t *agentPTY) pump(src io.Reader) {
 			return
 		}
 		n, err := src.Read(buf)
+		if n > 0 && err == nil && t.master != nil {
+			n, err = t.gather(buf, n)
+		}
 		if n > 0 {
 			t.mu.Lock()
 			t.unacked += n
@@ -363,6 +366,32 @@ func (t *agentPTY) pump(src io.Reader) {
 			return // EIO: every process holding the pty has closed it; EOF: the watch ended
 		}
 	}
+}
+
+// ptyGather is how long the pump goes on reading after a read, to send
+// what a program writes in many small pieces (a line at a time: stdout on
+// a terminal is line-buffered) in one notification: without it, `seq 1
+// 200000` made 200,000 frames. It is what a keystroke's echo waits more.
+const ptyGather = time.Millisecond
+
+// gather reads on into buf[n:] for up to ptyGather, or until buf is full,
+// and returns the bytes in buf and a read error other than the deadline.
+func (t *agentPTY) gather(buf []byte, n int) (int, error) {
+	if err := t.master.SetReadDeadline(time.Now().Add(ptyGather)); err != nil {
+		return n, nil // closed meanwhile: the next read says so
+	}
+	defer func() { _ = t.master.SetReadDeadline(time.Time{}) }() // closed meanwhile: the next read says so
+	for n < len(buf) {
+		m, err := t.master.Read(buf[n:])
+		n += m
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return n, nil
+		}
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
 }
 
 // waitCredit waits until the window has room; false when the PTY must stop
@@ -497,7 +526,15 @@ func (t *agentPTY) end() {
 		t.mu.Lock()
 		t.ending = true
 		t.mu.Unlock()
-		drain := time.AfterFunc(ptyDrain, func() { close(t.drainBy) })
+		// The drain period bounds what comes after: reading a pty that a
+		// process outside the session still holds, and waiting for the
+		// host's acknowledgements.
+		drain := time.AfterFunc(ptyDrain, func() {
+			close(t.drainBy)
+			if t.master != nil {
+				_ = t.master.Close() // the pump's pending read ends with it
+			}
+		})
 		defer drain.Stop()
 		if t.master != nil {
 			select {
@@ -514,7 +551,6 @@ func (t *agentPTY) end() {
 			t.hangUp()
 			// Output still in the pty is read until every holder has
 			// closed it (EIO), or the drain period ends.
-			_ = t.master.SetReadDeadline(time.Now().Add(ptyDrain))
 			_ = t.master.SetWriteDeadline(time.Now()) // a blocked input write gives up
 		} else {
 			t.stopW()
@@ -527,9 +563,11 @@ func (t *agentPTY) end() {
 		t.mu.Lock()
 		st := t.status
 		t.mu.Unlock()
+		// The slot is free before the host hears of the end: an open that
+		// follows pty/exit finds it free.
+		t.c.s.releasePTY(t.c, t.id)
 		// Best effort: a connection that is gone has no one to tell.
 		_ = t.c.notify(MethodPTYExit, ptyExitParams{PTY: t.id, PTYExit: st}, nil)
-		t.c.s.releasePTY(t.c, t.id)
 		t.log.Info("pty ended", "exit_code", st.ExitCode, "signal", st.Signal)
 		close(t.done)
 	})

@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -17,7 +18,12 @@ import (
 func readPTY(t *testing.T, p *client.PTY, out *strings.Builder, want string) {
 	t.Helper()
 	buf := make([]byte, 32<<10)
-	for !strings.Contains(out.String(), want) {
+	for seen := 0; ; {
+		s := out.String()
+		if strings.Contains(s[max(0, seen-len(want)):], want) { // only what is new: big outputs stay linear
+			return
+		}
+		seen = len(s)
 		n, err := p.Read(buf)
 		out.Write(buf[:n])
 		if err != nil {
@@ -49,11 +55,13 @@ func TestPTYInASandbox(t *testing.T) {
 		t.Fatalf("pty %+v: want the login shell", p)
 	}
 	var out strings.Builder
+	start := time.Now()
 	if _, err := io.WriteString(p, `stty size; id -u; echo "pwd=$(pwd)"; seq 1 200000 | tail -c 20; seq 1 200000; echo "seq""-done"`+"\n"); err != nil {
 		t.Fatal(err)
 	}
 	readPTY(t, p, &out, "seq-done\r\n")
 	got := out.String()
+	t.Logf("%d bytes of pty output in %v (a figure, not a bound)", len(got), time.Since(start).Round(time.Millisecond))
 	for _, want := range []string{"33 91\r\n", "\r\n1000\r\n", "pwd=/workspace\r\n", "\r\n199999\r\n200000\r\n"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("no %q in the pty's output", want)
@@ -62,6 +70,29 @@ func TestPTYInASandbox(t *testing.T) {
 	if n := strings.Count(got, "\r\n"); n < 200000 {
 		t.Errorf("%d lines of output: some were lost", n)
 	}
+
+	// A round trip: a command typed, its output back (a figure).
+	for i := range 3 {
+		out.Reset()
+		start := time.Now()
+		if _, err := fmt.Fprintf(p, "echo \"rt\"\"-%d\"\n", i); err != nil {
+			t.Fatal(err)
+		}
+		readPTY(t, p, &out, fmt.Sprintf("rt-%d\r\n", i))
+		t.Logf("echo round trip through the pty: %v", time.Since(start).Round(100*time.Microsecond))
+	}
+
+	// Raw bytes (NULs included) pass untouched: 3 MB from a raw-mode pty.
+	raw, err := sess.OpenPTY(ctx, client.PTYOptions{Rows: 24, Cols: 80, Command: []string{"sh", "-c", "stty raw -echo; head -c 3000000 /dev/zero"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start = time.Now()
+	zeros, err := io.ReadAll(raw)
+	if err != nil || len(zeros) != 3000000 || strings.Trim(string(zeros), "\x00") != "" {
+		t.Fatalf("raw output: %d bytes, %v", len(zeros), err)
+	}
+	t.Logf("3 MB of raw pty output in %v, open included (a figure)", time.Since(start).Round(time.Millisecond))
 
 	// A job in its own process group (job control) that ignores SIGHUP.
 	out.Reset()
