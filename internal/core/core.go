@@ -525,6 +525,7 @@ func (c *Core) forget(s *Session) {
 		c.ended.add(s.id, s.token, reason, time.Now())
 	}
 	c.mu.Unlock()
+	close(s.forgotten)
 	if c.opts.Tokens != nil && !keep {
 		c.opts.Tokens.Delete(s.id)
 	}

@@ -26,6 +26,10 @@ type Session struct {
 
 	mu    sync.Mutex
 	calls map[string]*runningCall // running calls by call id, for Cancel
+
+	// forgotten is closed once the core no longer counts the session
+	// (Core.forget), so that Close returns with its slot free.
+	forgotten chan struct{}
 }
 
 func newSession(c *Core, sb Sandbox, token auth.Digest, api string) *Session {
@@ -35,6 +39,8 @@ func newSession(c *Core, sb Sandbox, token auth.Digest, api string) *Session {
 		stream: newStream(sb.ID(), o.RingBytes, o.RingChunks),
 		idem:   newIdempotency(o.IdemEntries, o.IdemBytes, o.IdemTTL),
 		calls:  map[string]*runningCall{},
+
+		forgotten: make(chan struct{}),
 	}
 }
 
@@ -78,5 +84,14 @@ func (s *Session) Detach(sub Subscriber) { s.stream.unsubscribe(sub) }
 
 // Close closes the session; idempotent.
 func (s *Session) Close(ctx context.Context) error {
-	return s.sb.Close(ctx)
+	if err := s.sb.Close(ctx); err != nil {
+		return err
+	}
+	// The session's slot is free when Close returns: a create right after
+	// (at --max-sessions) must not find it still counted.
+	select {
+	case <-s.forgotten:
+	case <-ctx.Done():
+	}
+	return nil
 }
