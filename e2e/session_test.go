@@ -64,6 +64,29 @@ func TestCwdAndToolSelection(t *testing.T) {
 	assert.ErrorIs(t, err, tools.ErrUnknownTool)
 }
 
+// A cwd under /workspace that does not exist is created, owned by the
+// session user; one elsewhere that the image lacks is refused, naming it;
+// one the image has is used.
+func TestCwdCreatedOrRefused(t *testing.T) {
+	t.Parallel()
+	m := newManager(t, newRuntime(t), sandbox.ManagerOptions{})
+	s, err := m.Create(ctxT(t), sandbox.SessionOptions{Cwd: "/workspace/a/b"})
+	require.NoError(t, err)
+	assert.Contains(t, sh(t, s, `pwd; stat -c %u:%g /workspace/a /workspace/a/b | paste -sd' '; touch x && echo writable`),
+		"/workspace/a/b\n1000:1000 1000:1000\nwritable\n")
+
+	_, err = m.Create(ctxT(t), sandbox.SessionOptions{Cwd: "/no/such/dir"})
+	require.ErrorIs(t, err, sandbox.ErrInvalidOptions)
+	assert.Contains(t, err.Error(), `cwd: "/no/such/dir" does not exist in image`)
+	_, err = m.Create(ctxT(t), sandbox.SessionOptions{Cwd: "/etc/passwd"})
+	require.ErrorIs(t, err, sandbox.ErrInvalidOptions)
+	assert.Contains(t, err.Error(), `cwd: "/etc/passwd" is not a directory`)
+
+	s, err = m.Create(ctxT(t), sandbox.SessionOptions{Cwd: "/etc"})
+	require.NoError(t, err)
+	assert.Contains(t, sh(t, s, "pwd"), "/etc\n")
+}
+
 // terminal.no_change_timeout is the session's soft timeout: a silent command
 // returns after it with exit code -1 and the note naming it.
 func TestTerminalNoChangeTimeout(t *testing.T) {

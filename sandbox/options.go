@@ -149,8 +149,10 @@ type SessionOptions struct {
 	// per-session volume seeded with the image's content of that folder,
 	// unless it lies in /workspace or /tmp, which are writable already.
 	Env map[string]string `json:"env,omitempty"`
-	// Cwd is the initial working directory of the agent and its terminal.
-	// Default WorkspaceDir.
+	// Cwd is the initial working directory of the terminal. Default
+	// WorkspaceDir. A missing one under WorkspaceDir is created (owned by
+	// the session user); one elsewhere must exist in the image, else the
+	// create fails with ErrInvalidOptions.
 	Cwd string `json:"cwd,omitempty"`
 	// User is "uid" or "uid:gid", numeric and never 0. Default 1000:1000.
 	User string `json:"user,omitempty"`

@@ -183,6 +183,14 @@ func (o SessionOptions) validateCwd(p *problems) {
 				p.add("cwd", "%q is inside %s", o.Cwd, bad)
 			}
 		}
+		// A folder in a tmpfs that starts empty can never exist when the
+		// session starts. (A missing cwd under WorkspaceDir is created; one
+		// elsewhere is refused by the runtime, which sees the image.)
+		for _, empty := range []string{"/tmp", RunDir} {
+			if strings.HasPrefix(o.Cwd, empty+"/") {
+				p.add("cwd", "%q is inside %s, which is empty when the session starts: use %s itself, or a folder under %s (created if missing)", o.Cwd, empty, empty, WorkspaceDir)
+			}
+		}
 	}
 }
 
