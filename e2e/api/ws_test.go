@@ -257,6 +257,44 @@ func TestGoClientCancelThenNextCommand(t *testing.T) {
 	}
 }
 
+// tools.cancel answers once the agent has stopped the command: a command
+// that takes 0.2 s to stop after SIGINT has written its last words by the
+// time the cancelled Call returns (it returned before the agent did).
+func TestGoClientCancelWaitsForTheCommandToStop(t *testing.T) {
+	s := startServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := client.Dial(ctx, s.ws, s.token, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	sess, err := c.CreateSession(ctx, client.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close(ctx)
+	callCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	var once sync.Once
+	_, err = sess.Call(callCtx, "terminal", map[string]any{"timeout": 60, "command": `sh -c 'trap "sleep 0.2; echo stopped > /workspace/last; kill \$p; exit 130" INT; sleep 30 & p=$!; echo ready; wait'`},
+		func(b []byte) {
+			if strings.Contains(string(b), "ready") {
+				once.Do(stop)
+			}
+		})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("the cancelled call returned %v", err)
+	}
+	obs, err := sess.Call(ctx, "file_editor", map[string]any{"command": "view", "path": "/workspace/last"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if obs.IsError || !strings.Contains(obs.Text(), "stopped") {
+		t.Fatalf("the command had not stopped when the cancel returned: %q", obs.Text())
+	}
+}
+
 // A session that idles out tells its client so, distinctly from a close.
 func TestGoClientIdleTimeoutReason(t *testing.T) {
 	s := startServer(t)
