@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/sandboxd/sandboxd/internal/loglimit"
 	"github.com/sandboxd/sandboxd/tools"
@@ -43,7 +44,7 @@ type Client struct {
 
 	// wq feeds the writer goroutine, the only one writing to rwc: a caller
 	// never blocks on a stalled stream beyond its ctx.
-	wq     chan []byte
+	wq     chan outFrame
 	nextID atomic.Uint64
 
 	mu      sync.Mutex
@@ -60,11 +61,25 @@ type Client struct {
 // writeQueue is how many encoded frames may wait for the writer.
 const writeQueue = 64
 
+// CancelWait bounds how long a tool call whose ctx ended waits, after
+// telling the agent to cancel it, for the agent's answer: the executor has
+// then stopped (the terminal interrupts its command and waits up to 250 ms
+// for it to end), so the caller's next call does not find it still busy.
+const CancelWait = 2 * time.Second
+
+// outFrame is an encoded frame for the writer; sent, if set, is marked
+// once the frame is written (the agent may be running the request).
+type outFrame struct {
+	buf  []byte
+	sent *atomic.Bool
+}
+
 // pendingCall is a request waiting for its response. Stream chunks are
 // queued here by the read loop and handed to the StreamFunc by the calling
 // goroutine, so a slow StreamFunc never stalls other calls.
 type pendingCall struct {
 	resp chan *frame // capacity 1: the one response
+	sent atomic.Bool // the request is on the wire
 
 	mu      sync.Mutex
 	chunks  [][]byte
@@ -81,7 +96,7 @@ func NewClient(conn io.ReadWriteCloser, opts ...ClientOption) *Client {
 		pending:  map[uint64]*pendingCall{},
 		done:     make(chan struct{}),
 		loopDone: make(chan struct{}),
-		wq:       make(chan []byte, writeQueue),
+		wq:       make(chan outFrame, writeQueue),
 	}
 	for _, o := range opts {
 		o(c)
@@ -137,8 +152,9 @@ func (c *Client) ListTools(ctx context.Context) ([]tools.Definition, error) {
 // passed to stream (which may be nil) in order, on the calling goroutine,
 // before Call returns. Failures the model should read (bad arguments, a
 // missing file) are an Observation with IsError; an error means the call
-// could not happen: ctx ended (ctx.Err(), returned promptly while the agent
-// is told to cancel), unknown tool (errors.Is tools.ErrUnknownTool), agent
+// could not happen: ctx ended (ctx.Err(), returned once the agent has
+// answered the cancel it is sent, so the tool has stopped, or after
+// CancelWait; at once when the request never reached the agent), unknown tool (errors.Is tools.ErrUnknownTool), agent
 // shutting down, or the connection ended (ErrDisconnected).
 func (c *Client) Call(ctx context.Context, name string, args json.RawMessage, stream tools.StreamFunc) (*tools.Observation, error) {
 	if len(args) > MaxFrameSize {
@@ -219,7 +235,7 @@ func (c *Client) exchange(ctx context.Context, method string, params any, data [
 	c.pending[id] = p
 	c.mu.Unlock()
 
-	if err := c.send(ctx, &frame{ID: id, Method: method, Params: raw, Data: data}); err != nil {
+	if err := c.sendTracked(ctx, &frame{ID: id, Method: method, Params: raw, Data: data}, &p.sent); err != nil {
 		c.forget(id)
 		if ctx.Err() != nil {
 			return nil, ctx.Err() // never queued: nothing to cancel
@@ -233,8 +249,11 @@ func (c *Client) exchange(ctx context.Context, method string, params any, data [
 		case <-p.notify:
 			p.deliver(stream)
 		case <-ctx.Done():
-			c.forget(id)
 			c.cancelAsync(id)
+			if method == MethodToolsCall && p.sent.Load() {
+				c.awaitCancelled(p, stream)
+			}
+			c.forget(id)
 			return nil, ctx.Err()
 		case <-c.done:
 			select {
@@ -243,6 +262,28 @@ func (c *Client) exchange(ctx context.Context, method string, params any, data [
 			default:
 			}
 			return nil, fmt.Errorf("agent %s: %w", method, c.Err())
+		}
+	}
+}
+
+// awaitCancelled waits, after a cancel, for the agent's answer to p (the
+// executor has stopped), the end of the connection, or CancelWait. Output
+// the call printed meanwhile still reaches stream.
+func (c *Client) awaitCancelled(p *pendingCall, stream tools.StreamFunc) {
+	t := time.NewTimer(CancelWait)
+	defer t.Stop()
+	for {
+		select {
+		case <-p.resp:
+			p.deliver(stream)
+			return
+		case <-p.notify:
+			p.deliver(stream)
+		case <-c.done:
+			return
+		case <-t.C:
+			c.log.Debug("no answer to a cancel", "wait", CancelWait)
+			return
 		}
 	}
 }
@@ -288,7 +329,7 @@ func (c *Client) notifyAsync(f *frame) {
 		return
 	}
 	select {
-	case c.wq <- buf:
+	case c.wq <- outFrame{buf: buf}:
 		return
 	case <-c.done:
 		return
@@ -298,7 +339,7 @@ func (c *Client) notifyAsync(f *frame) {
 	go func() {
 		defer c.bg.Done()
 		select {
-		case c.wq <- buf:
+		case c.wq <- outFrame{buf: buf}:
 		case <-c.done:
 		}
 	}()
@@ -315,12 +356,18 @@ func (c *Client) forget(id uint64) {
 // returns once the frame is queued, ctx ends, or the connection ends; a
 // write error later ends the connection, which pending calls see.
 func (c *Client) send(ctx context.Context, f *frame) error {
+	return c.sendTracked(ctx, f, nil)
+}
+
+// sendTracked is send that marks sent (if not nil) once the frame is
+// written.
+func (c *Client) sendTracked(ctx context.Context, f *frame, sent *atomic.Bool) error {
 	buf, err := encodeFrame(f)
 	if err != nil {
 		return err
 	}
 	select {
-	case c.wq <- buf:
+	case c.wq <- outFrame{buf: buf, sent: sent}:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
@@ -333,10 +380,13 @@ func (c *Client) writeLoop() {
 	defer c.bg.Done()
 	for {
 		select {
-		case buf := <-c.wq:
-			if _, err := c.rwc.Write(buf); err != nil {
+		case f := <-c.wq:
+			if _, err := c.rwc.Write(f.buf); err != nil {
 				c.fail(fmt.Errorf("write: %w", err))
 				return
+			}
+			if f.sent != nil {
+				f.sent.Store(true)
 			}
 		case <-c.done:
 			return

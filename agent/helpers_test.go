@@ -23,7 +23,8 @@ var quiet = slog.New(slog.DiscardHandler)
 // testKit is a test toolset whose tools report what happened to them.
 type testKit struct {
 	closed    atomic.Int32
-	cancelled chan string // name of a tool whose ctx ended
+	cancelled chan string   // name of a tool whose ctx ended
+	release   chan struct{} // lets a cancelled linger call return
 
 	mu      sync.Mutex
 	inside  int
@@ -76,7 +77,7 @@ type (
 
 func newTestKit(t testing.TB, barrierN int) (*testKit, *tools.Toolset) {
 	t.Helper()
-	k := &testKit{cancelled: make(chan string, 100), barrier: make(chan struct{}), barN: barrierN}
+	k := &testKit{cancelled: make(chan string, 100), release: make(chan struct{}), barrier: make(chan struct{}), barN: barrierN}
 	mk := func(tool *tools.Tool, err error) *tools.Tool {
 		require.NoError(t, err)
 		return tool
@@ -110,6 +111,13 @@ func newTestKit(t testing.TB, barrierN int) (*testKit, *tools.Toolset) {
 			case <-ctx.Done():
 				return nil, ctx.Err()
 			}
+		}, k)),
+		// linger takes its time to stop: once cancelled, it returns only
+		// when release is closed.
+		mk(tools.NewFunc(def("linger"), func(ctx context.Context, _ noArgs) (*tools.Observation, error) {
+			<-ctx.Done()
+			<-k.release
+			return nil, ctx.Err()
 		}, k)),
 		mk(tools.NewFunc(def("panic"), func(context.Context, noArgs) (*tools.Observation, error) {
 			panic("boom")

@@ -32,7 +32,7 @@ func TestPingListCall(t *testing.T) {
 	for _, d := range defs {
 		names = append(names, d.Name)
 	}
-	assert.Equal(t, []string{"echo", "sleep", "barrier", "panic", "stream", "fail"}, names)
+	assert.Equal(t, []string{"echo", "sleep", "barrier", "linger", "panic", "stream", "fail"}, names)
 	require.NotNil(t, defs[0].InputSchema)
 
 	obs, err := p.cli.Call(ctx, "echo", json.RawMessage(`{"text":"hi"}`), nil)
@@ -112,6 +112,52 @@ func TestCancelStopsTheCall(t *testing.T) {
 	}
 	waitFor(t, func() bool { return inFlight(p.srv) == 0 })
 	require.NoError(t, p.cli.Ping(ctxT(t)), "the connection survives a cancel")
+}
+
+// A cancelled call returns once the agent has answered, that is once the
+// tool has stopped (tools.cancel relies on it), or after CancelWait.
+func TestCancelledCallWaitsForTheToolToStop(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newPair(t)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() {
+			_, err := p.cli.Call(ctx, "linger", json.RawMessage(`{}`), nil)
+			done <- err
+		}()
+		synctest.Wait()
+		require.Equal(t, 1, inFlight(p.srv))
+		cancel()
+		synctest.Wait()
+		select {
+		case err := <-done:
+			t.Fatalf("Call returned (%v) before the tool stopped", err)
+		default:
+		}
+		close(p.kit.release)
+		synctest.Wait()
+		select {
+		case err := <-done:
+			require.ErrorIs(t, err, context.Canceled)
+		default:
+			t.Fatal("Call did not return once the tool stopped")
+		}
+	})
+	synctest.Test(t, func(t *testing.T) {
+		p := newPair(t)
+		t.Cleanup(func() { close(p.kit.release) }) // before the pair's cleanup closes the server
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() {
+			_, err := p.cli.Call(ctx, "linger", json.RawMessage(`{}`), nil)
+			done <- err
+		}()
+		synctest.Wait()
+		start := time.Now()
+		cancel()
+		require.ErrorIs(t, <-done, context.Canceled)
+		assert.Equal(t, CancelWait, time.Since(start), "a tool that does not stop holds the caller CancelWait at most")
+	})
 }
 
 func TestQueuedCallCanBeCancelledAndBusyIsReported(t *testing.T) {

@@ -376,43 +376,59 @@ func (c *Client) callID(ctx context.Context, id, method string, params, out any)
 
 // callHook is callID with a hook that sees the response on the read loop.
 func (c *Client) callHook(ctx context.Context, id, method string, params, out any, hook func(wsproto.Message)) (json.RawMessage, error) {
+	p, rawID, err := c.send(id, method, params, hook)
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case m := <-p.ch:
+		return decodeResponse(method, m, out)
+	case <-ctx.Done():
+		c.forget(rawID)
+		return nil, ctx.Err()
+	}
+}
+
+// send sends a request; its response arrives on the returned pending's ch
+// (hook, if set, sees it first on the read loop).
+func (c *Client) send(id, method string, params any, hook func(wsproto.Message)) (*pending, json.RawMessage, error) {
 	rawID, _ := json.Marshal(id)
 	msg, err := json.Marshal(&wsproto.Request{JSONRPC: wsproto.Version, ID: rawID, Method: method, Params: mustJSON(params)})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	p := &pending{msg: msg, ch: make(chan wsproto.Message, 1), hook: hook}
 	c.mu.Lock()
 	if c.closed {
 		err := c.err
 		c.mu.Unlock()
-		return nil, errOr(err, ErrClosed)
+		return nil, nil, errOr(err, ErrClosed)
 	}
 	c.pending[string(rawID)] = p
 	ws := c.ws
 	c.mu.Unlock()
 	if err := c.write(ws, msg); err != nil && !c.opts.Reconnect {
 		c.forget(rawID)
-		return nil, fmt.Errorf("%w: %v", ErrConnectionLost, err)
+		return nil, nil, fmt.Errorf("%w: %v", ErrConnectionLost, err)
 	} // with Reconnect, the resend after reconnecting delivers it
-	select {
-	case m := <-p.ch:
-		if m.Error != nil {
-			if m.Error.Code == -1 {
-				return nil, errors.New(m.Error.Message)
-			}
-			return nil, m.Error
+	return p, rawID, nil
+}
+
+// decodeResponse turns a response into its result (decoded into out, if
+// not nil) or its error.
+func decodeResponse(method string, m wsproto.Message, out any) (json.RawMessage, error) {
+	if m.Error != nil {
+		if m.Error.Code == -1 {
+			return nil, errors.New(m.Error.Message)
 		}
-		if out != nil {
-			if err := json.Unmarshal(m.Result, out); err != nil {
-				return nil, fmt.Errorf("%s: decoding the result: %w", method, err)
-			}
-		}
-		return m.Result, nil
-	case <-ctx.Done():
-		c.forget(rawID)
-		return nil, ctx.Err()
+		return nil, m.Error
 	}
+	if out != nil {
+		if err := json.Unmarshal(m.Result, out); err != nil {
+			return nil, fmt.Errorf("%s: decoding the result: %w", method, err)
+		}
+	}
+	return m.Result, nil
 }
 
 func (c *Client) forget(id json.RawMessage) {
@@ -480,18 +496,61 @@ type CreateOptions = wsproto.CreateParams
 // sandbox. It is 128 random bits, not derived from request ids (which every
 // client attached to a session sees as call_id): a retry with the key
 // returns the session's token.
+//
+// Cancelling ctx gives the create up: CreateSession returns ctx.Err() at
+// once, and the session the server still makes is closed as soon as its
+// answer arrives (waiting at most AbandonedCreateWait), so it does not
+// hold one of the server's slots until its idle timeout.
 func (c *Client) CreateSession(ctx context.Context, opts CreateOptions) (*Session, error) {
 	if opts.IdempotencyKey == "" {
 		opts.IdempotencyKey = newIdempotencyKey()
 	}
-	var r wsproto.CreateResult
-	if err := c.call(ctx, wsproto.MethodSessionCreate, opts, &r); err != nil {
+	p, rawID, err := c.send(c.newID(), wsproto.MethodSessionCreate, opts, nil)
+	if err != nil {
 		return nil, err
+	}
+	var r wsproto.CreateResult
+	select {
+	case m := <-p.ch:
+		if _, err := decodeResponse(wsproto.MethodSessionCreate, m, &r); err != nil {
+			return nil, err
+		}
+	case <-ctx.Done():
+		go c.closeAbandoned(p, rawID)
+		return nil, ctx.Err()
 	}
 	s := newSession(c, r.SessionID, r.SessionToken)
 	s.Tools, s.lastSeq = r.Tools, r.NextSeq-1
 	c.register(s)
 	return s, nil
+}
+
+// AbandonedCreateWait bounds how long a client waits, after CreateSession's
+// ctx ended, for the answer of the create it gave up, to close the session
+// (the server bounds a create at 3 minutes).
+const AbandonedCreateWait = 4 * time.Minute
+
+// closeAbandoned waits for the answer of a create whose caller gave up and
+// closes the session it made.
+func (c *Client) closeAbandoned(p *pending, rawID json.RawMessage) {
+	t := time.NewTimer(AbandonedCreateWait)
+	defer t.Stop()
+	var r wsproto.CreateResult
+	select {
+	case m := <-p.ch:
+		if _, err := decodeResponse(wsproto.MethodSessionCreate, m, &r); err != nil {
+			return // no session was made (or the client stopped)
+		}
+	case <-t.C:
+		c.forget(rawID)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err := c.call(ctx, wsproto.MethodSessionClose, wsproto.SessionRef{SessionID: r.SessionID, SessionToken: r.SessionToken}, nil)
+	if err != nil {
+		c.opts.Logger.Warn("closing the session of an abandoned create", "session", r.SessionID, "err", err)
+	}
 }
 
 // Attach attaches to an existing session with its token. Output after

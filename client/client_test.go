@@ -313,3 +313,48 @@ func TestDialErrorsSayWhatToCheck(t *testing.T) {
 		}
 	}
 }
+
+// waitUntil polls cond (the server works on its own goroutines) for up to
+// 10 s.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting until %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// A create given up through its context returns at once, and the session
+// the server still makes is closed as soon as it is answered: it does not
+// hold a slot until its idle timeout.
+func TestCreateSessionCancelled(t *testing.T) {
+	ts := servertest.Start(t, nil)
+	release := ts.Backend.HoldCreates()
+	defer release()
+	c := dial(t, ts.URL, ts.Token, client.Options{})
+	cctx, cancel := context.WithCancel(ctx(t))
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.CreateSession(cctx, client.CreateOptions{})
+		done <- err
+	}()
+	waitUntil(t, "the create reaches the backend", func() bool { return ts.Backend.Held() == 1 })
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the cancelled create returned %v", err)
+	}
+	release()
+	waitUntil(t, "the abandoned session is closed", func() bool { return ts.Backend.Created() == 1 && ts.Backend.Live() == 0 })
+	// The client goes on working.
+	s, err := c.CreateSession(ctx(t), client.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ts.Backend.Live() != 1 {
+		t.Fatalf("%d sessions live, want 1", ts.Backend.Live())
+	}
+	_ = s.Close(ctx(t))
+}

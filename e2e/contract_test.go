@@ -608,7 +608,7 @@ func contractFileEditor(t *testing.T, s *sandbox.Session) {
 		assert.False(t, isErr, text)
 		assert.Equal(t, "Here's the files and directories up to 2 levels deep in /workspace/tree, excluding hidden items:\n"+
 			"/workspace/tree/\n/workspace/tree/a/\n/workspace/tree/a/b/\n/workspace/tree/a/up/\n/workspace/tree/a/x.txt\n/workspace/tree/top.txt\n\n"+
-			"2 hidden files/directories in this directory and 2 in its subdirectories are excluded. You can use 'ls -la /workspace/tree' to see them.", text)
+			"2 hidden files/directories in this directory are excluded. You can use 'ls -la /workspace/tree' to see them.", text)
 		text, isErr = view(t, "/workspace/tree", 1, 2)
 		assert.True(t, isErr)
 		assert.Contains(t, text, "The `view_range` parameter is not allowed when `path` points to a directory.")

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"sync"
 	"testing"
@@ -61,6 +62,45 @@ func TestCwdAndToolSelection(t *testing.T) {
 	assert.Equal(t, "grep", defs[1].Name)
 	_, err = s.Call(ctxT(t), "file_editor", []byte(`{"command":"view","path":"/workspace"}`), nil)
 	assert.ErrorIs(t, err, tools.ErrUnknownTool)
+}
+
+// A cwd under /workspace that does not exist is created, owned by the
+// session user; one elsewhere that the image lacks is refused, naming it;
+// one the image has is used.
+func TestCwdCreatedOrRefused(t *testing.T) {
+	t.Parallel()
+	m := newManager(t, newRuntime(t), sandbox.ManagerOptions{})
+	s, err := m.Create(ctxT(t), sandbox.SessionOptions{Cwd: "/workspace/a/b"})
+	require.NoError(t, err)
+	assert.Contains(t, sh(t, s, `pwd; stat -c %u:%g /workspace/a /workspace/a/b | paste -sd' '; touch x && echo writable`),
+		"/workspace/a/b\n1000:1000 1000:1000\nwritable\n")
+
+	_, err = m.Create(ctxT(t), sandbox.SessionOptions{Cwd: "/no/such/dir"})
+	require.ErrorIs(t, err, sandbox.ErrInvalidOptions)
+	assert.Contains(t, err.Error(), `cwd: "/no/such/dir" does not exist in image`)
+	_, err = m.Create(ctxT(t), sandbox.SessionOptions{Cwd: "/etc/passwd"})
+	require.ErrorIs(t, err, sandbox.ErrInvalidOptions)
+	assert.Contains(t, err.Error(), `cwd: "/etc/passwd" is not a directory`)
+
+	s, err = m.Create(ctxT(t), sandbox.SessionOptions{Cwd: "/etc"})
+	require.NoError(t, err)
+	assert.Contains(t, sh(t, s, "pwd"), "/etc\n")
+}
+
+// terminal.no_change_timeout is the session's soft timeout: a silent command
+// returns after it with exit code -1 and the note naming it.
+func TestTerminalNoChangeTimeout(t *testing.T) {
+	t.Parallel()
+	m := newManager(t, newRuntime(t), sandbox.ManagerOptions{})
+	s, err := m.Create(ctxT(t), sandbox.SessionOptions{Terminal: sandbox.TerminalOptions{NoChangeTimeout: time.Second}})
+	require.NoError(t, err)
+	obs, err := tryCall(ctxT(t), s, "terminal", map[string]any{"command": "sleep 30"})
+	require.NoError(t, err)
+	assert.Contains(t, obs.Text(), "no new output after 1 seconds", obs.Text())
+	structured, err := json.Marshal(obs.Structured)
+	require.NoError(t, err)
+	assert.Contains(t, string(structured), `"exit_code":-1`)
+	call(t, s, "terminal", map[string]any{"command": "C-c", "is_input": true})
 }
 
 func TestCloseIdempotentAndConcurrent(t *testing.T) {

@@ -35,12 +35,21 @@ func AgentCommand(o SessionOptions) ([]string, error) {
 }
 
 // AgentToolSpecs are the tools the agent of a session serves: the
-// session's tools, with the terminal started in Cwd. It is nil when the
-// agent's defaults (every built-in tool, the terminal in WorkspaceDir) are
-// what the session asks for, so that the command line carries no --tools.
+// session's tools, with the terminal started in Cwd and its soft timeout
+// Terminal.NoChangeTimeout (unless its own params set "dir" or
+// "soft_timeout_seconds"). It is nil when the agent's defaults (every
+// built-in tool, the terminal in WorkspaceDir with its default soft
+// timeout) are what the session asks for, so that the command line carries
+// no --tools.
 func AgentToolSpecs(o SessionOptions) ([]tools.Spec, error) {
-	otherCwd := o.Cwd != "" && o.Cwd != WorkspaceDir
-	if len(o.Tools) == 0 && !otherCwd && len(o.Skills) == 0 {
+	terminal := map[string]any{}
+	if o.Cwd != "" && o.Cwd != WorkspaceDir {
+		terminal["dir"] = o.Cwd
+	}
+	if t := o.Terminal.NoChangeTimeout; t != 0 && t != bash.DefaultSoftTimeout {
+		terminal["soft_timeout_seconds"] = t.Seconds()
+	}
+	if len(o.Tools) == 0 && len(terminal) == 0 && len(o.Skills) == 0 {
 		return nil, nil
 	}
 	specs := slices.Clone(o.Tools)
@@ -50,7 +59,7 @@ func AgentToolSpecs(o SessionOptions) ([]tools.Spec, error) {
 	if len(o.Skills) > 0 && !slices.ContainsFunc(specs, func(s tools.Spec) bool { return s.Name == SkillsFactory }) {
 		specs = append(specs, skillsSpec(o))
 	}
-	if !otherCwd {
+	if len(terminal) == 0 {
 		return specs, nil
 	}
 	for i, s := range specs {
@@ -63,8 +72,10 @@ func AgentToolSpecs(o SessionOptions) ([]tools.Spec, error) {
 				return nil, fmt.Errorf("tools: params of %s: %w", s.Name, err)
 			}
 		}
-		if _, set := params["dir"]; !set {
-			params["dir"], _ = json.Marshal(o.Cwd)
+		for k, v := range terminal {
+			if _, set := params[k]; !set {
+				params[k], _ = json.Marshal(v)
+			}
 		}
 		specs[i].Params, _ = json.Marshal(params)
 	}

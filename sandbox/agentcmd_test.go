@@ -3,6 +3,7 @@ package sandbox
 import (
 	"encoding/json"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -66,6 +67,17 @@ func TestAgentToolSpecs(t *testing.T) {
 	assert.JSONEq(t, `[{"name":"terminal","params":{"dir":"/workspace/x"}}]`,
 		specsJSON(SessionOptions{Cwd: "/tmp", Tools: []tools.Spec{
 			{Name: "terminal", Params: json.RawMessage(`{"dir":"/workspace/x"}`)}}}), "an explicit dir wins")
+
+	// terminal.no_change_timeout becomes the terminal's soft timeout; its
+	// default (the terminal's own) needs no specs, an explicit param wins.
+	got, err = AgentToolSpecs(resolvedForAgent(t, SessionOptions{Terminal: TerminalOptions{NoChangeTimeout: DefaultNoChangeTimeout}}))
+	require.NoError(t, err)
+	assert.Empty(t, got)
+	assert.JSONEq(t, `[{"name":"terminal","params":{"soft_timeout_seconds":2.5}},{"name":"file_editor"},{"name":"grep"},{"name":"glob"}]`,
+		specsJSON(SessionOptions{Terminal: TerminalOptions{NoChangeTimeout: 2500 * time.Millisecond}}))
+	assert.JSONEq(t, `[{"name":"terminal","params":{"soft_timeout_seconds":7}}]`,
+		specsJSON(SessionOptions{Terminal: TerminalOptions{NoChangeTimeout: 3 * time.Second}, Tools: []tools.Spec{
+			{Name: "terminal", Params: json.RawMessage(`{"soft_timeout_seconds":7}`)}}}), "an explicit param wins")
 
 	// The session's own specs are not changed in place.
 	o := resolvedForAgent(t, SessionOptions{Cwd: "/tmp", Tools: []tools.Spec{{Name: "terminal"}}})

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/tools"
+	"github.com/sandboxd/sandboxd/tools/bash"
 )
 
 // Paths inside every sandbox. They are part of the contract between the host
@@ -84,6 +85,9 @@ const (
 	// leaves (see Resolve), so a smaller Memory alone stays valid.
 	DefaultTmpfs       = 256 << 20
 	DefaultIdleTimeout = 30 * time.Minute
+	// DefaultNoChangeTimeout is TerminalOptions.NoChangeTimeout's default:
+	// the terminal's own.
+	DefaultNoChangeTimeout = bash.DefaultSoftTimeout
 )
 
 // Limits bound what a session may use. Zero fields take defaults.
@@ -118,6 +122,17 @@ type Limits struct {
 	DiskQuota int64 `json:"disk_quota,omitempty"`
 }
 
+// TerminalOptions tune the terminal tool of a session. Zero fields take
+// defaults.
+type TerminalOptions struct {
+	// NoChangeTimeout is the terminal's soft timeout: a command that prints
+	// nothing new for this long returns with exit code -1 and keeps running
+	// (OpenHands' no_change_timeout_seconds). Default
+	// DefaultNoChangeTimeout; between MinNoChangeTimeout and
+	// MaxNoChangeTimeout. A call's own `timeout` disables it for that call.
+	NoChangeTimeout time.Duration `json:"no_change_timeout,omitempty"`
+}
+
 // SessionOptions describe a session. The zero value is valid: every zero
 // field takes ManagerOptions.Defaults, then the built-in default.
 //
@@ -134,8 +149,10 @@ type SessionOptions struct {
 	// per-session volume seeded with the image's content of that folder,
 	// unless it lies in /workspace or /tmp, which are writable already.
 	Env map[string]string `json:"env,omitempty"`
-	// Cwd is the initial working directory of the agent and its terminal.
-	// Default WorkspaceDir.
+	// Cwd is the initial working directory of the terminal. Default
+	// WorkspaceDir. A missing one under WorkspaceDir is created (owned by
+	// the session user); one elsewhere must exist in the image, else the
+	// create fails with ErrInvalidOptions.
 	Cwd string `json:"cwd,omitempty"`
 	// User is "uid" or "uid:gid", numeric and never 0. Default 1000:1000.
 	User string `json:"user,omitempty"`
@@ -188,6 +205,8 @@ type SessionOptions struct {
 	// SkillsInstallLazy (default: before a skill's first call) or
 	// SkillsInstallEager (when the sandbox starts, before it is handed out).
 	SkillsInstall string `json:"skills_install,omitempty"`
+	// Terminal tunes the session's terminal tool.
+	Terminal TerminalOptions `json:"terminal"`
 
 	// Room for later options (skills, MCP sidecars): add the field here,
 	// its checks to Validate, and its effect to the runtime; the pool key
@@ -250,6 +269,9 @@ func (o SessionOptions) withDefaults(d SessionOptions) SessionOptions {
 	if o.SkillsInstall == "" {
 		o.SkillsInstall = d.SkillsInstall
 	}
+	if o.Terminal.NoChangeTimeout == 0 {
+		o.Terminal.NoChangeTimeout = d.Terminal.NoChangeTimeout
+	}
 	o.WritableRootfs = o.WritableRootfs || d.WritableRootfs
 	o.Env = mergeMaps(d.Env, o.Env)
 	o.Labels = mergeMaps(d.Labels, o.Labels)
@@ -264,6 +286,7 @@ var builtinDefaults = SessionOptions{
 	User:        DefaultUser,
 	Network:     NetworkNone,
 	IdleTimeout: DefaultIdleTimeout,
+	Terminal:    TerminalOptions{NoChangeTimeout: DefaultNoChangeTimeout},
 	Limits: Limits{
 		Memory: DefaultMemory,
 		CPUs:   DefaultCPUs,

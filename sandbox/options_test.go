@@ -20,6 +20,7 @@ func TestResolveDefaults(t *testing.T) {
 	assert.Equal(t, WorkspaceDir, r.Cwd)
 	assert.Equal(t, NetworkNone, r.Network)
 	assert.Equal(t, DefaultIdleTimeout, r.IdleTimeout)
+	assert.Equal(t, 10*time.Second, r.Terminal.NoChangeTimeout)
 	assert.Equal(t, Limits{Memory: DefaultMemory, CPUs: DefaultCPUs, Pids: DefaultPids, Tmpfs: DefaultTmpfs}, r.Limits)
 
 	r, err = SessionOptions{Env: map[string]string{"B": "x", "C": "3"}, Limits: Limits{Memory: 128 << 20}}.
@@ -49,6 +50,10 @@ func TestValidate(t *testing.T) {
 		{"unclean cwd", func(o *SessionOptions) { o.Cwd = "/workspace/../etc" }, "not a clean path"},
 		{"proc cwd", func(o *SessionOptions) { o.Cwd = "/proc/self/fd/7" }, "inside /proc"},
 		{"tmp cwd", func(o *SessionOptions) { o.Cwd = "/tmp" }, ""},
+		{"cwd in tmp", func(o *SessionOptions) { o.Cwd = "/tmp/x" }, "cwd: \"/tmp/x\" is inside /tmp, which is empty when the session starts"},
+		{"cwd in run dir", func(o *SessionOptions) { o.Cwd = RunDir + "/x" }, "inside /run/sandboxd"},
+		{"cwd under workspace", func(o *SessionOptions) { o.Cwd = "/workspace/a/b" }, ""},
+		{"cwd elsewhere", func(o *SessionOptions) { o.Cwd = "/usr/src" }, ""},
 		{"env name", func(o *SessionOptions) { o.Env = map[string]string{"1X": "a"} }, "env: \"1X\""},
 		{"env nul", func(o *SessionOptions) { o.Env = map[string]string{"X": "a\x00b"} }, "NUL"},
 		{"env size", func(o *SessionOptions) { o.Env = map[string]string{"X": strings.Repeat("a", maxEnvBytes)} }, "above the limit"},
@@ -95,6 +100,11 @@ func TestValidate(t *testing.T) {
 		{"internal", func(o *SessionOptions) { o.Network = NetworkInternal }, ""},
 		{"idle too short", func(o *SessionOptions) { o.IdleTimeout = time.Millisecond }, "idle_timeout"},
 		{"no idle", func(o *SessionOptions) { o.IdleTimeout = NoIdleTimeout }, ""},
+		{"no_change_timeout 2s", func(o *SessionOptions) { o.Terminal.NoChangeTimeout = 2 * time.Second }, ""},
+		{"no_change_timeout too short", func(o *SessionOptions) { o.Terminal.NoChangeTimeout = time.Millisecond },
+			"terminal.no_change_timeout: 1ms is outside 100ms to 24h0m0s"},
+		{"no_change_timeout negative", func(o *SessionOptions) { o.Terminal.NoChangeTimeout = -time.Second }, "terminal.no_change_timeout"},
+		{"no_change_timeout too long", func(o *SessionOptions) { o.Terminal.NoChangeTimeout = 25 * time.Hour }, "terminal.no_change_timeout"},
 		{"reserved label", func(o *SessionOptions) { o.Labels = map[string]string{"sandboxd.session": "x"} }, "reserved prefix"},
 		{"label ok", func(o *SessionOptions) { o.Labels = map[string]string{"team": "a", "example.com/x": "y"} }, ""},
 		{"tools ok", func(o *SessionOptions) {

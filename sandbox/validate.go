@@ -27,6 +27,10 @@ const (
 	// file with 4 KiB blocks is far above; this guards against typos).
 	MaxDiskQuota   = 16 << 40
 	MinIdleTimeout = 100 * time.Millisecond
+	// MinNoChangeTimeout and MaxNoChangeTimeout bound
+	// TerminalOptions.NoChangeTimeout.
+	MinNoChangeTimeout = 100 * time.Millisecond
+	MaxNoChangeTimeout = 24 * time.Hour
 	// MinMemoryHeadroom is the least memory that Limits.Memory keeps
 	// beyond the tmpfs mounts (see MemoryHeadroom).
 	MinMemoryHeadroom = 48 << 20
@@ -87,6 +91,9 @@ func (o SessionOptions) Validate() error {
 	}
 	if o.IdleTimeout >= 0 && o.IdleTimeout < MinIdleTimeout {
 		p.add("idle_timeout", "%v is below the minimum of %v (use NoIdleTimeout to never close an idle session)", o.IdleTimeout, MinIdleTimeout)
+	}
+	if t := o.Terminal.NoChangeTimeout; t != 0 && (t < MinNoChangeTimeout || t > MaxNoChangeTimeout) {
+		p.add("terminal.no_change_timeout", "%v is outside %v to %v", t, MinNoChangeTimeout, MaxNoChangeTimeout)
 	}
 	o.validateLabels(&p)
 	o.validateTools(&p)
@@ -174,6 +181,14 @@ func (o SessionOptions) validateCwd(p *problems) {
 		for _, bad := range []string{"/proc", "/sys", "/dev"} {
 			if o.Cwd == bad || strings.HasPrefix(o.Cwd, bad+"/") {
 				p.add("cwd", "%q is inside %s", o.Cwd, bad)
+			}
+		}
+		// A folder in a tmpfs that starts empty can never exist when the
+		// session starts. (A missing cwd under WorkspaceDir is created; one
+		// elsewhere is refused by the runtime, which sees the image.)
+		for _, empty := range []string{"/tmp", RunDir} {
+			if strings.HasPrefix(o.Cwd, empty+"/") {
+				p.add("cwd", "%q is inside %s, which is empty when the session starts: use %s itself, or a folder under %s (created if missing)", o.Cwd, empty, empty, WorkspaceDir)
 			}
 		}
 	}

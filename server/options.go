@@ -105,6 +105,10 @@ type Options struct {
 	// DrainTransferIdle is the idle time of transfers once the server
 	// drains (default core.DrainTransferIdle).
 	DrainTransferIdle time.Duration
+	// AbandonedCreateGrace is how long a session whose creating client
+	// left before the answer waits for a retry with its idempotency key
+	// before it is closed (default core.DefaultAbandonedCreateGrace).
+	AbandonedCreateGrace time.Duration
 }
 
 func (o *Options) validate() error {

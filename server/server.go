@@ -65,6 +65,8 @@ func New(opts Options) (*Server, error) {
 		MCPDefault:        sandbox.SessionOptions{Image: opts.MCPImage},
 		RingBytes:         opts.RingBytes,
 		DrainTransferIdle: opts.DrainTransferIdle,
+		// A create whose client left: closed after this grace.
+		AbandonedCreateGrace: opts.AbandonedCreateGrace,
 		// A download chunk, base64-encoded in a message, must fit in one.
 		MaxDownloadChunk: int(opts.MaxMessageBytes/4*3) - 4096,
 	})

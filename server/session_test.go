@@ -122,6 +122,53 @@ func TestIdempotentRetry(t *testing.T) {
 	}
 }
 
+// A client that disconnects before its create is answered does not leave a
+// session holding a slot until the idle timeout: without an idempotency key
+// the create is cancelled; with one, the session waits
+// AbandonedCreateGrace for a retry to take it, then is closed.
+func TestAbandonedCreate(t *testing.T) {
+	const key = "2b1f7c40a9e35d6f8e0c4a17b92d3e58"
+	start := func(t *testing.T, grace time.Duration) (*servertest.Server, func()) {
+		ts := servertest.Start(t, func(o *server.Options) { o.AbandonedCreateGrace = grace })
+		return ts, ts.Backend.HoldCreates()
+	}
+	t.Run("without a key: cancelled", func(t *testing.T) {
+		ts, release := start(t, time.Hour)
+		defer release()
+		c := dial(t, ts)
+		c.send("c1", wsproto.MethodSessionCreate, map[string]any{})
+		waitFor(t, func() bool { return ts.Backend.Held() == 1 }, "the create to reach the backend")
+		c.ws.Close()
+		waitFor(t, func() bool { return ts.Backend.Held() == 0 }, "the create to end")
+		if ts.Backend.Created() != 0 {
+			t.Fatalf("%d sessions made for a client that left", ts.Backend.Created())
+		}
+	})
+	t.Run("with a key: closed after the grace", func(t *testing.T) {
+		ts, release := start(t, 50*time.Millisecond)
+		c := dial(t, ts)
+		c.send("c1", wsproto.MethodSessionCreate, map[string]any{"idempotency_key": key})
+		waitFor(t, func() bool { return ts.Backend.Held() == 1 }, "the create to reach the backend")
+		c.ws.Close()
+		release()
+		waitFor(t, func() bool { return ts.Backend.Created() == 1 && ts.Backend.Live() == 0 }, "the abandoned session to be closed")
+	})
+	t.Run("with a key: taken by a retry", func(t *testing.T) {
+		ts, release := start(t, time.Hour)
+		c := dial(t, ts)
+		c.send("c1", wsproto.MethodSessionCreate, map[string]any{"idempotency_key": key})
+		waitFor(t, func() bool { return ts.Backend.Held() == 1 }, "the create to reach the backend")
+		c.ws.Close()
+		release()
+		waitFor(t, func() bool { return ts.Backend.Created() == 1 }, "the create to end")
+		var r wsproto.CreateResult
+		dial(t, ts).ok("c1", wsproto.MethodSessionCreate, map[string]any{"idempotency_key": key}, &r)
+		if r.SessionID == "" || ts.Backend.Created() != 1 || ts.Backend.Live() != 1 {
+			t.Fatalf("the retry: %+v, %d created, %d live", r, ts.Backend.Created(), ts.Backend.Live())
+		}
+	})
+}
+
 func TestCreateIdempotencyKey(t *testing.T) {
 	ts := servertest.Start(t, nil)
 	c := dial(t, ts)

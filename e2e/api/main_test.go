@@ -198,3 +198,16 @@ func startServerWith(t *testing.T, set func(*server.Options)) *apiServer {
 	})
 	return s
 }
+
+// waitUntil polls cond until it holds, failing the test after limit (a bound
+// on a hang, not a figure).
+func waitUntil(t *testing.T, limit time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", limit, what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/client"
 	"github.com/sandboxd/sandboxd/sandbox"
+	"github.com/sandboxd/sandboxd/server"
 	"github.com/sandboxd/sandboxd/server/wsproto"
 )
 
@@ -255,6 +256,83 @@ func TestGoClientCancelThenNextCommand(t *testing.T) {
 			t.Fatalf("round %d: the command after a cancel: %q", i, obs.Text())
 		}
 	}
+}
+
+// tools.cancel answers once the agent has stopped the command: a command
+// that takes 0.2 s to stop after SIGINT has written its last words by the
+// time the cancelled Call returns (it returned before the agent did).
+func TestGoClientCancelWaitsForTheCommandToStop(t *testing.T) {
+	s := startServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := client.Dial(ctx, s.ws, s.token, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	sess, err := c.CreateSession(ctx, client.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close(ctx)
+	callCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	var once sync.Once
+	_, err = sess.Call(callCtx, "terminal", map[string]any{"timeout": 60, "command": `sh -c 'trap "sleep 0.2; echo stopped > /workspace/last; kill \$p; exit 130" INT; sleep 30 & p=$!; echo ready; wait'`},
+		func(b []byte) {
+			if strings.Contains(string(b), "ready") {
+				once.Do(stop)
+			}
+		})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("the cancelled call returned %v", err)
+	}
+	obs, err := sess.Call(ctx, "file_editor", map[string]any{"command": "view", "path": "/workspace/last"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if obs.IsError || !strings.Contains(obs.Text(), "stopped") {
+		t.Fatalf("the command had not stopped when the cancel returned: %q", obs.Text())
+	}
+}
+
+// A create the Go client gives up (its context ends) does not leave a
+// sandbox running until the idle timeout: the client closes it once the
+// server answers.
+func TestGoClientCancelledCreateIsClosed(t *testing.T) {
+	s := startServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := client.Dial(ctx, s.ws, s.token, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	gone, giveUp := context.WithCancel(ctx)
+	giveUp() // the request is sent, then given up at once
+	if _, err := c.CreateSession(gone, client.CreateOptions{}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("the given-up create returned %v", err)
+	}
+	waitUntil(t, 30*time.Second, "the sandbox to start", func() bool { return len(s.manager.List()) == 1 })
+	waitUntil(t, 30*time.Second, "the abandoned sandbox to be closed", func() bool { return len(s.manager.List()) == 0 })
+}
+
+// A client that disconnects before its create (with an idempotency key) is
+// answered leaves a sandbox that is closed after the server's grace for a
+// retry, not at its idle timeout.
+func TestDisconnectedCreateIsClosed(t *testing.T) {
+	s := startServerWith(t, func(o *server.Options) { o.AbandonedCreateGrace = 100 * time.Millisecond })
+	ws, _, err := websocket.DefaultDialer.Dial(s.ws, http.Header{"Authorization": {"Bearer " + s.token}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ws.WriteJSON(map[string]any{"jsonrpc": "2.0", "id": "c1", "method": "session.create",
+		"params": map[string]any{"idempotency_key": "5e0c7a2f4b9d13e86a7f0c2d4b6e8a19"}}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 30*time.Second, "the sandbox to start", func() bool { return len(s.manager.List()) == 1 })
+	_ = ws.Close()
+	waitUntil(t, 30*time.Second, "the abandoned sandbox to be closed", func() bool { return len(s.manager.List()) == 0 })
 }
 
 // A session that idles out tells its client so, distinctly from a close.

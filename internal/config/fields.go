@@ -35,6 +35,15 @@ func sessionFields(o *sandbox.SessionOptions) map[string]decoder {
 		"runtime":         str(&o.Runtime),
 		"skills":          skills(&o.Skills),
 		"skills_install":  str(&o.SkillsInstall),
+		"terminal":        section(terminalFields(&o.Terminal)),
+	}
+}
+
+// terminalFields are the keys of a profile's terminal, one per
+// sandbox.TerminalOptions field.
+func terminalFields(t *sandbox.TerminalOptions) map[string]decoder {
+	return map[string]decoder{
+		"no_change_timeout": duration(&t.NoChangeTimeout),
 	}
 }
 
@@ -102,9 +111,11 @@ func strMap(dst *map[string]string) decoder {
 	}
 }
 
-func limits(l *sandbox.Limits) decoder {
+func limits(l *sandbox.Limits) decoder { return section(limitFields(l)) }
+
+// section reads a mapping whose keys are fields.
+func section(fields map[string]decoder) decoder {
 	return func(p *parser, v *yaml.Node, path string, pos map[string]position, key string) {
-		fields := limitFields(l)
 		p.mapping(v, path, func(name string, k, val *yaml.Node) {
 			dec, ok := fields[name]
 			if !ok {
@@ -178,6 +189,20 @@ func idleTimeout(dst *time.Duration) decoder {
 			}
 		}
 		p.errorf(n, path, "%s is not a duration such as 30m or 1h30m, or never", kindName(n))
+	}
+}
+
+// duration reads a positive duration such as 30s or 2m.
+func duration(dst *time.Duration) decoder {
+	return func(p *parser, v *yaml.Node, path string, _ map[string]position, _ string) {
+		n := p.resolve(v)
+		if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!str" {
+			if d, err := time.ParseDuration(n.Value); err == nil && d > 0 {
+				*dst = d
+				return
+			}
+		}
+		p.errorf(n, path, "%s is not a duration such as 30s or 2m", kindName(n))
 	}
 }
 

@@ -42,6 +42,10 @@ const (
 	DefaultDownloadChunk    = 4 << 20
 	DefaultMaxDownloadChunk = 16 << 20
 	DefaultCreateTimeout    = 3 * time.Minute
+	// DefaultAbandonedCreateGrace is how long a session whose create's
+	// client left before the answer waits for a retry with its
+	// idempotency key before it is closed.
+	DefaultAbandonedCreateGrace = time.Minute
 )
 
 // APIs that create sessions, kept on each session for listings.
@@ -87,6 +91,12 @@ type Options struct {
 	MaxTransfers      int // per session
 	MaxDownloadChunk  int
 	CreateTimeout     time.Duration
+	// AbandonedCreateGrace: a session whose create's client stopped
+	// waiting before the answer (it disconnected) is closed, at once
+	// without an idempotency key (nobody can reach it), else after this
+	// grace unless a retry with the key took it (default
+	// DefaultAbandonedCreateGrace).
+	AbandonedCreateGrace time.Duration
 }
 
 func (o *Options) setDefaults() error {
@@ -116,6 +126,7 @@ func (o *Options) setDefaults() error {
 	def(&o.TransferIdle, DefaultTransferIdle)
 	def(&o.DrainTransferIdle, DrainTransferIdle)
 	def(&o.CreateTimeout, DefaultCreateTimeout)
+	def(&o.AbandonedCreateGrace, DefaultAbandonedCreateGrace)
 	if o.Metrics == nil {
 		o.Metrics = metrics.New(nil)
 	}
@@ -166,6 +177,12 @@ func New(opts Options) (*Core, error) {
 		byToken:  map[auth.Digest]*Session{},
 		creates:  newIdempotency(1024, 1<<20, opts.IdemTTL),
 		ended:    endedSet{ttl: opts.IdemTTL, max: 4096},
+	}
+	c.creates.unclaimed = func(key string, result json.RawMessage) {
+		var r struct{ ID string }
+		if json.Unmarshal(result, &r) == nil {
+			c.abandoned(key, r.ID)
+		}
 	}
 	for _, s := range opts.Backend.List() {
 		if c.adopt(s) == nil && opts.Tokens != nil {
@@ -378,7 +395,14 @@ func (c *Core) Create(wait context.Context, p Principal, api string, req CreateR
 	if idemKey == "" {
 		ctx, cancel := c.callContext(wait)
 		defer cancel()
-		return c.create(ctx, api, opts, co)
+		r, err := c.create(ctx, api, opts, co)
+		if err == nil && wait.Err() != nil {
+			// The client left as the create finished: nobody can reach
+			// the session without a key to retry with.
+			c.abandoned("", r.Session.id)
+			return CreateResult{}, wait.Err()
+		}
+		return r, err
 	}
 	optsJSON, _ := json.Marshal(struct {
 		Profile string
@@ -405,6 +429,13 @@ func (c *Core) Create(wait context.Context, p Principal, api string, req CreateR
 	if err := json.Unmarshal(raw, &r); err != nil {
 		return CreateResult{}, err
 	}
+	if wait.Err() != nil {
+		// The result came, but its client has gone: a retry may still
+		// take it.
+		c.creates.unclaim(key)
+		c.abandoned(key, r.ID)
+		return CreateResult{}, wait.Err()
+	}
 	c.mu.Lock()
 	s := c.sessions[r.ID]
 	c.mu.Unlock()
@@ -412,6 +443,36 @@ func (c *Core) Create(wait context.Context, p Principal, api string, req CreateR
 		return CreateResult{}, apierr.New(apierr.NotFound, "the session created with this idempotency_key has ended")
 	}
 	return CreateResult{Session: s, Token: r.Token}, nil
+}
+
+// abandoned closes a session whose create's client left before it got the
+// answer, so that it does not hold a slot until its idle timeout: at once
+// when there is no idempotency key (key ""), else after
+// AbandonedCreateGrace unless a retry with the key took it meanwhile.
+func (c *Core) abandoned(key, id string) {
+	closeIt := func() {
+		c.mu.Lock()
+		s := c.sessions[id]
+		c.mu.Unlock()
+		if s == nil {
+			return
+		}
+		c.log.Info("closing a session whose create was abandoned: its client left before the answer", "session", id)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if err := s.Close(ctx); err != nil {
+			c.log.Warn("closing a session whose create was abandoned", "session", id, "err", err)
+		}
+	}
+	if key == "" {
+		go closeIt()
+		return
+	}
+	time.AfterFunc(c.opts.AbandonedCreateGrace, func() {
+		if !c.creates.claimed(key) {
+			closeIt()
+		}
+	})
 }
 
 func (c *Core) checkImage(image string) error {

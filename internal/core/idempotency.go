@@ -24,6 +24,11 @@ type idempotency struct {
 	ttl        time.Duration
 	now        func() time.Time
 
+	// unclaimed, if set, is told of a run that succeeded while nobody
+	// waited for it: every caller had stopped waiting (a create whose
+	// client left). A later do with the key claims the result.
+	unclaimed func(key string, result json.RawMessage)
+
 	mu      sync.Mutex
 	entries map[string]*idemEntry
 	order   []string // keys of finished entries, oldest first
@@ -36,6 +41,8 @@ type idemEntry struct {
 	result      json.RawMessage
 	err         error
 	finished    time.Time
+	waiters     int  // callers waiting for the run
+	claimed     bool // a caller got the result
 }
 
 func newIdempotency(maxEntries int, maxBytes int64, ttl time.Duration) *idempotency {
@@ -67,18 +74,22 @@ func (c *idempotency) do(wait context.Context, key string, fp [32]byte, fn func(
 	c.expire()
 	e, ok := c.entries[key]
 	if ok {
-		c.mu.Unlock()
 		if e.fingerprint != fp {
+			c.mu.Unlock()
 			return nil, errReused
 		}
 		select {
 		case <-e.done:
+			e.claimed = true
+			c.mu.Unlock()
 			return e.result, e.err
-		case <-wait.Done():
-			return nil, wait.Err()
+		default:
 		}
+		e.waiters++
+		c.mu.Unlock()
+		return c.await(wait, e)
 	}
-	e = &idemEntry{fingerprint: fp, done: make(chan struct{})}
+	e = &idemEntry{fingerprint: fp, done: make(chan struct{}), waiters: 1}
 	c.entries[key] = e
 	c.mu.Unlock()
 
@@ -94,14 +105,56 @@ func (c *idempotency) do(wait context.Context, key string, fp [32]byte, fn func(
 			c.bytes += int64(len(res))
 			c.evict()
 		}
-		c.mu.Unlock()
+		// Closed under mu: a waiter that gives up decides under mu too,
+		// so it either counts among the waiters that get the result or
+		// has left before.
+		e.claimed = e.waiters > 0
+		abandoned := err == nil && !e.claimed && c.unclaimed != nil
 		close(e.done)
+		c.mu.Unlock()
+		if abandoned {
+			c.unclaimed(key, res)
+		}
 	}()
+	return c.await(wait, e)
+}
+
+// await waits for e's run, or until wait ends (the caller stops waiting;
+// a result that is there already is still returned).
+func (c *idempotency) await(wait context.Context, e *idemEntry) (json.RawMessage, error) {
 	select {
 	case <-e.done:
 		return e.result, e.err
 	case <-wait.Done():
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	select {
+	case <-e.done:
+		return e.result, e.err
+	default:
+		e.waiters--
 		return nil, wait.Err()
+	}
+}
+
+// claimed says whether a caller got the result of key's run. A result not
+// (or no longer) kept counts as claimed: nothing is left to hand out.
+func (c *idempotency) claimed(key string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.entries[key]
+	return !ok || e.claimed
+}
+
+// unclaim marks key's result as not handed out after all (its caller
+// returned it to a client that had gone), so that claimed reports false
+// until a retry takes it.
+func (c *idempotency) unclaim(key string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.entries[key]; ok {
+		e.claimed = false
 	}
 }
 

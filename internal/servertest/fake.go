@@ -50,7 +50,23 @@ type FakeBackend struct {
 	shut     bool
 	// CreateDelay is how long Create takes.
 	CreateDelay time.Duration
+	gate        chan struct{} // see HoldCreates
+	held        atomic.Int64  // creates waiting at the gate
 }
+
+// HoldCreates makes every Create wait (or end with its ctx) until the
+// returned function is called; Held counts the creates waiting.
+func (m *FakeBackend) HoldCreates() (release func()) {
+	gate := make(chan struct{})
+	m.mu.Lock()
+	m.gate = gate
+	m.mu.Unlock()
+	var once sync.Once
+	return func() { once.Do(func() { close(gate) }) }
+}
+
+// Held counts the creates waiting for HoldCreates' release.
+func (m *FakeBackend) Held() int { return int(m.held.Load()) }
 
 // NewFakeBackend returns an empty fake backend.
 func NewFakeBackend() *FakeBackend { return &FakeBackend{sessions: map[string]*FakeSandbox{}} }
@@ -64,6 +80,19 @@ func (m *FakeBackend) Create(ctx context.Context, o sandbox.SessionOptions, co s
 		select {
 		case <-time.After(m.CreateDelay):
 		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	m.mu.Lock()
+	gate := m.gate
+	m.mu.Unlock()
+	if gate != nil {
+		m.held.Add(1)
+		select {
+		case <-gate:
+			m.held.Add(-1)
+		case <-ctx.Done():
+			m.held.Add(-1)
 			return nil, ctx.Err()
 		}
 	}

@@ -104,6 +104,9 @@ func createOptions(p wsproto.CreateParams) (sandbox.SessionOptions, error) {
 	if p.IdleTimeout < 0 {
 		o.IdleTimeout = sandbox.NoIdleTimeout
 	}
+	if p.Terminal != nil {
+		o.Terminal.NoChangeTimeout = time.Duration(p.Terminal.NoChangeTimeout)
+	}
 	if l := p.Limits; l != nil {
 		if l.MemoryMB < 0 || l.CPUs < 0 || l.Pids < 0 || l.TmpMB < 0 {
 			return o, apierr.New(apierr.InvalidParams, "limits must not be negative")

@@ -1,6 +1,7 @@
 package wsapi
 
 import (
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -32,5 +33,15 @@ func TestCreateOptions(t *testing.T) {
 	}
 	if _, err := createOptions(wsproto.CreateParams{Limits: &wsproto.Limits{Pids: -1}}); apierr.KindOf(err) != apierr.InvalidParams {
 		t.Fatalf("negative limits: %v", err)
+	}
+	var p wsproto.CreateParams
+	if err := json.Unmarshal([]byte(`{"terminal":{"no_change_timeout":2.5}}`), &p); err != nil {
+		t.Fatal(err)
+	}
+	if o, _ := createOptions(p); o.Terminal.NoChangeTimeout != 2500*time.Millisecond {
+		t.Fatalf("terminal.no_change_timeout: %+v", o.Terminal)
+	}
+	if o, _ := createOptions(wsproto.CreateParams{Terminal: &wsproto.TerminalParams{NoChangeTimeout: wsproto.Duration(time.Minute)}}); o.Terminal.NoChangeTimeout != time.Minute {
+		t.Fatalf("terminal.no_change_timeout: %+v", o.Terminal)
 	}
 }

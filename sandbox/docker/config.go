@@ -63,10 +63,13 @@ func (r *Runtime) buildContainer(spec sandbox.Spec, netName string, l layout, ex
 	}
 
 	cfg := &container.Config{
-		Image:      o.Image,
-		User:       strconv.Itoa(uid) + ":" + strconv.Itoa(gid), // "1234" alone would get gid 0 from an image without that user
-		Env:        env,
-		WorkingDir: o.Cwd,
+		Image: o.Image,
+		User:  strconv.Itoa(uid) + ":" + strconv.Itoa(gid), // "1234" alone would get gid 0 from an image without that user
+		Env:   env,
+		// Not o.Cwd: the engine would make a missing one, owned by root.
+		// The terminal starts in o.Cwd (AgentToolSpecs); Start checks that
+		// it exists (checkCwd), or the agent creates it in the workspace.
+		WorkingDir: sandbox.WorkspaceDir,
 		Hostname:   hostname,
 		Labels:     labels,
 		Entrypoint: cmd[:1], // replaces any entrypoint of the image

@@ -52,6 +52,17 @@ func TestBuildContainerUIDOnlyGetsSameGID(t *testing.T) {
 	assert.Equal(t, "1234:1234", cs.config.User)
 }
 
+// The container's WorkingDir is the workspace whatever the cwd: the engine
+// would create a missing WorkingDir owned by root.
+func TestBuildContainerWorkingDir(t *testing.T) {
+	o := resolved(t, sandbox.SessionOptions{Cwd: "/workspace/new/dir"})
+	spec := sandbox.Spec{SessionID: "sid", Options: o, Labels: sandbox.SessionLabels("sid", o, "", testTime), Command: agentCmd(t, o)}
+	cs, err := testRuntime(false).buildContainer(spec, "none", layout{})
+	require.NoError(t, err)
+	assert.Equal(t, sandbox.WorkspaceDir, cs.config.WorkingDir)
+	assert.Contains(t, cs.config.Cmd[len(cs.config.Cmd)-1], `"dir":"/workspace/new/dir"`, "the terminal starts in the cwd")
+}
+
 func TestBuildContainerHardening(t *testing.T) {
 	o := resolved(t, sandbox.SessionOptions{User: "1234:5678", Env: map[string]string{"B": "2", "A": "1"},
 		Limits: sandbox.Limits{Memory: 512 << 20, CPUs: 1.5, Pids: 100, Tmpfs: 8 << 20}})

@@ -126,6 +126,9 @@ func (r *Runtime) Start(ctx context.Context, spec sandbox.Spec) (_ io.ReadWriteC
 	for _, w := range created.Warnings {
 		log.Warn("engine warning on create", "warning", w)
 	}
+	if err := r.checkCwd(cctx, created.ID, spec.Options, l); err != nil {
+		return nil, err
+	}
 
 	hj, err := r.cli.ContainerAttach(cctx, created.ID, container.AttachOptions{
 		Stream: true, Stdin: true, Stdout: true, Stderr: true,

@@ -173,6 +173,15 @@ type Limits struct {
 	TmpMB int `json:"tmp_mb,omitempty"`
 }
 
+// TerminalParams tune a session's terminal tool (session.create's
+// "terminal"). Zero fields take the server's defaults.
+type TerminalParams struct {
+	// NoChangeTimeout is the soft timeout: a command that prints nothing
+	// new for this long returns with exit code -1 and keeps running
+	// (OpenHands' no_change_timeout_seconds). Default 10 s; 0.1 s to 24 h.
+	NoChangeTimeout Duration `json:"no_change_timeout,omitempty"`
+}
+
 // CreateParams are the params of session.create. Unknown fields are an
 // invalid-params error, so a client asking for a feature this server lacks
 // (skills, MCP sidecars) learns it at once instead of silently not getting it.
@@ -207,6 +216,8 @@ type CreateParams struct {
 	SkillsInstall string            `json:"skills_install,omitempty"`
 	IdleTimeout   Duration          `json:"idle_timeout,omitempty"`
 	Labels        map[string]string `json:"labels,omitempty"`
+	// Terminal tunes the session's terminal tool.
+	Terminal *TerminalParams `json:"terminal,omitempty"`
 	// IdempotencyKey makes a retried create return the first create's
 	// session instead of starting a second sandbox. Keys are scoped to the
 	// caller's token and remembered for ten minutes. A retry returns the

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -62,6 +63,30 @@ func TestOptionsFromParams(t *testing.T) {
 		_, err := OptionsFromParams(env, json.RawMessage(bad))
 		assert.Error(t, err, bad)
 	}
+}
+
+// A working directory inside the workspace is created; one elsewhere must
+// exist.
+func TestFactoryMakesWorkDir(t *testing.T) {
+	ws := t.TempDir()
+	env := tools.Env{Workspace: ws, StateDir: t.TempDir()}
+	dir := filepath.Join(ws, "a", "b")
+	var reg tools.Registry
+	require.NoError(t, reg.Register(Name, Factory))
+	ts, err := reg.Resolve(env, []tools.Spec{{Name: Name, Params: json.RawMessage(`{"dir":` + strconv.Quote(dir) + `}`)}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ts.Close() })
+	st, err := os.Stat(dir)
+	require.NoError(t, err)
+	assert.True(t, st.IsDir())
+
+	outside := filepath.Join(t.TempDir(), "missing")
+	_, err = Factory(env, json.RawMessage(`{"dir":`+strconv.Quote(outside)+`}`))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "working directory")
+	assert.NoDirExists(t, outside)
+	_, err = Factory(env, json.RawMessage(`{"dir":`+strconv.Quote(filepath.Join(ws, "..", "escape"))+`}`))
+	require.Error(t, err, "a dir that only looks inside the workspace is not created")
 }
 
 func TestOptionsValidation(t *testing.T) {

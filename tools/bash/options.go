@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/sandboxd/sandboxd/tools"
@@ -184,11 +185,15 @@ func OptionsFromParams(env tools.Env, params json.RawMessage) (Options, error) {
 }
 
 // Factory makes the terminal tool of a session: one shell started in
-// env.Workspace, full outputs kept under env.StateDir. params is optional
-// JSON (see Params).
+// env.Workspace (or params' "dir": one inside the workspace is created if
+// missing, one elsewhere must exist), full outputs kept under env.StateDir.
+// params is optional JSON (see Params).
 func Factory(env tools.Env, params json.RawMessage) ([]*tools.Tool, error) {
 	opts, err := OptionsFromParams(env, params)
 	if err != nil {
+		return nil, err
+	}
+	if err := makeWorkDir(env.Workspace, opts.Dir); err != nil {
 		return nil, err
 	}
 	exec, err := NewExecutor(opts)
@@ -201,4 +206,22 @@ func Factory(env tools.Env, params json.RawMessage) ([]*tools.Tool, error) {
 		return nil, err
 	}
 	return []*tools.Tool{tool}, nil
+}
+
+// makeWorkDir creates dir, with its parents, when it lies inside workspace
+// (a session's cwd under /workspace: the agent runs as the session user, so
+// the folders are the user's). A dir elsewhere is left to Options.validate,
+// which refuses a missing one.
+func makeWorkDir(workspace, dir string) error {
+	if workspace == "" || dir == "" {
+		return nil
+	}
+	rel, err := filepath.Rel(workspace, dir)
+	if err != nil || !filepath.IsAbs(dir) || rel == "." || rel == ".." || strings.HasPrefix(rel, "../") {
+		return nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("terminal: creating the working directory %s: %w", dir, err)
+	}
+	return nil
 }

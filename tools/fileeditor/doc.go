@@ -45,8 +45,8 @@
 //
 //   - view numbers lines first and clips whole lines from the middle, so the
 //     numbers after "<response clipped>" are the real ones; the notice names
-//     the hidden range. A file ending in "\n" has no extra empty last line,
-//     and an empty file says so.
+//     the hidden range. A file ending in "\n" has no extra empty last line
+//     (an empty file shows line 1 empty, as upstream).
 //   - A CRLF file stays CRLF (upstream rewrote every edited file as LF), and
 //     old_str written with "\n" or "\r\n" matches it.
 //   - Inserting after the last line of a file without a final newline adds
@@ -68,7 +68,6 @@
 //   - FIFOs, sockets and devices are refused instead of hanging a read.
 //   - A relative path is always answered with its absolute form under the
 //     workspace (upstream only when that existed); ~ expands to $HOME.
-//   - Hidden entries below the top level are counted in the trailer too.
 //
 // Concurrency: calls on one file (symlinks resolved) are serialised by a
 // per-path lock that a waiting call leaves when its context ends; calls on

@@ -37,7 +37,10 @@ func (e *Executor) view(out *Output, p, resolved string, fi os.FileInfo, vr []in
 	header := fmt.Sprintf("Here's the result of running `cat -n` on %s:\n", p)
 	if len(vr) == 0 {
 		if n == 0 {
-			return tools.TextResult(fmt.Sprintf("The file %s is empty.", p), out)
+			// As upstream (and cat -n of one empty line): the header and a
+			// line 1 with nothing on it, so a model reads "empty" the way it
+			// was prompted to.
+			return tools.TextResult(header+"     1\t\n", out)
 		}
 		body, cut := numbered(lines, 1, e.opts.MaxResponseChars)
 		out.Truncated = cut
@@ -72,8 +75,8 @@ func (e *Executor) view(out *Output, p, resolved string, fi os.FileInfo, vr []in
 	return tools.TextResult(note+header+body, out)
 }
 
-// viewDir lists p two levels deep, skipping hidden entries (counted in a
-// trailer). Symlinks to directories are followed, but never deeper than two
+// viewDir lists p two levels deep, skipping hidden entries (those at the
+// top level counted in a trailer, as upstream counts them). Symlinks to directories are followed, but never deeper than two
 // levels, so a link loop simply ends there. A subdirectory that cannot be
 // read is left out. The listing stops at MaxResponseChars.
 func (e *Executor) viewDir(out *Output, p, resolved string) *tools.Observation {
@@ -86,7 +89,6 @@ func (e *Executor) viewDir(out *Output, p, resolved string) *tools.Observation {
 		chars    int
 		clipped  bool
 		hidden   int // hidden entries at the top level
-		nested   int // hidden entries one level down
 		writeOne = func(line string) bool {
 			n := utf8.RuneCountInString(line) + 1
 			if chars+n > e.opts.MaxResponseChars-len(dirClippedNotice)-200 {
@@ -130,7 +132,6 @@ func (e *Executor) viewDir(out *Output, p, resolved string) *tools.Observation {
 		}
 		for _, c := range children {
 			if strings.HasPrefix(c.Name(), ".") {
-				nested++
 				continue
 			}
 			line := filepath.Join(full, c.Name())
@@ -148,13 +149,8 @@ func (e *Executor) viewDir(out *Output, p, resolved string) *tools.Observation {
 		out.Truncated = true
 		text += "\n" + dirClippedNotice
 	}
-	switch {
-	case hidden > 0 && nested > 0:
-		text += fmt.Sprintf("\n\n%d hidden files/directories in this directory and %d in its subdirectories are excluded. You can use 'ls -la %s' to see them.", hidden, nested, p)
-	case hidden > 0:
+	if hidden > 0 {
 		text += fmt.Sprintf("\n\n%d hidden files/directories in this directory are excluded. You can use 'ls -la %s' to see them.", hidden, p)
-	case nested > 0:
-		text += fmt.Sprintf("\n\n%d hidden files/directories in its subdirectories are excluded. You can use 'ls -la' on them to see them.", nested)
 	}
 	return tools.TextResult(text, out)
 }

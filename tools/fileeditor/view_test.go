@@ -33,7 +33,10 @@ func TestViewFile(t *testing.T) {
 	}
 	t.Run("empty file", func(t *testing.T) {
 		p := writeTemp(t, "empty.txt", nil)
-		assert.Equal(t, "The file "+p+" is empty.", ok(t, e, Action{Command: "view", Path: p}).Text())
+		// As upstream: the header and an empty line 1.
+		obs := ok(t, e, Action{Command: "view", Path: p})
+		assert.Equal(t, "Here's the result of running `cat -n` on "+p+":\n     1\t\n", obs.Text())
+		assert.Zero(t, out(obs).NumLines)
 	})
 }
 
@@ -172,7 +175,8 @@ func TestViewDirectory(t *testing.T) {
 		root + "/loop/dangling\n" +
 		root + "/loop/link_dir/\n" +
 		root + "/loop/loop/\n" +
-		"\n2 hidden files/directories in this directory and 5 in its subdirectories are excluded. You can use 'ls -la " + root + "' to see them."
+		// Only the top level's hidden entries are counted, as upstream counts them.
+		"\n2 hidden files/directories in this directory are excluded. You can use 'ls -la " + root + "' to see them."
 	assert.Equal(t, want, obs.Text())
 	assert.Equal(t, "directory", out(obs).Kind)
 
@@ -182,6 +186,12 @@ func TestViewDirectory(t *testing.T) {
 		require.NoError(t, os.WriteFile(filepath.Join(d, "b"), nil, 0o644))
 		assert.Equal(t, "Here's the files and directories up to 2 levels deep in "+d+", excluding hidden items:\n"+d+"/\n"+d+"/b"+
 			"\n\n1 hidden files/directories in this directory are excluded. You can use 'ls -la "+d+"' to see them.",
+			ok(t, e, Action{Command: "view", Path: d}).Text())
+	})
+	t.Run("only nested hidden: no note", func(t *testing.T) {
+		d := t.TempDir()
+		require.NoError(t, os.MkdirAll(filepath.Join(d, "sub", ".cache"), 0o755))
+		assert.Equal(t, "Here's the files and directories up to 2 levels deep in "+d+", excluding hidden items:\n"+d+"/\n"+d+"/sub/",
 			ok(t, e, Action{Command: "view", Path: d}).Text())
 	})
 	t.Run("hidden root itself is listed", func(t *testing.T) {
