@@ -316,3 +316,42 @@ func TestUploadChunkInlineBase64(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "inline", string(got))
 }
+
+// Transfer roots (a session's editable paths) take uploads and downloads
+// like the workspace, each confined to itself: a symlink entry may not
+// point out of the root it is extracted into, and a path under none of the
+// roots is refused.
+func TestTransferRoots(t *testing.T) {
+	testbed, other := t.TempDir(), t.TempDir()
+	p := newPair(t, func(o *ServerOptions) { o.TransferRoots = []string{testbed} })
+	ctx := ctxT(t)
+
+	require.NoError(t, p.cli.Upload(ctx, filepath.Join(testbed, "pkg"), bytes.NewReader(tarOf(t,
+		entry{name: "fix.py", typ: tar.TypeReg, body: "x = 2\n"}))))
+	b, err := os.ReadFile(filepath.Join(testbed, "pkg", "fix.py"))
+	require.NoError(t, err)
+	assert.Equal(t, "x = 2\n", string(b))
+
+	var got bytes.Buffer
+	require.NoError(t, p.cli.Download(ctx, filepath.Join(testbed, "pkg", "fix.py"), &got))
+	tr := tar.NewReader(&got)
+	hdr, err := tr.Next()
+	require.NoError(t, err)
+	assert.Equal(t, "fix.py", hdr.Name)
+
+	// Relative paths are still the workspace's.
+	require.NoError(t, p.cli.Upload(ctx, "rel", bytes.NewReader(tarOf(t, entry{name: "a", typ: tar.TypeReg, body: "a"}))))
+	assert.FileExists(t, filepath.Join(p.ws, "rel", "a"))
+
+	// Confined to its own root: no link out of it, not even into the workspace.
+	err = p.cli.Upload(ctx, testbed, bytes.NewReader(tarOf(t, entry{name: "l", typ: tar.TypeSymlink, link: p.ws})))
+	require.ErrorIs(t, err, ErrOutsideWorkspace)
+	err = p.cli.Download(ctx, filepath.Join(other, "x"), &got)
+	require.ErrorIs(t, err, ErrOutsideWorkspace)
+	assert.Contains(t, err.Error(), "is not under the workspace "+p.ws+" or "+testbed)
+	require.ErrorIs(t, p.cli.Download(ctx, testbed+"/../x", &got), ErrOutsideWorkspace)
+	assertNoTransfers(t, p.srv)
+
+	_, err = NewServer(ServerOptions{Toolset: p.srv.opts.Toolset, Workspace: p.ws, TransferRoots: []string{"rel"}})
+	assert.ErrorContains(t, err, `TransferRoots: "rel" is not an absolute directory`)
+}

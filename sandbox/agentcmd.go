@@ -2,11 +2,9 @@ package sandbox
 
 import (
 	"encoding/json"
-	"fmt"
 	"slices"
 
 	"github.com/sandboxd/sandboxd/tools"
-	"github.com/sandboxd/sandboxd/tools/bash"
 	"github.com/sandboxd/sandboxd/tools/builtin"
 )
 
@@ -15,6 +13,11 @@ import (
 // ProxyCommand after a daemon restart) at once, with the session's tools.
 // It is built here, not in a runtime, so that every runtime starts the
 // same agent and only has to run this argv.
+//
+// The agent starts its terminal in its own working directory ("--dir ."),
+// which the runtime sets (see Spec): Cwd, or when Cwd is empty the image's
+// WORKDIR, which only the runtime knows. Files may be transferred in
+// WorkspaceDir and in each of EditablePaths (--transfer-root).
 func AgentCommand(o SessionOptions) ([]string, error) {
 	cmd := []string{
 		AgentPath, "agent",
@@ -22,6 +25,10 @@ func AgentCommand(o SessionOptions) ([]string, error) {
 		"--socket", AgentSocket,
 		"--workspace", WorkspaceDir,
 		"--state-dir", AgentStateDir,
+		"--dir", ".",
+	}
+	for _, p := range o.EditablePaths {
+		cmd = append(cmd, "--transfer-root", p)
 	}
 	specs, err := AgentToolSpecs(o)
 	if err != nil || specs == nil {
@@ -35,12 +42,11 @@ func AgentCommand(o SessionOptions) ([]string, error) {
 }
 
 // AgentToolSpecs are the tools the agent of a session serves: the
-// session's tools, with the terminal started in Cwd. It is nil when the
-// agent's defaults (every built-in tool, the terminal in WorkspaceDir) are
-// what the session asks for, so that the command line carries no --tools.
+// session's tools, and the skills tool when it selects skills. It is nil
+// when the agent's defaults (every built-in tool) are what the session
+// asks for, so that the command line carries no --tools.
 func AgentToolSpecs(o SessionOptions) ([]tools.Spec, error) {
-	otherCwd := o.Cwd != "" && o.Cwd != WorkspaceDir
-	if len(o.Tools) == 0 && !otherCwd && len(o.Skills) == 0 {
+	if len(o.Tools) == 0 && len(o.Skills) == 0 {
 		return nil, nil
 	}
 	specs := slices.Clone(o.Tools)
@@ -49,24 +55,6 @@ func AgentToolSpecs(o SessionOptions) ([]tools.Spec, error) {
 	}
 	if len(o.Skills) > 0 && !slices.ContainsFunc(specs, func(s tools.Spec) bool { return s.Name == SkillsFactory }) {
 		specs = append(specs, skillsSpec(o))
-	}
-	if !otherCwd {
-		return specs, nil
-	}
-	for i, s := range specs {
-		if s.Name != bash.Name {
-			continue
-		}
-		params := map[string]json.RawMessage{}
-		if len(s.Params) > 0 {
-			if err := json.Unmarshal(s.Params, &params); err != nil {
-				return nil, fmt.Errorf("tools: params of %s: %w", s.Name, err)
-			}
-		}
-		if _, set := params["dir"]; !set {
-			params["dir"], _ = json.Marshal(o.Cwd)
-		}
-		specs[i].Params, _ = json.Marshal(params)
 	}
 	return specs, nil
 }

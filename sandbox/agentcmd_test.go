@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"encoding/json"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -26,6 +27,7 @@ func TestAgentCommand(t *testing.T) {
 		"--socket", "/run/sandboxd/agent.sock",
 		"--workspace", "/workspace",
 		"--state-dir", "/run/sandboxd/state",
+		"--dir", ".",
 	}
 	got, err := AgentCommand(resolvedForAgent(t, SessionOptions{}))
 	require.NoError(t, err)
@@ -38,6 +40,17 @@ func TestAgentCommand(t *testing.T) {
 	assert.Equal(t, base, got[:len(base)])
 	assert.Equal(t, "--tools", got[len(base)])
 	assert.JSONEq(t, `[{"name":"grep"}]`, got[len(base)+1])
+
+	// The working directory is the runtime's to set (the agent starts its
+	// terminal in its own): a cwd changes nothing here.
+	got, err = AgentCommand(resolvedForAgent(t, SessionOptions{Cwd: "/tmp"}))
+	require.NoError(t, err)
+	assert.Equal(t, base, got)
+
+	// Editable paths are transfer roots beside the workspace.
+	got, err = AgentCommand(resolvedForAgent(t, SessionOptions{EditablePaths: []string{"/testbed", "/opt/venv"}}))
+	require.NoError(t, err)
+	assert.Equal(t, append(slices.Clone(base), "--transfer-root", "/testbed", "--transfer-root", "/opt/venv"), got)
 
 	assert.Equal(t, []string{"/.sandboxd/sandboxd", "agent-proxy", "--socket", "/run/sandboxd/agent.sock"}, ProxyCommand())
 }
@@ -56,16 +69,13 @@ func TestAgentToolSpecs(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, got)
 
-	assert.JSONEq(t, `[{"name":"terminal","params":{"dir":"/tmp"}},{"name":"file_editor"},{"name":"grep"},{"name":"glob"}]`,
-		specsJSON(SessionOptions{Cwd: "/tmp"}))
+	got, err = AgentToolSpecs(resolvedForAgent(t, SessionOptions{Cwd: "/tmp"}))
+	require.NoError(t, err)
+	assert.Empty(t, got, "a cwd is no tool spec: the terminal starts in the agent's working directory")
 
-	assert.JSONEq(t, `[{"name":"terminal","params":{"dir":"/tmp","soft_timeout_seconds":5}},{"name":"grep"}]`,
+	assert.JSONEq(t, `[{"name":"terminal","params":{"soft_timeout_seconds":5}},{"name":"grep"}]`,
 		specsJSON(SessionOptions{Cwd: "/tmp", Tools: []tools.Spec{
 			{Name: "terminal", Params: json.RawMessage(`{"soft_timeout_seconds":5}`)}, {Name: "grep"}}}))
-
-	assert.JSONEq(t, `[{"name":"terminal","params":{"dir":"/workspace/x"}}]`,
-		specsJSON(SessionOptions{Cwd: "/tmp", Tools: []tools.Spec{
-			{Name: "terminal", Params: json.RawMessage(`{"dir":"/workspace/x"}`)}}}), "an explicit dir wins")
 
 	// The session's own specs are not changed in place.
 	o := resolvedForAgent(t, SessionOptions{Cwd: "/tmp", Tools: []tools.Spec{{Name: "terminal"}}})

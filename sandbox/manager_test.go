@@ -15,6 +15,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+
+	"github.com/sandboxd/sandboxd/tools"
 )
 
 func TestMain(m *testing.M) {
@@ -108,14 +110,14 @@ func TestStartSpecCarriesAgentCommand(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rt := newFakeRuntime(t)
 		m := newTestManager(t, rt, ManagerOptions{})
-		s, err := m.Create(context.Background(), SessionOptions{Cwd: "/tmp"})
+		s, err := m.Create(context.Background(), SessionOptions{Tools: []tools.Spec{{Name: "grep"}}})
 		require.NoError(t, err)
 		b, err := rt.box(s.ID())
 		require.NoError(t, err)
 		want, err := AgentCommand(s.Options())
 		require.NoError(t, err)
 		assert.Equal(t, want, b.spec.Command)
-		assert.Contains(t, b.spec.Command, "--tools", "a cwd other than the workspace goes to the terminal's spec")
+		assert.Contains(t, b.spec.Command, "--tools", "the session's tools go to the agent's command line")
 		assert.Equal(t, s.ID(), b.spec.Labels[LabelSession])
 		assert.False(t, b.spec.Pooled)
 	})

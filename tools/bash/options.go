@@ -1,6 +1,7 @@
 package bash
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -162,7 +163,7 @@ func OptionsFromParams(env tools.Env, params json.RawMessage) (Options, error) {
 		return Options{}, fmt.Errorf("terminal params: %w", err)
 	}
 	opts := Options{
-		Dir:         env.Workspace,
+		Dir:         cmp.Or(env.Dir, env.Workspace),
 		Shell:       p.Shell,
 		SoftTimeout: soft,
 		MaxWait:     maxWait,
@@ -184,7 +185,7 @@ func OptionsFromParams(env tools.Env, params json.RawMessage) (Options, error) {
 }
 
 // Factory makes the terminal tool of a session: one shell started in
-// env.Workspace, full outputs kept under env.StateDir. params is optional
+// env.Dir (else env.Workspace), full outputs kept under env.StateDir. params is optional
 // JSON (see Params).
 func Factory(env tools.Env, params json.RawMessage) ([]*tools.Tool, error) {
 	opts, err := OptionsFromParams(env, params)
