@@ -23,6 +23,7 @@ import (
 	"net/netip"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -279,13 +280,8 @@ func containerName(id string, pooled bool) string {
 func workspaceVolume(id string) string { return "sandboxd-" + id + "-workspace" }
 func homeVolume(id string) string      { return "sandboxd-" + id + "-home" }
 
-// volumeAt names the session's volume mounted at target.
-func volumeAt(id, target string, l layout) string {
-	if target == l.home && target != "" {
-		return homeVolume(id)
-	}
-	return workspaceVolume(id)
-}
+// editableVolume names the volume of the session's i-th editable path.
+func editableVolume(id string, i int) string { return "sandboxd-" + id + "-edit" + strconv.Itoa(i) }
 
 func networkName(id string) string { return "sandboxd-" + id }
 
