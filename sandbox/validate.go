@@ -516,7 +516,7 @@ func ParseUser(s string) (uid, gid int, err error) {
 	case err1 != nil || err2 != nil || uid < 0 || gid < 0:
 		return 0, 0, fmt.Errorf("%q is not a numeric uid or uid:gid", s)
 	case uid == 0 || gid == 0:
-		return 0, 0, fmt.Errorf("%q is root; sandboxes never run as root unless as the image's own user (%q, from a session profile)", s, UserImage)
+		return 0, 0, fmt.Errorf("%q is root; sandboxes never run as root", s)
 	}
 	return uid, gid, nil
 }
