@@ -6,6 +6,7 @@ import sys
 root, total = sys.argv[1], int(sys.argv[2])
 
 files = {
+    ".gitignore": "__pycache__/\n*.egg-info/\n",
     "setup.py": "from setuptools import setup\n\nsetup(name='calc', version='0.1', packages=['calc'], install_requires=['tinyfmt'])\n",
     "README.md": "# calc\n\nSmall statistics helpers. Run the tests with `run_tests.sh`.\n",
     "calc/__init__.py": "from calc.stats import mean, summary\n",

@@ -127,7 +127,7 @@ func (r *Runtime) buildContainer(spec sandbox.Spec, netName string, l layout, ex
 			sandbox.RunDir: fmt.Sprintf("rw,nosuid,nodev,noexec,mode=0700,uid=%d,gid=%d,size=%d",
 				uid, gid, r.runDirSize(o)),
 		},
-		Mounts: []mount.Mount{r.agentMount()},
+		Mounts: []mount.Mount{r.agentMount(o)},
 	}
 	for _, v := range l.vols {
 		host.Mounts = append(host.Mounts, volumeMount(v))

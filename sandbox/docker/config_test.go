@@ -24,7 +24,7 @@ func testRuntime(copyAgent bool) *Runtime {
 	return &Runtime{
 		opts: Options{Labels: map[string]string{"scope": "t"}, LogMaxSize: "1m", LogMaxFiles: "2",
 			RunDirSize: 16 << 20, CopyAgent: copyAgent},
-		agent: &agentBinary{path: "/opt/sandboxd", sum: "0123456789abcdef0123"},
+		agent: &agentBinary{path: "/opt/sandboxd", sum: "0123456789abcdef0123", scope: "s1"},
 	}
 }
 
@@ -142,7 +142,7 @@ func TestBuildContainerPooledAndCopyMode(t *testing.T) {
 	assert.Equal(t, mount.TypeVolume, m.Type)
 	assert.Equal(t, sandbox.AgentDir, m.Target)
 	assert.True(t, m.ReadOnly)
-	assert.Equal(t, "sandboxd-agent-0123456789abcdef", m.Source)
+	assert.Equal(t, "sandboxd-agent-s1-0123456789abcdef", m.Source, "the runtime's own volume, by its scope")
 }
 
 // The agent's state tmpfs is charged to memory like /tmp: at most a
@@ -264,6 +264,8 @@ func TestBuildContainerEditableAndImageUser(t *testing.T) {
 	assert.Contains(t, cs.host.SecurityOpt, "no-new-privileges:true")
 	assert.False(t, cs.host.Privileged)
 	assert.Equal(t, "rw,nosuid,nodev,noexec,mode=0700,uid=0,gid=0,size=16777216", cs.host.Tmpfs[sandbox.RunDir])
+	assert.Equal(t, mount.Mount{Type: mount.TypeVolume, Source: "sandboxd-agent-s1-0123456789abcdef", Target: sandbox.AgentDir, ReadOnly: true,
+		VolumeOptions: &mount.VolumeOptions{NoCopy: true}}, cs.host.Mounts[0], "with a writable root, the agent's folder is a read-only mount of its own")
 	assert.Equal(t, mount.Mount{Type: mount.TypeVolume, Source: "sandboxd-sid-edit0", Target: "/testbed"}, cs.host.Mounts[3],
 		"the image's user gets the image's owners: the engine's copy-up")
 }

@@ -195,6 +195,7 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 		r.Close()
 		return nil, fmt.Errorf("docker runtime: %w", err)
 	}
+	ab.scope = ScopeOf(opts.Labels)
 	r.agent = ab
 	r.warnSecurity(pctx)
 	r.probeRuntimes(ctx)

@@ -44,7 +44,7 @@ func (r *Runtime) Start(ctx context.Context, spec sandbox.Spec) (_ io.ReadWriteC
 		}
 	}()
 
-	if r.opts.CopyAgent {
+	if r.agentInVolume(spec.Options) {
 		if err := r.ensureAgentVolume(ctx, spec.Options.Image); err != nil {
 			return nil, err
 		}
