@@ -266,7 +266,8 @@ func TestBuildContainerEditableAndImageUser(t *testing.T) {
 	assert.Equal(t, "rw,nosuid,nodev,noexec,mode=0700,uid=0,gid=0,size=16777216", cs.host.Tmpfs[sandbox.RunDir])
 	assert.Equal(t, mount.Mount{Type: mount.TypeVolume, Source: "sandboxd-agent-s1-0123456789abcdef", Target: sandbox.AgentDir, ReadOnly: true,
 		VolumeOptions: &mount.VolumeOptions{NoCopy: true}}, cs.host.Mounts[0], "with a writable root, the agent's folder is a read-only mount of its own")
-	assert.Equal(t, mount.Mount{Type: mount.TypeVolume, Source: "sandboxd-sid-edit0", Target: "/testbed"}, cs.host.Mounts[3],
+	require.Len(t, cs.host.Mounts, 3, "the agent, the workspace, /testbed: HOME is the image's own, on the writable root")
+	assert.Equal(t, mount.Mount{Type: mount.TypeVolume, Source: "sandboxd-sid-edit0", Target: "/testbed"}, cs.host.Mounts[2],
 		"the image's user gets the image's owners: the engine's copy-up")
 }
 
@@ -324,6 +325,12 @@ func TestPlanLayout(t *testing.T) {
 			[]v{{ws, seedOwned}, {"/root", seedOwned}, {"/root/src", seedOwned}}},
 		{"the image's user: editable paths keep the image's owners", sandbox.SessionOptions{User: sandbox.UserImage, EditablePaths: []string{"/testbed"}}, foreign, "/root", false,
 			[]v{{ws, seedOwned}, {"/root", seedOwned}, {"/testbed", seedEngine}}},
+		{"the image's user on a writable root: HOME is the image's own", sandbox.SessionOptions{User: sandbox.UserImage, WritableRootfs: true}, foreign, "", false,
+			[]v{{ws, seedOwned}}},
+		{"the image's user on a writable root, no usable HOME: the fallback", sandbox.SessionOptions{User: sandbox.UserImage, WritableRootfs: true}, imageFacts{home: "/"}, fb, true,
+			[]v{{ws, seedOwned}, {fb, seedOwned}}},
+		{"another user on a writable root: HOME a volume as ever", sandbox.SessionOptions{WritableRootfs: true}, foreign, "/root", false,
+			[]v{{ws, seedOwned}, {"/root", seedOwned}}},
 		{"the image's user, our image as 1000:1000", sandbox.SessionOptions{User: sandbox.UserImage}, ours, "/home/agent", false,
 			[]v{{ws, seedEngine}, {"/home/agent", seedEngine}}},
 	}

@@ -91,8 +91,9 @@ type layout struct {
 	// (other than "/"), or the workspace.
 	cwd string
 	// home is the mount point of the home volume; "" when HOME lies in
-	// /workspace, /tmp or an editable path (writable already) or the
-	// session set an unusable HOME itself.
+	// /workspace, /tmp or an editable path (writable already), the
+	// session runs as the image's user on a writable root (HOME is the
+	// image's own), or the session set an unusable HOME itself.
 	home string
 	// setHome: HOME=home goes into the container's environment (the image
 	// names no usable one and the session none).
@@ -138,8 +139,11 @@ func planLayout(id string, o sandbox.SessionOptions, img imageFacts, uid, gid in
 	if l.cwd, err = workingDir(o, img); err != nil {
 		return layout{}, err
 	}
+	// The image as its harness expects it (its user, a writable root) has
+	// its HOME where the image has it, in the container's own layer.
+	asImage := o.User == sandbox.UserImage && o.WritableRootfs
 	writable := func(h string) bool {
-		if sandbox.Within(h, sandbox.WorkspaceDir) || sandbox.Within(h, "/tmp") {
+		if sandbox.Within(h, sandbox.WorkspaceDir) || sandbox.Within(h, "/tmp") || asImage {
 			return true
 		}
 		for _, e := range o.EditablePaths {

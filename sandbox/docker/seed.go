@@ -113,24 +113,32 @@ func seedHelperMounts(owned []vol) []mount.Mount {
 
 // seed fills the volumes of l.owned() from helper (created with
 // seedHelperMounts) into ctr, the session's container, created and not
-// started, and hands their roots to the session user.
-func (r *Runtime) seed(ctx context.Context, id, helper, ctr string, l layout) error {
+// started, and hands their roots to the session user. quota says the
+// volumes are quota-bound filesystems, whose roots mkfs made the session
+// user's with mode 0755; a plain volume's root is root's, 0755. A root that
+// is right already is left alone (one engine call less).
+func (r *Runtime) seed(ctx context.Context, id, helper, ctr string, l layout, quota bool) error {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, seedTimeout)
 	defer cancel()
 	owned := l.owned()
 	var roots bytes.Buffer
 	tw := tar.NewWriter(&roots)
-	entries := 0
+	entries, fixes := 0, 0
 	for i, v := range owned {
 		root, n, err := r.copyOwned(ctx, helper, ctr, v, l.uid, l.gid)
 		if err != nil {
 			return err
 		}
 		entries += n
+		mode := root.Mode & 0o7777
+		if mode == 0o755 && (quota || l.uid == 0 && l.gid == 0) {
+			continue
+		}
+		fixes++
 		if err := tw.WriteHeader(&tar.Header{
 			Typeflag: tar.TypeDir, Name: strings.TrimPrefix(seedMount(i), "/") + "/",
-			Mode: root.Mode & 0o7777, Uid: l.uid, Gid: l.gid, ModTime: root.ModTime,
+			Mode: mode, Uid: l.uid, Gid: l.gid, ModTime: root.ModTime,
 		}); err != nil {
 			return fmt.Errorf("seeding: %w", err)
 		}
@@ -138,17 +146,19 @@ func (r *Runtime) seed(ctx context.Context, id, helper, ctr string, l layout) er
 	if err := tw.Close(); err != nil {
 		return fmt.Errorf("seeding: %w", err)
 	}
-	cctx, ccancel := r.call(ctx)
-	defer ccancel()
-	if err := r.cli.CopyToContainer(cctx, helper, "/", &roots, container.CopyToContainerOptions{}); err != nil {
-		return fmt.Errorf("seeding: handing the volume roots to %d:%d: %w", l.uid, l.gid, err)
+	if fixes > 0 {
+		cctx, ccancel := r.call(ctx)
+		defer ccancel()
+		if err := r.cli.CopyToContainer(cctx, helper, "/", &roots, container.CopyToContainerOptions{}); err != nil {
+			return fmt.Errorf("seeding: handing the volume roots to %d:%d: %w", l.uid, l.gid, err)
+		}
 	}
 	targets := make([]string, len(owned))
 	for i, v := range owned {
 		targets[i] = v.target
 	}
 	r.log.Debug("volumes seeded from the image, owned by the session user", "session", id, "paths", targets,
-		"entries", entries, "user", fmt.Sprintf("%d:%d", l.uid, l.gid), "took", time.Since(start).Round(time.Millisecond))
+		"entries", entries, "roots_fixed", fixes, "user", fmt.Sprintf("%d:%d", l.uid, l.gid), "took", time.Since(start).Round(time.Millisecond))
 	return nil
 }
 
@@ -171,17 +181,30 @@ func (r *Runtime) copyOwned(ctx context.Context, helper, ctr string, v vol, uid,
 	case !st.Mode.IsDir():
 		return nil, 0, seedProblem(v, fmt.Sprintf("%s is not a folder in the image (%v)", v.target, st.Mode))
 	}
-	pr, pw := io.Pipe()
-	type result struct {
-		root *tar.Header
-		n    int
-		err  error
+	// An empty folder (the common /workspace) needs no write: look past
+	// the folder's own entry first.
+	tr := tar.NewReader(rc)
+	first, err := tr.Next()
+	if err != nil {
+		return nil, 0, fmt.Errorf("seeding the %s: reading %s from the image: %w", v.what, v.target, err)
 	}
+	base := path.Base(v.target)
+	if strings.TrimSuffix(first.Name, "/") != base || first.Typeflag != tar.TypeDir {
+		return nil, 0, fmt.Errorf("seeding the %s: the engine's archive of %s starts with %q, not the folder", v.what, v.target, first.Name)
+	}
+	second, err := tr.Next()
+	if errors.Is(err, io.EOF) {
+		return first, 0, nil
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("seeding the %s: reading %s from the image: %w", v.what, v.target, err)
+	}
+	pr, pw := io.Pipe()
 	done := make(chan result, 1)
 	go func() {
-		root, n, err := rewriteOwned(rc, pw, path.Base(v.target), uid, gid)
+		n, err := rewriteOwned(tr, second, pw, base, uid, gid)
 		pw.CloseWithError(err) // nil: EOF for the engine
-		done <- result{root, n, err}
+		done <- result{n, err}
 	}()
 	err = r.cli.CopyToContainer(ctx, ctr, v.target, pr, container.CopyToContainerOptions{})
 	_ = pr.CloseWithError(errors.New("the engine stopped reading")) // unblocks the rewrite if the engine gave up early
@@ -192,10 +215,13 @@ func (r *Runtime) copyOwned(ctx context.Context, helper, ctr string, v vol, uid,
 		return nil, 0, fmt.Errorf("seeding the %s from %s: %w", v.what, v.target, res.err)
 	case err != nil:
 		return nil, 0, fmt.Errorf("seeding the %s: writing %s: %w", v.what, v.target, err)
-	case res.root == nil:
-		return nil, 0, fmt.Errorf("seeding the %s: the engine's archive of %s has no entry for the folder itself", v.what, v.target)
 	}
-	return res.root, res.n, nil
+	return first, res.n, nil
+}
+
+type result struct {
+	n   int
+	err error
 }
 
 // seedProblem is an invalid-options error for a volume's folder the image
@@ -208,49 +234,30 @@ func seedProblem(v vol, msg string) error {
 	return &sandbox.OptionsError{Problems: []string{field + ": " + msg}}
 }
 
-// rewriteOwned copies the engine's archive of a folder (entries named
-// base, base/...) from src to dst as entries relative to the folder
-// itself, every one owned by uid:gid, and returns the folder's own header
-// (not written: the root is handed over separately) and the count of
-// entries written. Device files are left out (a volume is no place for
-// them), setuid and setgid bits of files are cleared and file capabilities
-// dropped: what was root's in the image becomes the session user's, never
-// a way to become someone else.
-func rewriteOwned(src io.Reader, dst io.Writer, base string, uid, gid int) (root *tar.Header, n int, err error) {
-	tr := tar.NewReader(src)
+// rewriteOwned copies the entries of the engine's archive of a folder
+// (named base/..., the folder's own entry read already; hdr is the next,
+// then the rest of tr) to dst as entries relative to the folder, every one
+// owned by uid:gid, and returns how many it wrote. Device files are left
+// out (a volume is no place for them), setuid and setgid bits of files are
+// cleared and file capabilities dropped: what was root's in the image
+// becomes the session user's, never a way to become someone else.
+func rewriteOwned(tr *tar.Reader, hdr *tar.Header, dst io.Writer, base string, uid, gid int) (n int, err error) {
 	tw := tar.NewWriter(dst)
 	strip := func(name string) (string, bool) {
-		name = strings.TrimSuffix(name, "/")
-		if name == base {
-			return ".", true
-		}
-		rest, ok := strings.CutPrefix(name, base+"/")
+		rest, ok := strings.CutPrefix(strings.TrimSuffix(name, "/"), base+"/")
 		return rest, ok && rest != ""
 	}
-	for {
-		hdr, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return nil, n, fmt.Errorf("reading the image's archive: %w", err)
-		}
+	for ; hdr != nil; hdr, err = tr.Next() {
 		name, ok := strip(hdr.Name)
 		if !ok {
-			return nil, n, fmt.Errorf("the image's archive has an entry %q outside %s", hdr.Name, base)
-		}
-		if name == "." {
-			if hdr.Typeflag == tar.TypeDir {
-				root = hdr
-			}
-			continue
+			return n, fmt.Errorf("the image's archive has an entry %q outside %s", hdr.Name, base)
 		}
 		switch hdr.Typeflag {
 		case tar.TypeChar, tar.TypeBlock:
 			continue
 		case tar.TypeLink:
 			if hdr.Linkname, ok = strip(hdr.Linkname); !ok {
-				return nil, n, fmt.Errorf("the image's archive has a hard link %q to %q, outside %s", hdr.Name, hdr.Linkname, base)
+				return n, fmt.Errorf("the image's archive has a hard link %q to %q, outside %s", hdr.Name, hdr.Linkname, base)
 			}
 		}
 		if hdr.Typeflag == tar.TypeDir {
@@ -267,14 +274,17 @@ func rewriteOwned(src io.Reader, dst io.Writer, base string, uid, gid int) (root
 		}
 		delete(hdr.Xattrs, "security.capability") //nolint:staticcheck // the reader fills it beside PAXRecords; the writer reads both
 		if err := tw.WriteHeader(hdr); err != nil {
-			return nil, n, err
+			return n, err
 		}
 		if _, err := io.Copy(tw, tr); err != nil {
-			return nil, n, err
+			return n, err
 		}
 		n++
 	}
-	return root, n, tw.Close()
+	if !errors.Is(err, io.EOF) {
+		return n, fmt.Errorf("reading the image's archive: %w", err)
+	}
+	return n, tw.Close()
 }
 
 // sessionUser is the uid:gid the session runs as: the options' User, or

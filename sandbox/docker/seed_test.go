@@ -67,11 +67,15 @@ func TestRewriteOwned(t *testing.T) {
 		tarEntry{hdr: tar.Header{Name: "testbed/fifo", Typeflag: tar.TypeFifo, Mode: 0o600, ModTime: mt}},
 	)
 	var dst bytes.Buffer
-	root, n, err := rewriteOwned(src, &dst, "testbed", 1000, 1001)
+	tr := tar.NewReader(src)
+	root, err := tr.Next() // copyOwned reads the folder's own entry
 	require.NoError(t, err)
-	require.NotNil(t, root)
 	assert.EqualValues(t, 0o2775, root.Mode)
 	assert.Equal(t, mt, root.ModTime)
+	next, err := tr.Next()
+	require.NoError(t, err)
+	n, err := rewriteOwned(tr, next, &dst, "testbed", 1000, 1001)
+	require.NoError(t, err)
 	assert.Equal(t, 6, n)
 
 	got := readTar(t, &dst)
@@ -97,12 +101,21 @@ func TestRewriteOwned(t *testing.T) {
 
 	// An archive with an entry elsewhere is not the engine's archive of
 	// the folder.
-	_, _, err = rewriteOwned(tarStream(t, tarEntry{hdr: tar.Header{Name: "other/x", Typeflag: tar.TypeReg}}), io.Discard, "testbed", 1, 1)
-	assert.ErrorContains(t, err, `entry "other/x" outside testbed`)
-	_, _, err = rewriteOwned(tarStream(t, tarEntry{hdr: tar.Header{Name: "testbed/h", Typeflag: tar.TypeLink, Linkname: "etc/shadow"}}), io.Discard, "testbed", 1, 1)
-	assert.ErrorContains(t, err, "outside testbed")
-	_, _, err = rewriteOwned(bytes.NewReader([]byte("not a tar")), io.Discard, "testbed", 1, 1)
-	assert.Error(t, err)
+	rewrite := func(entries ...tarEntry) error {
+		tr := tar.NewReader(tarStream(t, entries...))
+		first, err := tr.Next()
+		require.NoError(t, err)
+		_, err = rewriteOwned(tr, first, io.Discard, "testbed", 1, 1)
+		return err
+	}
+	assert.ErrorContains(t, rewrite(tarEntry{hdr: tar.Header{Name: "other/x", Typeflag: tar.TypeReg}}), `entry "other/x" outside testbed`)
+	assert.ErrorContains(t, rewrite(tarEntry{hdr: tar.Header{Name: "testbed/h", Typeflag: tar.TypeLink, Linkname: "etc/shadow"}}), "outside testbed")
+	assert.ErrorContains(t, rewrite(tarEntry{hdr: tar.Header{Name: "testbed", Typeflag: tar.TypeDir}}), "outside testbed", "the folder's entry only once, first")
+	tr = tar.NewReader(bytes.NewReader(append(tarStream(t, tarEntry{hdr: tar.Header{Name: "testbed/a", Typeflag: tar.TypeReg}}).Bytes()[:512], make([]byte, 100)...)))
+	first, err := tr.Next()
+	require.NoError(t, err)
+	_, err = rewriteOwned(tr, first, io.Discard, "testbed", 1, 1)
+	assert.Error(t, err, "a truncated archive")
 }
 
 func TestNumericUser(t *testing.T) {

@@ -103,7 +103,7 @@ func (r *Runtime) Start(ctx context.Context, spec sandbox.Spec) (_ io.ReadWriteC
 		return nil, errors.Join(cerr, herr)
 	}
 	if removeHelper != nil {
-		err := r.seed(ctx, id, helper, created, l)
+		err := r.seed(ctx, id, helper, created, l, spec.Options.Limits.DiskQuota > 0)
 		if rerr := removeHelper(); err == nil {
 			err = rerr
 		}
