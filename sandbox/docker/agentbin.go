@@ -84,7 +84,9 @@ func (a *agentBinary) volume() string { return "sandboxd-agent-" + a.scope + "-"
 // sandbox.UserImage) could otherwise move the folder that holds a
 // file bind aside and put its own program where the daemon runs
 // agent-proxy (decision 0028). A mount point cannot be moved.
-func (r *Runtime) agentInVolume(o sandbox.SessionOptions) bool { return r.opts.CopyAgent || o.WritableRootfs }
+func (r *Runtime) agentInVolume(o sandbox.SessionOptions) bool {
+	return r.opts.CopyAgent || o.WritableRootfs
+}
 
 // agentMount is how the agent binary appears in a sandbox: a read-only bind
 // of the host file, or a read-only shared volume filled once (agentInVolume).
