@@ -28,14 +28,15 @@ import (
 // created and never started, with the volumes to seed mounted under
 // seedDir (without the engine's copy-up). For each volume, the engine
 // archives the image's folder from the helper (whose rootfs has the
-// image's content at the volume's path), sandboxd rewrites the tar stream
-// on its way through (every entry owned by the session user; no device
-// files, no setuid or setgid bits, no file capabilities) and the engine
-// extracts it into the session's container, created but not started, whose
-// mount of the volume makes the write land in the volume. The stream runs
-// between two containers because the engine locks a container for the
-// whole of an archive read. Last, one tar of directory entries extracted
-// into the helper over seedDir/<i> hands each volume's root to the session
+// image's content at the volume's path) and sandboxd rewrites the entries
+// (every one owned by the session user; no device files, no setuid or
+// setgid bits, no file capabilities). A large folder streams on into the
+// session's container, created but not started, whose mount of the volume
+// makes the write land in the volume: the stream runs between two
+// containers because the engine locks a container for the whole of an
+// archive read. The small ones (HOME, an empty workspace) are kept in
+// memory and written with one last tar into the helper under seedDir/<i>,
+// with a directory entry per volume that hands its root to the session
 // user with the mode of the image's folder (a folder the image lacks gets
 // 0755). The helper is then removed; the session's container mounts the
 // volumes with NoCopy, so the engine does not copy the image's owners back
@@ -111,34 +112,45 @@ func seedHelperMounts(owned []vol) []mount.Mount {
 	return mounts
 }
 
+// smallSeedBytes bounds the archive of a folder that seed keeps in memory
+// to write with the others in one engine call (HOME, an empty workspace);
+// a larger one streams into the session's container.
+const smallSeedBytes = 8 << 20
+
 // seed fills the volumes of l.owned() from helper (created with
-// seedHelperMounts) into ctr, the session's container, created and not
-// started, and hands their roots to the session user. quota says the
-// volumes are quota-bound filesystems, whose roots mkfs made the session
-// user's with mode 0755; a plain volume's root is root's, 0755. A root that
-// is right already is left alone (one engine call less).
+// seedHelperMounts) and hands their roots to the session user. A large
+// folder streams into ctr, the session's container (created, not
+// started); the small ones and the roots go into the helper's mounts in
+// one last write. quota says the volumes are quota-bound filesystems,
+// whose roots mkfs made the session user's with mode 0755; a plain
+// volume's root is root's, 0755; a root that is right already is left
+// alone. For a foreign image's workspace and HOME that is three engine
+// calls: two reads and one write.
 func (r *Runtime) seed(ctx context.Context, id, helper, ctr string, l layout, quota bool) error {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, seedTimeout)
 	defer cancel()
 	owned := l.owned()
-	var roots bytes.Buffer
-	tw := tar.NewWriter(&roots)
-	entries, fixes := 0, 0
+	var small bytes.Buffer
+	tw := tar.NewWriter(&small)
+	entries, inHelper := 0, 0
 	for i, v := range owned {
-		root, n, err := r.copyOwned(ctx, helper, ctr, v, l.uid, l.gid)
+		prefix := strings.TrimPrefix(seedMount(i), "/")
+		root, n, buffered, err := r.copyOwned(ctx, helper, ctr, v, l.uid, l.gid, tw, prefix)
 		if err != nil {
 			return err
 		}
 		entries += n
+		if buffered {
+			inHelper += n
+		}
 		mode := root.Mode & 0o7777
 		if mode == 0o755 && (quota || l.uid == 0 && l.gid == 0) {
 			continue
 		}
-		fixes++
+		inHelper++
 		if err := tw.WriteHeader(&tar.Header{
-			Typeflag: tar.TypeDir, Name: strings.TrimPrefix(seedMount(i), "/") + "/",
-			Mode: mode, Uid: l.uid, Gid: l.gid, ModTime: root.ModTime,
+			Typeflag: tar.TypeDir, Name: prefix + "/", Mode: mode, Uid: l.uid, Gid: l.gid, ModTime: root.ModTime,
 		}); err != nil {
 			return fmt.Errorf("seeding: %w", err)
 		}
@@ -146,11 +158,11 @@ func (r *Runtime) seed(ctx context.Context, id, helper, ctr string, l layout, qu
 	if err := tw.Close(); err != nil {
 		return fmt.Errorf("seeding: %w", err)
 	}
-	if fixes > 0 {
+	if inHelper > 0 {
 		cctx, ccancel := r.call(ctx)
 		defer ccancel()
-		if err := r.cli.CopyToContainer(cctx, helper, "/", &roots, container.CopyToContainerOptions{}); err != nil {
-			return fmt.Errorf("seeding: handing the volume roots to %d:%d: %w", l.uid, l.gid, err)
+		if err := r.cli.CopyToContainer(cctx, helper, "/", &small, container.CopyToContainerOptions{}); err != nil {
+			return fmt.Errorf("seeding: writing the small folders and the volume roots, owned by %d:%d: %w", l.uid, l.gid, err)
 		}
 	}
 	targets := make([]string, len(owned))
@@ -158,51 +170,99 @@ func (r *Runtime) seed(ctx context.Context, id, helper, ctr string, l layout, qu
 		targets[i] = v.target
 	}
 	r.log.Debug("volumes seeded from the image, owned by the session user", "session", id, "paths", targets,
-		"entries", entries, "roots_fixed", fixes, "user", fmt.Sprintf("%d:%d", l.uid, l.gid), "took", time.Since(start).Round(time.Millisecond))
+		"entries", entries, "written_in_helper", inHelper, "user", fmt.Sprintf("%d:%d", l.uid, l.gid), "took", time.Since(start).Round(time.Millisecond))
 	return nil
 }
 
-// copyOwned streams the image's folder at v.target from the helper into
-// the session's container, owned by uid:gid, and returns the header of the
-// folder itself (its mode and time, for the root) and how many entries
-// went in. A folder the image lacks gives an empty volume with mode 0755.
-func (r *Runtime) copyOwned(ctx context.Context, helper, ctr string, v vol, uid, gid int) (*tar.Header, int, error) {
+// seedEntry is an entry of a folder's archive kept in memory.
+type seedEntry struct {
+	hdr  *tar.Header
+	body []byte
+}
+
+// copyOwned reads the image's folder at v.target from the helper, owned by
+// uid:gid (see ownEntry), and returns the header of the folder itself (its
+// mode and time, for the root) and how many entries went in. A folder
+// whose archive stays under smallSeedBytes is written to small, under
+// prefix (the helper's mount of the volume; buffered is set); a larger one
+// streams into the session's container ctr at v.target. A folder the image
+// lacks gives an empty volume with mode 0755.
+func (r *Runtime) copyOwned(ctx context.Context, helper, ctr string, v vol, uid, gid int, small *tar.Writer, prefix string) (root *tar.Header, n int, buffered bool, err error) {
 	rc, st, err := r.cli.CopyFromContainer(ctx, helper, v.target)
 	if isNotFound(err) {
-		return &tar.Header{Mode: 0o755, ModTime: time.Now()}, 0, nil
+		return &tar.Header{Mode: 0o755, ModTime: time.Now()}, 0, false, nil
 	}
 	if err != nil {
-		return nil, 0, fmt.Errorf("seeding the %s: reading %s from the image: %w", v.what, v.target, err)
+		return nil, 0, false, fmt.Errorf("seeding the %s: reading %s from the image: %w", v.what, v.target, err)
 	}
 	defer rc.Close()
 	switch {
 	case st.Mode&fs.ModeSymlink != 0:
-		return nil, 0, seedProblem(v, fmt.Sprintf("%s is a symbolic link in the image (to %q): name the folder it points to", v.target, st.LinkTarget))
+		return nil, 0, false, seedProblem(v, fmt.Sprintf("%s is a symbolic link in the image (to %q): name the folder it points to", v.target, st.LinkTarget))
 	case !st.Mode.IsDir():
-		return nil, 0, seedProblem(v, fmt.Sprintf("%s is not a folder in the image (%v)", v.target, st.Mode))
+		return nil, 0, false, seedProblem(v, fmt.Sprintf("%s is not a folder in the image (%v)", v.target, st.Mode))
 	}
-	// An empty folder (the common /workspace) needs no write: look past
-	// the folder's own entry first.
+	readErr := func(err error) error {
+		return fmt.Errorf("seeding the %s: reading %s from the image: %w", v.what, v.target, err)
+	}
 	tr := tar.NewReader(rc)
-	first, err := tr.Next()
+	root, err = tr.Next()
 	if err != nil {
-		return nil, 0, fmt.Errorf("seeding the %s: reading %s from the image: %w", v.what, v.target, err)
+		return nil, 0, false, readErr(err)
 	}
 	base := path.Base(v.target)
-	if strings.TrimSuffix(first.Name, "/") != base || first.Typeflag != tar.TypeDir {
-		return nil, 0, fmt.Errorf("seeding the %s: the engine's archive of %s starts with %q, not the folder", v.what, v.target, first.Name)
+	if strings.TrimSuffix(root.Name, "/") != base || root.Typeflag != tar.TypeDir {
+		return nil, 0, false, fmt.Errorf("seeding the %s: the engine's archive of %s starts with %q, not the folder", v.what, v.target, root.Name)
 	}
-	second, err := tr.Next()
-	if errors.Is(err, io.EOF) {
-		return first, 0, nil
+
+	// Keep the archive in memory while it is small.
+	var pending []seedEntry
+	size := 0
+	var next *tar.Header
+	for {
+		hdr, err := nextOwned(tr, base, uid, gid)
+		if errors.Is(err, io.EOF) {
+			if err := writeEntries(small, pending, prefix+"/"); err != nil {
+				return nil, 0, false, fmt.Errorf("seeding the %s: %w", v.what, err)
+			}
+			return root, len(pending), true, nil
+		}
+		if err != nil {
+			return nil, 0, false, readErr(err)
+		}
+		if size+512+int(hdr.Size) > smallSeedBytes {
+			next = hdr
+			break
+		}
+		body, err := io.ReadAll(tr)
+		if err != nil {
+			return nil, 0, false, readErr(err)
+		}
+		pending = append(pending, seedEntry{hdr, body})
+		size += 512 + len(body)
 	}
-	if err != nil {
-		return nil, 0, fmt.Errorf("seeding the %s: reading %s from the image: %w", v.what, v.target, err)
-	}
+
+	// Large: what was kept, then the rest of the stream, into the
+	// session's container.
 	pr, pw := io.Pipe()
 	done := make(chan result, 1)
 	go func() {
-		n, err := rewriteOwned(tr, second, pw, base, uid, gid)
+		tw := tar.NewWriter(pw)
+		err := writeEntries(tw, pending, "")
+		n, hdr := len(pending), next
+		for err == nil {
+			if err = tw.WriteHeader(hdr); err != nil {
+				break
+			}
+			if _, err = io.Copy(tw, tr); err != nil {
+				break
+			}
+			n++
+			hdr, err = nextOwned(tr, base, uid, gid)
+		}
+		if errors.Is(err, io.EOF) {
+			err = tw.Close()
+		}
 		pw.CloseWithError(err) // nil: EOF for the engine
 		done <- result{n, err}
 	}()
@@ -212,16 +272,34 @@ func (r *Runtime) copyOwned(ctx context.Context, helper, ctr string, v vol, uid,
 	res := <-done
 	switch {
 	case res.err != nil && err == nil:
-		return nil, 0, fmt.Errorf("seeding the %s from %s: %w", v.what, v.target, res.err)
+		return nil, 0, false, fmt.Errorf("seeding the %s from %s: %w", v.what, v.target, res.err)
 	case err != nil:
-		return nil, 0, fmt.Errorf("seeding the %s: writing %s: %w", v.what, v.target, err)
+		return nil, 0, false, fmt.Errorf("seeding the %s: writing %s: %w", v.what, v.target, err)
 	}
-	return first, res.n, nil
+	return root, res.n, false, nil
 }
 
 type result struct {
 	n   int
 	err error
+}
+
+// writeEntries writes kept entries to tw, their names (and hard links'
+// targets) under prefix.
+func writeEntries(tw *tar.Writer, entries []seedEntry, prefix string) error {
+	for _, e := range entries {
+		e.hdr.Name = prefix + e.hdr.Name
+		if e.hdr.Typeflag == tar.TypeLink {
+			e.hdr.Linkname = prefix + e.hdr.Linkname
+		}
+		if err := tw.WriteHeader(e.hdr); err != nil {
+			return err
+		}
+		if _, err := tw.Write(e.body); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // seedProblem is an invalid-options error for a volume's folder the image
@@ -234,57 +312,59 @@ func seedProblem(v vol, msg string) error {
 	return &sandbox.OptionsError{Problems: []string{field + ": " + msg}}
 }
 
-// rewriteOwned copies the entries of the engine's archive of a folder
-// (named base/..., the folder's own entry read already; hdr is the next,
-// then the rest of tr) to dst as entries relative to the folder, every one
-// owned by uid:gid, and returns how many it wrote. Device files are left
-// out (a volume is no place for them), setuid and setgid bits of files are
-// cleared and file capabilities dropped: what was root's in the image
-// becomes the session user's, never a way to become someone else.
-func rewriteOwned(tr *tar.Reader, hdr *tar.Header, dst io.Writer, base string, uid, gid int) (n int, err error) {
-	tw := tar.NewWriter(dst)
+// nextOwned reads the next entry of the engine's archive of a folder (its
+// entries named base/..., the folder's own read already) that goes into
+// the volume, rewritten by ownEntry; io.EOF at the end.
+func nextOwned(tr *tar.Reader, base string, uid, gid int) (*tar.Header, error) {
+	for {
+		hdr, err := tr.Next()
+		if err != nil {
+			return nil, err
+		}
+		keep, err := ownEntry(hdr, base, uid, gid)
+		if err != nil || keep {
+			return hdr, err
+		}
+	}
+}
+
+// ownEntry rewrites an entry of the engine's archive of a folder (named
+// base/...) in place: named relative to the folder, owned by uid:gid,
+// setuid and setgid bits of files cleared and file capabilities dropped,
+// so that what was root's in the image becomes the session user's, never
+// a way to become someone else. Device files are not kept (a volume is no
+// place for them).
+func ownEntry(hdr *tar.Header, base string, uid, gid int) (keep bool, err error) {
 	strip := func(name string) (string, bool) {
 		rest, ok := strings.CutPrefix(strings.TrimSuffix(name, "/"), base+"/")
 		return rest, ok && rest != ""
 	}
-	for ; hdr != nil; hdr, err = tr.Next() {
-		name, ok := strip(hdr.Name)
-		if !ok {
-			return n, fmt.Errorf("the image's archive has an entry %q outside %s", hdr.Name, base)
-		}
-		switch hdr.Typeflag {
-		case tar.TypeChar, tar.TypeBlock:
-			continue
-		case tar.TypeLink:
-			if hdr.Linkname, ok = strip(hdr.Linkname); !ok {
-				return n, fmt.Errorf("the image's archive has a hard link %q to %q, outside %s", hdr.Name, hdr.Linkname, base)
-			}
-		}
-		if hdr.Typeflag == tar.TypeDir {
-			name += "/"
-		} else {
-			hdr.Mode &^= 0o6000
-		}
-		hdr.Name = name
-		hdr.Uid, hdr.Gid, hdr.Uname, hdr.Gname = uid, gid, "", ""
-		for k := range hdr.PAXRecords {
-			if strings.HasPrefix(k, "SCHILY.xattr.security.capability") {
-				delete(hdr.PAXRecords, k)
-			}
-		}
-		delete(hdr.Xattrs, "security.capability") //nolint:staticcheck // the reader fills it beside PAXRecords; the writer reads both
-		if err := tw.WriteHeader(hdr); err != nil {
-			return n, err
-		}
-		if _, err := io.Copy(tw, tr); err != nil {
-			return n, err
-		}
-		n++
+	name, ok := strip(hdr.Name)
+	if !ok {
+		return false, fmt.Errorf("the image's archive has an entry %q outside %s", hdr.Name, base)
 	}
-	if !errors.Is(err, io.EOF) {
-		return n, fmt.Errorf("reading the image's archive: %w", err)
+	switch hdr.Typeflag {
+	case tar.TypeChar, tar.TypeBlock:
+		return false, nil
+	case tar.TypeLink:
+		if hdr.Linkname, ok = strip(hdr.Linkname); !ok {
+			return false, fmt.Errorf("the image's archive has a hard link %q to %q, outside %s", hdr.Name, hdr.Linkname, base)
+		}
 	}
-	return n, tw.Close()
+	if hdr.Typeflag == tar.TypeDir {
+		name += "/"
+	} else {
+		hdr.Mode &^= 0o6000
+	}
+	hdr.Name = name
+	hdr.Uid, hdr.Gid, hdr.Uname, hdr.Gname = uid, gid, "", ""
+	for k := range hdr.PAXRecords {
+		if strings.HasPrefix(k, "SCHILY.xattr.security.capability") {
+			delete(hdr.PAXRecords, k)
+		}
+	}
+	delete(hdr.Xattrs, "security.capability") //nolint:staticcheck // the reader fills it beside PAXRecords; the writer reads both
+	return true, nil
 }
 
 // sessionUser is the uid:gid the session runs as: the options' User, or

@@ -49,36 +49,58 @@ func readTar(t *testing.T, r io.Reader) []tarEntry {
 	}
 }
 
-// The engine's archive of /testbed comes out as entries relative to the
-// folder, every one the session user's; what could make the session user
-// someone else (setuid and setgid files, file capabilities) or reach a
-// device is left behind; the folder's own header is returned for its root.
-func TestRewriteOwned(t *testing.T) {
-	mt := time.Unix(1700000000, 0)
-	src := tarStream(t,
-		tarEntry{hdr: tar.Header{Name: "testbed/", Typeflag: tar.TypeDir, Mode: 0o2775, ModTime: mt, Uname: "root"}},
-		tarEntry{hdr: tar.Header{Name: "testbed/mod.py", Typeflag: tar.TypeReg, Mode: 0o644, ModTime: mt, Uname: "root"}, body: "x = 1\n"},
-		tarEntry{hdr: tar.Header{Name: "testbed/pkg/", Typeflag: tar.TypeDir, Mode: 0o755, ModTime: mt}},
-		tarEntry{hdr: tar.Header{Name: "testbed/pkg/suid", Typeflag: tar.TypeReg, Mode: 0o6755, ModTime: mt,
-			PAXRecords: map[string]string{"SCHILY.xattr.security.capability": "\x01", "SCHILY.xattr.user.keep": "k"}}, body: "#!"},
-		tarEntry{hdr: tar.Header{Name: "testbed/pkg/hard", Typeflag: tar.TypeLink, Linkname: "testbed/mod.py", ModTime: mt}},
-		tarEntry{hdr: tar.Header{Name: "testbed/link", Typeflag: tar.TypeSymlink, Linkname: "/etc/passwd", ModTime: mt}},
-		tarEntry{hdr: tar.Header{Name: "testbed/null", Typeflag: tar.TypeChar, Devmajor: 1, Devminor: 3, ModTime: mt}},
-		tarEntry{hdr: tar.Header{Name: "testbed/fifo", Typeflag: tar.TypeFifo, Mode: 0o600, ModTime: mt}},
-	)
-	var dst bytes.Buffer
+// ownAll reads an engine archive of base as copyOwned does: the folder's
+// own entry, then every entry nextOwned keeps, written with writeEntries
+// under prefix.
+func ownAll(t *testing.T, src io.Reader, base, prefix string) (root *tar.Header, out []tarEntry, err error) {
+	t.Helper()
 	tr := tar.NewReader(src)
-	root, err := tr.Next() // copyOwned reads the folder's own entry
-	require.NoError(t, err)
-	assert.EqualValues(t, 0o2775, root.Mode)
-	assert.Equal(t, mt, root.ModTime)
-	next, err := tr.Next()
-	require.NoError(t, err)
-	n, err := rewriteOwned(tr, next, &dst, "testbed", 1000, 1001)
-	require.NoError(t, err)
-	assert.Equal(t, 6, n)
+	if root, err = tr.Next(); err != nil {
+		return nil, nil, err
+	}
+	var kept []seedEntry
+	for {
+		hdr, err := nextOwned(tr, base, 1000, 1001)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		body, err := io.ReadAll(tr)
+		require.NoError(t, err)
+		kept = append(kept, seedEntry{hdr, body})
+	}
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	require.NoError(t, writeEntries(tw, kept, prefix))
+	require.NoError(t, tw.Close())
+	return root, readTar(t, &buf), nil
+}
 
-	got := readTar(t, &dst)
+// The engine's archive of /testbed comes out as entries relative to the
+// folder (or under the helper's mount of its volume), every one the
+// session user's; what could make the session user someone else (setuid
+// and setgid files, file capabilities) or reach a device is left behind.
+func TestOwnEntries(t *testing.T) {
+	mt := time.Unix(1700000000, 0)
+	src := func() io.Reader {
+		return tarStream(t,
+			tarEntry{hdr: tar.Header{Name: "testbed/", Typeflag: tar.TypeDir, Mode: 0o2775, ModTime: mt, Uname: "root"}},
+			tarEntry{hdr: tar.Header{Name: "testbed/mod.py", Typeflag: tar.TypeReg, Mode: 0o644, ModTime: mt, Uname: "root"}, body: "x = 1\n"},
+			tarEntry{hdr: tar.Header{Name: "testbed/pkg/", Typeflag: tar.TypeDir, Mode: 0o755, ModTime: mt}},
+			tarEntry{hdr: tar.Header{Name: "testbed/pkg/suid", Typeflag: tar.TypeReg, Mode: 0o6755, ModTime: mt,
+				PAXRecords: map[string]string{"SCHILY.xattr.security.capability": "\x01", "SCHILY.xattr.user.keep": "k"}}, body: "#!"},
+			tarEntry{hdr: tar.Header{Name: "testbed/pkg/hard", Typeflag: tar.TypeLink, Linkname: "testbed/mod.py", ModTime: mt}},
+			tarEntry{hdr: tar.Header{Name: "testbed/link", Typeflag: tar.TypeSymlink, Linkname: "/etc/passwd", ModTime: mt}},
+			tarEntry{hdr: tar.Header{Name: "testbed/null", Typeflag: tar.TypeChar, Devmajor: 1, Devminor: 3, ModTime: mt}},
+			tarEntry{hdr: tar.Header{Name: "testbed/fifo", Typeflag: tar.TypeFifo, Mode: 0o600, ModTime: mt}},
+		)
+	}
+	root, got, err := ownAll(t, src(), "testbed", "")
+	require.NoError(t, err)
+	assert.EqualValues(t, 0o2775, root.Mode, "the folder's own entry, for its root")
+	assert.Equal(t, mt, root.ModTime)
 	names := map[string]tarEntry{}
 	for _, e := range got {
 		names[e.hdr.Name] = e
@@ -99,22 +121,29 @@ func TestRewriteOwned(t *testing.T) {
 	assert.NotContains(t, names, "null", "no device files")
 	assert.Contains(t, names, "fifo")
 
+	// Into the helper: under the mount of the volume, hard links too.
+	_, got, err = ownAll(t, src(), "testbed", ".sandboxd-seed/2/")
+	require.NoError(t, err)
+	names = map[string]tarEntry{}
+	for _, e := range got {
+		names[e.hdr.Name] = e
+	}
+	assert.Contains(t, names, ".sandboxd-seed/2/pkg/")
+	assert.Equal(t, ".sandboxd-seed/2/mod.py", names[".sandboxd-seed/2/pkg/hard"].hdr.Linkname)
+	assert.Equal(t, "/etc/passwd", names[".sandboxd-seed/2/link"].hdr.Linkname)
+
 	// An archive with an entry elsewhere is not the engine's archive of
 	// the folder.
-	rewrite := func(entries ...tarEntry) error {
-		tr := tar.NewReader(tarStream(t, entries...))
-		first, err := tr.Next()
-		require.NoError(t, err)
-		_, err = rewriteOwned(tr, first, io.Discard, "testbed", 1, 1)
+	bad := func(entries ...tarEntry) error {
+		_, _, err := ownAll(t, tarStream(t, append([]tarEntry{{hdr: tar.Header{Name: "testbed/", Typeflag: tar.TypeDir}}}, entries...)...), "testbed", "")
 		return err
 	}
-	assert.ErrorContains(t, rewrite(tarEntry{hdr: tar.Header{Name: "other/x", Typeflag: tar.TypeReg}}), `entry "other/x" outside testbed`)
-	assert.ErrorContains(t, rewrite(tarEntry{hdr: tar.Header{Name: "testbed/h", Typeflag: tar.TypeLink, Linkname: "etc/shadow"}}), "outside testbed")
-	assert.ErrorContains(t, rewrite(tarEntry{hdr: tar.Header{Name: "testbed", Typeflag: tar.TypeDir}}), "outside testbed", "the folder's entry only once, first")
-	tr = tar.NewReader(bytes.NewReader(append(tarStream(t, tarEntry{hdr: tar.Header{Name: "testbed/a", Typeflag: tar.TypeReg}}).Bytes()[:512], make([]byte, 100)...)))
-	first, err := tr.Next()
-	require.NoError(t, err)
-	_, err = rewriteOwned(tr, first, io.Discard, "testbed", 1, 1)
+	assert.ErrorContains(t, bad(tarEntry{hdr: tar.Header{Name: "other/x", Typeflag: tar.TypeReg}}), `entry "other/x" outside testbed`)
+	assert.ErrorContains(t, bad(tarEntry{hdr: tar.Header{Name: "testbed/h", Typeflag: tar.TypeLink, Linkname: "etc/shadow"}}), "outside testbed")
+	assert.ErrorContains(t, bad(tarEntry{hdr: tar.Header{Name: "testbed", Typeflag: tar.TypeDir}}), "outside testbed", "the folder's entry only once, first")
+	truncated := append(tarStream(t, tarEntry{hdr: tar.Header{Name: "testbed/", Typeflag: tar.TypeDir}},
+		tarEntry{hdr: tar.Header{Name: "testbed/a", Typeflag: tar.TypeReg}}).Bytes()[:1024], make([]byte, 100)...)
+	_, _, err = ownAll(t, bytes.NewReader(truncated), "testbed", "")
 	assert.Error(t, err, "a truncated archive")
 }
 
