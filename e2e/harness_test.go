@@ -32,23 +32,32 @@ const (
 	taskFix = "    return sum(xs) / len(xs)"
 )
 
+// shLong runs a terminal command that may go quiet for longer than the
+// terminal's 10 s no-output default (pip, the tests, the first git command
+// in a new container of the image, which re-reads every file), bounded
+// at 5 minutes: a bound, not a figure.
+func shLong(t *testing.T, s *sandbox.Session, command string) string {
+	t.Helper()
+	return call(t, s, "terminal", map[string]any{"command": command, "timeout": 300})
+}
+
 // harnessRun is what an evaluation harness does with a session on the task
 // image, whatever the mode: the agent fixes the bug with file_editor and
 // writes a note, the evaluation script then passes in the same session,
 // `git diff` shows exactly the fix, and the note can be downloaded.
 func harnessRun(t *testing.T, s *sandbox.Session) {
 	t.Helper()
-	out := sh(t, s, `pwd; run_tests.sh >/dev/null 2>&1; echo "before=$?"`)
+	out := shLong(t, s, `pwd; run_tests.sh >/dev/null 2>&1; echo "before=$?"`)
 	assert.Contains(t, out, "/testbed\n", "the image's WORKDIR is the initial cwd")
 	assert.Contains(t, out, "before=1\n", "the task's tests fail before the fix")
 
 	call(t, s, "file_editor", map[string]any{"command": "str_replace", "path": "/testbed/calc/stats.py", "old_str": taskBug, "new_str": taskFix})
 	call(t, s, "file_editor", map[string]any{"command": "create", "path": "/testbed/NOTES.md", "file_text": "fixed the mean\n"})
 
-	out = sh(t, s, `run_tests.sh >/tmp/eval.log 2>&1; echo "eval=$?"; tail -n 1 /tmp/eval.log`)
+	out = shLong(t, s, `run_tests.sh >/tmp/eval.log 2>&1; echo "eval=$?"; tail -n 1 /tmp/eval.log`)
 	assert.Contains(t, out, "eval=0\nOK", "run_tests.sh passes in the same session once fixed")
 
-	out = sh(t, s, `git -C /testbed diff --name-only; echo ---; git -C /testbed diff | grep '^[-+] '; echo ---; git -C /testbed status --porcelain`)
+	out = shLong(t, s, `git -C /testbed diff --name-only; echo ---; git -C /testbed diff | grep '^[-+] '; echo ---; git -C /testbed status --porcelain`)
 	assert.Equal(t, "calc/stats.py\n---\n-"+taskBug+"\n+"+taskFix+"\n---\n M calc/stats.py\n?? NOTES.md", strings.Split(out, "\n[")[0],
 		"git diff shows exactly the fix; the note is the only untracked file")
 
@@ -76,7 +85,7 @@ func TestHarnessEditablePaths(t *testing.T) {
 		Limits: sandbox.Limits{DiskQuota: 1 << 30}})
 	require.NoError(t, err)
 
-	out := sh(t, s, `id -u; stat -c '%u:%g %a' /testbed /testbed/calc/stats.py /testbed/.git/index /opt/venv/bin/python3 ~; `+
+	out := shLong(t, s, `id -u; stat -c '%u:%g %a' /testbed /testbed/calc/stats.py /testbed/.git/index /opt/venv/bin/python3 ~; `+
 		`echo "x=1" >> /testbed/setup.py && git -C /testbed checkout -q setup.py && echo append=ok; touch /usr/x /opt/x 2>&1; echo "home=$HOME"`)
 	t.Log(out)
 	assert.True(t, strings.HasPrefix(out, "1000\n"), out)
@@ -86,7 +95,7 @@ func TestHarnessEditablePaths(t *testing.T) {
 	assert.Contains(t, out, "touch: cannot touch '/opt/x': Read-only file system", "only the editable folder, not its parent")
 	assert.Contains(t, out, "home=/root")
 
-	out = sh(t, s, `pip install -q --no-index --no-build-isolation --disable-pip-version-check -e /testbed >/tmp/pip.log 2>&1; echo "pip=$?"; `+
+	out = shLong(t, s, `pip install -q --no-index --no-build-isolation --disable-pip-version-check -e /testbed >/tmp/pip.log 2>&1; echo "pip=$?"; `+
 		`python -c 'import calc; print(calc.__file__)'; tail -n 3 /tmp/pip.log`)
 	t.Log(out)
 	assert.Contains(t, out, "pip=0\n/testbed/calc/__init__.py\n", "pip install -e . into the image's environment")
@@ -125,7 +134,7 @@ func TestHarnessImageUser(t *testing.T) {
 		EditablePaths: []string{"/testbed"}})
 	require.NoError(t, err)
 
-	out := sh(t, s, `id -u; stat -c '%u:%g' /testbed/calc/stats.py /opt/venv/bin/python3; touch /usr/local/bin/x && echo usr=ok; `+
+	out := shLong(t, s, `id -u; stat -c '%u:%g' /testbed/calc/stats.py /opt/venv/bin/python3; touch /usr/local/bin/x && echo usr=ok; `+
 		`pip install -q --no-index --no-build-isolation --disable-pip-version-check -e /testbed >/tmp/pip.log 2>&1; echo "pip=$?"; `+
 		`grep -E '^(CapEff|CapBnd|NoNewPrivs|Seccomp):' /proc/self/status`)
 	t.Log(out)
