@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"sync"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/api/types/volume"
@@ -150,6 +151,28 @@ func (r *Runtime) ensureAgentVolume(ctx context.Context, image string) error {
 	a.copied = true
 	r.log.Info("agent binary copied into volume", "volume", a.volume(), "bytes", a.size)
 	return nil
+}
+
+// pruneStaleAgentVolumes removes this runtime's agent volumes of other
+// binaries (an upgraded daemon's predecessors) that no sandbox mounts any
+// more; one still in use (an adopted session) stays for the next start.
+// Best effort: a failure is logged.
+func (r *Runtime) pruneStaleAgentVolumes(ctx context.Context) {
+	f := r.filter("")
+	f.Add("label", LabelAgent)
+	vols, err := r.cli.VolumeList(ctx, volume.ListOptions{Filters: f})
+	if err != nil {
+		r.log.Warn("listing agent volumes", "err", err)
+		return
+	}
+	for _, v := range vols.Volumes {
+		if v.Labels[LabelAgent] == r.agent.sum {
+			continue
+		}
+		if err := r.cli.VolumeRemove(ctx, v.Name, false); err != nil && !cerrdefs.IsConflict(err) && !isNotFound(err) {
+			r.log.Warn("removing a stale agent volume", "volume", v.Name, "err", err)
+		}
+	}
 }
 
 // writeAgentTar writes a tar holding the agent binary as "sandboxd",

@@ -197,6 +197,7 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 	}
 	ab.scope = ScopeOf(opts.Labels)
 	r.agent = ab
+	r.pruneStaleAgentVolumes(pctx)
 	r.warnSecurity(pctx)
 	r.probeRuntimes(ctx)
 	r.quota = r.probeQuota(ctx)
