@@ -35,13 +35,13 @@ deps: ## host packages the tests and benchmarks use (ripgrep for the grep baseli
 runsc: ## install Debian's runsc (gVisor) and register it with the local engine as the runtime "runsc" (idempotent; SIGHUP, no restart)
 	@$(CURDIR)/mk/runsc.sh
 
-test: deps images ## everything, images included: unit tests and real-Docker e2e (test and default image), with -race
+test: deps images task-image ## everything, images included: unit tests and real-Docker e2e (test, default and task image), with -race
 	SANDBOXD_E2E_REQUIRE_IMAGES=1 SANDBOXD_TEST_BUSYBOX=$$(command -v busybox) $(GO) test -race -count=1 -timeout 30m $(PKGS)
 
 unit: ## unit tests only (no Docker)
 	$(GO) test -race -count=1 -short $(PKGS)
 
-e2e: deps images ## the real-Docker suites only (e2e/, e2e/api/)
+e2e: deps images task-image ## the real-Docker suites only (e2e/, e2e/api/)
 	SANDBOXD_E2E_REQUIRE_IMAGES=1 SANDBOXD_TEST_BUSYBOX=$$(command -v busybox) $(GO) test -race -count=1 -timeout 30m ./e2e/...
 
 lint: golangci-lint ## golangci-lint (.golangci.yaml: vet, staticcheck, errcheck, ...), gofmt, go mod tidy
@@ -54,7 +54,7 @@ golangci-lint: ## install the pinned golangci-lint into ./bin (only when missing
 	  { echo "installing golangci-lint $(GOLANGCI_LINT_VERSION) into bin/"; \
 	    GOBIN=$(CURDIR)/bin $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION); }
 
-bench: deps test-image ## benchmarks: a table with ratios against baselines measured in the same run
+bench: deps test-image task-image ## benchmarks: a table with ratios against baselines measured in the same run
 	$(GO) run ./bench $(BENCHFLAGS)
 
 run: image build ## build the default image and serve on 127.0.0.1:7070

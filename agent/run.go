@@ -42,10 +42,15 @@ type RunOptions struct {
 	// replaced.
 	Socket string
 	// Workspace is where tools start and the only place file transfers may
-	// touch; StateDir is where tools keep files for the model. Both are
-	// made absolute and created if missing.
-	Workspace string
-	StateDir  string
+	// touch besides TransferRoots; StateDir is where tools keep files for
+	// the model. Both are made absolute and created if missing.
+	Workspace     string
+	StateDir      string
+	TransferRoots []string
+	// Dir is the session's working directory, where the terminal starts
+	// when its params name none (tools.Env.Dir), made absolute: "." is
+	// the process's own, as the container was started. Empty: Workspace.
+	Dir string
 	// Registry builds the toolset from Specs, once the protocol owns
 	// stdout (a tool may start processes).
 	Registry *tools.Registry
@@ -84,6 +89,11 @@ func (o *RunOptions) validate() error {
 	if o.StateDir, err = filepath.Abs(o.StateDir); err != nil {
 		return err
 	}
+	if o.Dir != "" {
+		if o.Dir, err = filepath.Abs(o.Dir); err != nil {
+			return err
+		}
+	}
 	if err := os.MkdirAll(o.Workspace, 0o755); err != nil {
 		return fmt.Errorf("workspace: %w", err)
 	}
@@ -120,7 +130,7 @@ func Run(ctx context.Context, opts RunOptions) error {
 		}
 	}
 
-	ts, err := opts.Registry.Resolve(tools.Env{Workspace: opts.Workspace, StateDir: opts.StateDir}, opts.Specs)
+	ts, err := opts.Registry.Resolve(tools.Env{Workspace: opts.Workspace, StateDir: opts.StateDir, Dir: opts.Dir}, opts.Specs)
 	if err != nil {
 		closeAll(stdioConn, ln)
 		return fmt.Errorf("starting the tools: %w", err)
@@ -128,6 +138,7 @@ func Run(ctx context.Context, opts RunOptions) error {
 	srv, err := NewServer(ServerOptions{
 		Toolset:       ts,
 		Workspace:     opts.Workspace,
+		TransferRoots: opts.TransferRoots,
 		Logger:        log,
 		ShutdownGrace: opts.ShutdownGrace,
 	})
@@ -136,7 +147,7 @@ func Run(ctx context.Context, opts RunOptions) error {
 		closeAll(stdioConn, ln)
 		return err
 	}
-	log.Info("agent started", "pid", os.Getpid(), "workspace", opts.Workspace, "stdio", opts.Stdio, "socket", opts.Socket, "tools", len(ts.Definitions()))
+	log.Info("agent started", "pid", os.Getpid(), "workspace", opts.Workspace, "dir", opts.Dir, "transfer_roots", opts.TransferRoots, "stdio", opts.Stdio, "socket", opts.Socket, "tools", len(ts.Definitions()))
 
 	var serving sync.WaitGroup
 	stdioEnded := make(chan error, 1)

@@ -40,8 +40,13 @@ type ServerOptions struct {
 	// Shutdown (which ends the processes its executors started).
 	Toolset *tools.Toolset
 	// Workspace is the absolute directory that fs/upload and fs/download are
-	// confined to. Relative transfer paths are taken relative to it.
+	// confined to, with TransferRoots. Relative transfer paths are taken
+	// relative to it.
 	Workspace string
+	// TransferRoots are more absolute directories that transfers may touch
+	// (a session's editable paths): an absolute path under one of them is
+	// confined to it as one under Workspace is to Workspace.
+	TransferRoots []string
 	// Logger receives structured logs; nil means slog.Default().
 	Logger *slog.Logger
 	// MaxConcurrentCalls, MaxQueuedRequests, TransferIdleTimeout and
@@ -91,6 +96,14 @@ func NewServer(opts ServerOptions) (*Server, error) {
 		return nil, fmt.Errorf("agent: ServerOptions.Workspace must be an absolute directory, got %q", opts.Workspace)
 	}
 	opts.Workspace = filepath.Clean(opts.Workspace)
+	roots := make([]string, 0, len(opts.TransferRoots))
+	for _, r := range opts.TransferRoots {
+		if r == "" || !filepath.IsAbs(r) {
+			return nil, fmt.Errorf("agent: ServerOptions.TransferRoots: %q is not an absolute directory", r)
+		}
+		roots = append(roots, filepath.Clean(r))
+	}
+	opts.TransferRoots = roots
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}

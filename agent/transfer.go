@@ -58,13 +58,13 @@ func handleUploadBegin(_ context.Context, c *conn, f *frame) (any, error) {
 	if err := decodeParams(f, &p); err != nil {
 		return nil, err
 	}
-	rel, abs, err := c.s.workspacePath(p.Path)
+	root, rel, abs, err := c.s.transferPath(p.Path)
 	if err != nil {
 		return nil, err
 	}
-	ws, err := os.OpenRoot(c.s.opts.Workspace)
+	ws, err := os.OpenRoot(root)
 	if err != nil {
-		return nil, fmt.Errorf("upload: opening the workspace: %w", err)
+		return nil, fmt.Errorf("upload: opening %s: %w", root, err)
 	}
 	defer func() { _ = ws.Close() }() // a directory handle: nothing to flush
 	if err := ws.MkdirAll(rel, 0o755); err != nil {
@@ -85,7 +85,7 @@ func handleUploadBegin(_ context.Context, c *conn, f *frame) (any, error) {
 	go func() {
 		defer close(u.done)
 		defer func() { _ = dst.Close() }() // a directory handle: nothing to flush
-		u.res, u.err = extractTar(dst, pr, extractLimits{workspace: c.s.opts.Workspace, destRel: rel})
+		u.res, u.err = extractTar(dst, pr, extractLimits{workspace: root, destRel: rel})
 		if u.err != nil {
 			u.err = fmt.Errorf("upload to %s: %w", abs, u.err)
 		}
@@ -191,13 +191,13 @@ func handleDownloadBegin(_ context.Context, c *conn, f *frame) (any, error) {
 	if err := decodeParams(f, &p); err != nil {
 		return nil, err
 	}
-	rel, abs, err := c.s.workspacePath(p.Path)
+	root, rel, abs, err := c.s.transferPath(p.Path)
 	if err != nil {
 		return nil, err
 	}
-	ws, err := os.OpenRoot(c.s.opts.Workspace)
+	ws, err := os.OpenRoot(root)
 	if err != nil {
-		return nil, fmt.Errorf("download: opening the workspace: %w", err)
+		return nil, fmt.Errorf("download: opening %s: %w", root, err)
 	}
 	if _, err := ws.Lstat(rel); err != nil {
 		_ = ws.Close() // a directory handle: nothing to flush
@@ -262,23 +262,40 @@ func (s *Server) newTransferID(kind string) string {
 	return fmt.Sprintf("%s-%d", kind, s.transfers.Add(1))
 }
 
-// workspacePath resolves a transfer path (absolute, or relative to the
-// workspace) to its workspace-relative form, lexically. Symlinks are dealt
-// with by os.Root, which refuses to follow one out of the workspace.
-func (s *Server) workspacePath(p string) (rel, abs string, err error) {
+// transferPath resolves a transfer path (absolute, or relative to the
+// workspace) to the root it is confined to (the workspace, or the transfer
+// root it lies in; the innermost if they nest) and its path relative to
+// that root. A path under none of them is ErrOutsideWorkspace.
+func (s *Server) transferPath(p string) (root, rel, abs string, err error) {
 	if strings.TrimSpace(p) == "" {
-		return "", "", fmt.Errorf("%w: path is empty; give a directory under %s", ErrInvalidParams, s.opts.Workspace)
+		return "", "", "", fmt.Errorf("%w: path is empty; give a directory under %s", ErrInvalidParams, s.roots())
 	}
 	abs = p
 	if !filepath.IsAbs(abs) {
 		abs = filepath.Join(s.opts.Workspace, abs)
 	}
 	abs = filepath.Clean(abs)
-	rel, err = filepath.Rel(s.opts.Workspace, abs)
-	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
-		return "", "", fmt.Errorf("%w: %s is not under the workspace %s", ErrOutsideWorkspace, p, s.opts.Workspace)
+	for _, r := range append([]string{s.opts.Workspace}, s.opts.TransferRoots...) {
+		rr, err := filepath.Rel(r, abs)
+		if err != nil || rr == ".." || strings.HasPrefix(rr, "../") {
+			continue
+		}
+		if root == "" || len(r) > len(root) {
+			root, rel = r, rr
+		}
 	}
-	return rel, abs, nil
+	if root == "" {
+		return "", "", "", fmt.Errorf("%w: %s is not under %s", ErrOutsideWorkspace, p, s.roots())
+	}
+	return root, rel, abs, nil
+}
+
+// roots names the directories transfers may touch, for messages.
+func (s *Server) roots() string {
+	if len(s.opts.TransferRoots) == 0 {
+		return "the workspace " + s.opts.Workspace
+	}
+	return "the workspace " + s.opts.Workspace + " or " + strings.Join(s.opts.TransferRoots, ", ")
 }
 
 // rootErr marks os.Root's refusal to leave its directory (its error is not

@@ -3,6 +3,7 @@ package agent
 import (
 	"archive/tar"
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
@@ -96,7 +97,10 @@ func tarTree(t *testing.T, dir string) []byte {
 func TestUploadDownloadRoundTrip(t *testing.T) {
 	t.Parallel() // the slowest test here (a >32 MiB file, three transfers): overlap it with the rest
 	p := newPair(t)
-	ctx := ctxT(t)
+	// Three transfers of >32 MiB under -race: 30 s (ctxT) was hit twice on a
+	// loaded 2-core machine; the bound is against a hang, not a speed.
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
 	src := makeTree(t, MaxFrameSize+3*ChunkSize+17) // crosses the frame limit and chunk edges
 	want := treeSummary(t, src)
 	archive := tarTree(t, src)
@@ -315,4 +319,43 @@ func TestUploadChunkInlineBase64(t *testing.T) {
 	got, err := os.ReadFile(filepath.Join(p.ws, "inline", "f.txt"))
 	require.NoError(t, err)
 	assert.Equal(t, "inline", string(got))
+}
+
+// Transfer roots (a session's editable paths) take uploads and downloads
+// like the workspace, each confined to itself: a symlink entry may not
+// point out of the root it is extracted into, and a path under none of the
+// roots is refused.
+func TestTransferRoots(t *testing.T) {
+	testbed, other := t.TempDir(), t.TempDir()
+	p := newPair(t, func(o *ServerOptions) { o.TransferRoots = []string{testbed} })
+	ctx := ctxT(t)
+
+	require.NoError(t, p.cli.Upload(ctx, filepath.Join(testbed, "pkg"), bytes.NewReader(tarOf(t,
+		entry{name: "fix.py", typ: tar.TypeReg, body: "x = 2\n"}))))
+	b, err := os.ReadFile(filepath.Join(testbed, "pkg", "fix.py"))
+	require.NoError(t, err)
+	assert.Equal(t, "x = 2\n", string(b))
+
+	var got bytes.Buffer
+	require.NoError(t, p.cli.Download(ctx, filepath.Join(testbed, "pkg", "fix.py"), &got))
+	tr := tar.NewReader(&got)
+	hdr, err := tr.Next()
+	require.NoError(t, err)
+	assert.Equal(t, "fix.py", hdr.Name)
+
+	// Relative paths are still the workspace's.
+	require.NoError(t, p.cli.Upload(ctx, "rel", bytes.NewReader(tarOf(t, entry{name: "a", typ: tar.TypeReg, body: "a"}))))
+	assert.FileExists(t, filepath.Join(p.ws, "rel", "a"))
+
+	// Confined to its own root: no link out of it, not even into the workspace.
+	err = p.cli.Upload(ctx, testbed, bytes.NewReader(tarOf(t, entry{name: "l", typ: tar.TypeSymlink, link: p.ws})))
+	require.ErrorIs(t, err, ErrOutsideWorkspace)
+	err = p.cli.Download(ctx, filepath.Join(other, "x"), &got)
+	require.ErrorIs(t, err, ErrOutsideWorkspace)
+	assert.Contains(t, err.Error(), "is not under the workspace "+p.ws+" or "+testbed)
+	require.ErrorIs(t, p.cli.Download(ctx, testbed+"/../x", &got), ErrOutsideWorkspace)
+	assertNoTransfers(t, p.srv)
+
+	_, err = NewServer(ServerOptions{Toolset: p.srv.opts.Toolset, Workspace: p.ws, TransferRoots: []string{"rel"}})
+	assert.ErrorContains(t, err, `TransferRoots: "rel" is not an absolute directory`)
 }

@@ -40,7 +40,8 @@ func logger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 }
 
-// newRuntime makes a Docker runtime scoped to the test.
+// newRuntime makes a Docker runtime scoped to the test, pruned and closed
+// when the test ends.
 func newRuntime(t *testing.T, change ...func(*sdocker.Options)) *sdocker.Runtime {
 	t.Helper()
 	opts := sdocker.Options{AgentBinary: agentBinary, Labels: testLabels(t), Logger: logger(), DiskDir: diskDir}
@@ -49,7 +50,12 @@ func newRuntime(t *testing.T, change ...func(*sdocker.Options)) *sdocker.Runtime
 	}
 	rt, err := sdocker.New(context.Background(), opts)
 	require.NoError(t, err)
-	t.Cleanup(func() { rt.Close() })
+	t.Cleanup(func() {
+		// After the test's managers (their cleanups run first): the
+		// runtime's shared agent volume (copy mode, writable roots).
+		assert.NoError(t, rt.Prune(context.Background()))
+		rt.Close()
+	})
 	return rt
 }
 

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/docker/docker/api/types/container"
@@ -35,6 +36,37 @@ func TestCopyAgentMode(t *testing.T) {
 		}
 		require.NoError(t, s.Close(ctxT(t)))
 	}
+}
+
+// A runtime starting with another binary removes the agent volumes of its
+// predecessors that nothing uses (a daemon upgrade would pile them up), and
+// keeps its own.
+func TestStaleAgentVolumesPruned(t *testing.T) {
+	t.Parallel()
+	rt := newRuntime(t, func(o *sdocker.Options) { o.CopyAgent = true })
+	m := newManager(t, rt, sandbox.ManagerOptions{})
+	s, err := m.Create(ctxT(t), sandbox.SessionOptions{})
+	require.NoError(t, err)
+	require.NoError(t, s.Close(ctxT(t)))
+	scope := sdocker.ScopeOf(testLabels(t))
+	labels := map[string]string{sdocker.LabelScope: scope, sandbox.LabelManaged: "true", sdocker.LabelAgent: "0000older"}
+	for k, v := range testLabels(t) {
+		labels[k] = v
+	}
+	old, err := docker.VolumeCreate(ctxT(t), volume.CreateOptions{Name: "sandboxd-agent-" + scope + "-0000older", Labels: labels})
+	require.NoError(t, err)
+
+	newRuntime(t, func(o *sdocker.Options) { o.CopyAgent = true }) // the next daemon
+	vols, err := docker.VolumeList(ctxT(t), volume.ListOptions{Filters: filters.NewArgs(filters.Arg("label", sdocker.LabelAgent))})
+	require.NoError(t, err)
+	var names []string
+	for _, v := range vols.Volumes {
+		if strings.HasPrefix(v.Name, "sandboxd-agent-"+scope+"-") {
+			names = append(names, v.Name)
+		}
+	}
+	require.Len(t, names, 1, "the predecessor's is gone, this binary's kept: %v", names)
+	assert.NotEqual(t, old.Name, names[0])
 }
 
 func TestNetworkModes(t *testing.T) {

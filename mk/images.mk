@@ -5,6 +5,7 @@
 #   make image        default session image  ($(SANDBOXD_DEFAULT_IMAGE))
 #   make test-image   tiny busybox+bash test image ($(SANDBOXD_TEST_IMAGE))
 #   make images       both
+#   make task-image   a benchmark task image as SWE-bench builds them, FROM the default image
 #   make images IMAGES_FORCE=1                       rebuild even when up to date
 #   make image SANDBOXD_IMAGE_EXTRA_PACKAGES="build-essential python3-dev"
 
@@ -13,12 +14,14 @@ IMAGES_DIR := $(abspath $(dir $(lastword $(MAKEFILE_LIST)))..)/images
 SANDBOXD_DEFAULT_IMAGE ?= sandboxd-default:latest
 SANDBOXD_BASE_IMAGE ?= sandboxd-base:bookworm
 SANDBOXD_TEST_IMAGE ?= sandboxd-test:latest
+SANDBOXD_TASK_IMAGE ?= sandboxd-task:latest
+SANDBOXD_TASK_FILES ?= 10000
 SANDBOXD_IMAGE_EXTRA_PACKAGES ?=
 IMAGES_FORCE ?=
 
 IMAGES_FLAGS := $(if $(filter-out 0 no false,$(IMAGES_FORCE)),--force)
 
-.PHONY: image test-image images
+.PHONY: image test-image images task-image
 
 image: ## default session image (debootstrap from the host's apt mirror; no registry)
 	SANDBOXD_DEFAULT_IMAGE='$(SANDBOXD_DEFAULT_IMAGE)' \
@@ -31,3 +34,9 @@ test-image: ## tiny busybox+bash test image, in seconds
 	  '$(IMAGES_DIR)/build-test-image.sh' $(IMAGES_FLAGS)
 
 images: test-image image ## both images (IMAGES_FORCE=1 rebuilds)
+
+task-image: image ## benchmark task image (/testbed git repo with a bug, /opt/venv, run_tests.sh; USER root) FROM the default image
+	SANDBOXD_TASK_IMAGE='$(SANDBOXD_TASK_IMAGE)' \
+	SANDBOXD_TASK_FILES='$(SANDBOXD_TASK_FILES)' \
+	SANDBOXD_DEFAULT_IMAGE='$(SANDBOXD_DEFAULT_IMAGE)' \
+	  '$(IMAGES_DIR)/build-task-image.sh' $(IMAGES_FLAGS)

@@ -15,6 +15,11 @@ import (
 // ProxyCommand after a daemon restart) at once, with the session's tools.
 // It is built here, not in a runtime, so that every runtime starts the
 // same agent and only has to run this argv.
+//
+// The agent starts its terminal in its own working directory ("--dir ."),
+// which the runtime sets (see Spec): Cwd, or when Cwd is empty the image's
+// WORKDIR, which only the runtime knows. Files may be transferred in
+// WorkspaceDir and in each of EditablePaths (--transfer-root).
 func AgentCommand(o SessionOptions) ([]string, error) {
 	cmd := []string{
 		AgentPath, "agent",
@@ -22,6 +27,10 @@ func AgentCommand(o SessionOptions) ([]string, error) {
 		"--socket", AgentSocket,
 		"--workspace", WorkspaceDir,
 		"--state-dir", AgentStateDir,
+		"--dir", ".",
+	}
+	for _, p := range o.EditablePaths {
+		cmd = append(cmd, "--transfer-root", p)
 	}
 	specs, err := AgentToolSpecs(o)
 	if err != nil || specs == nil {

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"encoding/json"
+	"slices"
 	"testing"
 	"time"
 
@@ -27,6 +28,7 @@ func TestAgentCommand(t *testing.T) {
 		"--socket", "/run/sandboxd/agent.sock",
 		"--workspace", "/workspace",
 		"--state-dir", "/run/sandboxd/state",
+		"--dir", ".",
 	}
 	got, err := AgentCommand(resolvedForAgent(t, SessionOptions{}))
 	require.NoError(t, err)
@@ -39,6 +41,11 @@ func TestAgentCommand(t *testing.T) {
 	assert.Equal(t, base, got[:len(base)])
 	assert.Equal(t, "--tools", got[len(base)])
 	assert.JSONEq(t, `[{"name":"grep"}]`, got[len(base)+1])
+
+	// Editable paths are transfer roots beside the workspace.
+	got, err = AgentCommand(resolvedForAgent(t, SessionOptions{EditablePaths: []string{"/testbed", "/opt/venv"}}))
+	require.NoError(t, err)
+	assert.Equal(t, append(slices.Clone(base), "--transfer-root", "/testbed", "--transfer-root", "/opt/venv"), got)
 
 	assert.Equal(t, []string{"/.sandboxd/sandboxd", "agent-proxy", "--socket", "/run/sandboxd/agent.sock"}, ProxyCommand())
 }

@@ -68,6 +68,15 @@ const (
 	SkillsInstallEager = "eager"
 )
 
+// UserImage as SessionOptions.User runs the session as the image's USER
+// (root when the image names none), with the image's own ownership in the
+// volumes: the image as its evaluation harness expects it (decision 0028).
+// Capabilities, no-new-privileges, seccomp, the limits and the network
+// stay as for any session; what root in the sandbox gives up is written
+// in docs/security.md. On the APIs only a session profile of the server's
+// config may set it.
+const UserImage = "image"
+
 // NoIdleTimeout as SessionOptions.IdleTimeout keeps a session until it is
 // closed explicitly.
 const NoIdleTimeout time.Duration = -1
@@ -111,8 +120,8 @@ type Limits struct {
 	// charged to Memory, and they start empty (the engine cannot seed a
 	// tmpfs volume with the image's content).
 	Disk int64 `json:"disk,omitempty"`
-	// DiskQuota caps /workspace and the home volume in bytes (each) on the
-	// host's disk: each is an ext4 filesystem of that size in a sparse file
+	// DiskQuota caps /workspace, the home volume and each of EditablePaths
+	// in bytes (each) on the host's disk: each is an ext4 filesystem of that size in a sparse file
 	// of the runtime's, mounted through a loop device (decision 0022), so a
 	// write past it fails with ENOSPC, its inodes are bounded too (one per
 	// DiskBytesPerInode), and the host pays only for what is written. The
@@ -149,12 +158,17 @@ type SessionOptions struct {
 	// per-session volume seeded with the image's content of that folder,
 	// unless it lies in /workspace or /tmp, which are writable already.
 	Env map[string]string `json:"env,omitempty"`
-	// Cwd is the initial working directory of the terminal. Default
+	// Cwd is the initial working directory of the terminal. Empty (the
+	// default): the image's WORKDIR when it names one other than "/", else
 	// WorkspaceDir. A missing one under WorkspaceDir is created (owned by
 	// the session user); one elsewhere must exist in the image, else the
-	// create fails with ErrInvalidOptions.
+	// create fails with ErrInvalidOptions. It need not be writable.
 	Cwd string `json:"cwd,omitempty"`
-	// User is "uid" or "uid:gid", numeric and never 0. Default 1000:1000.
+	// User is who the session runs as: "uid" or "uid:gid", numeric and
+	// never 0 (default 1000:1000), or UserImage: the image's USER, root
+	// included, as an evaluation harness runs its images (decision 0028).
+	// Every capability stays dropped either way; see UserImage for what
+	// the second gives up.
 	User string `json:"user,omitempty"`
 	// Limits on memory, CPU, processes, /tmp and /workspace.
 	Limits Limits `json:"limits"`
@@ -175,9 +189,23 @@ type SessionOptions struct {
 	// Labels are added to the session's container, volume and network.
 	// Keys under the "sandboxd." prefix are reserved.
 	Labels map[string]string `json:"labels,omitempty"`
+	// EditablePaths are folders of the image that the session must be
+	// able to change although the root filesystem is read-only: a task's
+	// repository (/testbed), a Python environment under /opt. Each becomes
+	// a volume of its own at the same path, seeded with the image's
+	// content there, every entry owned by the session user (with
+	// UserImage: owned as in the image), bounded by Limits.DiskQuota like
+	// /workspace and removed with the session; a folder the image lacks
+	// starts empty. Files may be uploaded to and downloaded from them as
+	// from /workspace. At most MaxEditablePaths, each absolute and clean,
+	// none inside another, and none of "/", a top-level system folder
+	// (/usr, /etc, ...), /tmp, /workspace, SkillsDir or a path in /proc,
+	// /sys, /dev or sandboxd's own folders. Decision 0028.
+	EditablePaths []string `json:"editable_paths,omitempty"`
 	// Tools the agent serves, as factory specs (name + params); empty is
 	// every built-in tool (terminal, file_editor, grep, glob). The
-	// terminal starts in Cwd unless its params set "dir".
+	// terminal starts in the session's working directory (Cwd) unless its
+	// params set "dir".
 	Tools []tools.Spec `json:"tools,omitempty"`
 	// WritableRootfs leaves the container's root filesystem writable (its
 	// copy-on-write layer) instead of read-only, for harness images that
@@ -272,6 +300,9 @@ func (o SessionOptions) withDefaults(d SessionOptions) SessionOptions {
 	if o.Terminal.NoChangeTimeout == 0 {
 		o.Terminal.NoChangeTimeout = d.Terminal.NoChangeTimeout
 	}
+	if o.EditablePaths == nil {
+		o.EditablePaths = d.EditablePaths
+	}
 	o.WritableRootfs = o.WritableRootfs || d.WritableRootfs
 	o.Env = mergeMaps(d.Env, o.Env)
 	o.Labels = mergeMaps(d.Labels, o.Labels)
@@ -282,7 +313,6 @@ func (o SessionOptions) withDefaults(d SessionOptions) SessionOptions {
 // them: it follows Memory (see defaultTmpfs).
 var builtinDefaults = SessionOptions{
 	Image:       DefaultImage,
-	Cwd:         WorkspaceDir,
 	User:        DefaultUser,
 	Network:     NetworkNone,
 	IdleTimeout: DefaultIdleTimeout,

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -17,7 +18,8 @@ func TestResolveDefaults(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "img:1", r.Image)
 	assert.Equal(t, DefaultUser, r.User)
-	assert.Equal(t, WorkspaceDir, r.Cwd)
+	assert.Empty(t, r.Cwd, "the image's WORKDIR, else /workspace: the runtime's to resolve")
+	assert.Empty(t, r.EditablePaths)
 	assert.Equal(t, NetworkNone, r.Network)
 	assert.Equal(t, DefaultIdleTimeout, r.IdleTimeout)
 	assert.Equal(t, 10*time.Second, r.Terminal.NoChangeTimeout)
@@ -54,6 +56,34 @@ func TestValidate(t *testing.T) {
 		{"cwd in run dir", func(o *SessionOptions) { o.Cwd = RunDir + "/x" }, "inside /run/sandboxd"},
 		{"cwd under workspace", func(o *SessionOptions) { o.Cwd = "/workspace/a/b" }, ""},
 		{"cwd elsewhere", func(o *SessionOptions) { o.Cwd = "/usr/src" }, ""},
+		{"image user", func(o *SessionOptions) { o.User = UserImage }, ""},
+		{"image user misspelt", func(o *SessionOptions) { o.User = "Image" }, "user: \"Image\" is not a numeric uid"},
+		{"editable", func(o *SessionOptions) {
+			o.EditablePaths = []string{"/testbed", "/opt/venv", "/usr/local/lib/python3.11/site-packages", "/home/agent"}
+		}, ""},
+		{"editable relative", func(o *SessionOptions) { o.EditablePaths = []string{"testbed"} }, "editable_paths: [0]: \"testbed\" is not an absolute path"},
+		{"editable unclean", func(o *SessionOptions) { o.EditablePaths = []string{"/testbed/"} }, "not a clean path (did you mean \"/testbed\"?)"},
+		{"editable root", func(o *SessionOptions) { o.EditablePaths = []string{"/"} }, "the root or a top-level system folder"},
+		{"editable usr", func(o *SessionOptions) { o.EditablePaths = []string{"/usr"} }, "the root or a top-level system folder"},
+		{"editable etc", func(o *SessionOptions) { o.EditablePaths = []string{"/opt", "/etc"} }, "[1]: \"/etc\" is the root or a top-level system folder"},
+		{"editable proc", func(o *SessionOptions) { o.EditablePaths = []string{"/proc/1"} }, "is inside /proc"},
+		{"editable sys", func(o *SessionOptions) { o.EditablePaths = []string{"/sys/fs"} }, "is inside /sys"},
+		{"editable dev", func(o *SessionOptions) { o.EditablePaths = []string{"/dev/shm"} }, "is inside /dev"},
+		{"editable agent", func(o *SessionOptions) { o.EditablePaths = []string{AgentDir} }, "sandboxd's own /.sandboxd"},
+		{"editable run dir", func(o *SessionOptions) { o.EditablePaths = []string{RunDir + "/x"} }, "sandboxd's own /run/sandboxd"},
+		{"editable tmp", func(o *SessionOptions) { o.EditablePaths = []string{"/tmp/x"} }, "writable already"},
+		{"editable workspace", func(o *SessionOptions) { o.EditablePaths = []string{"/workspace"} }, "a writable volume already"},
+		{"editable skills", func(o *SessionOptions) { o.EditablePaths = []string{"/skills/x"} }, "mounted read-only"},
+		{"editable control", func(o *SessionOptions) { o.EditablePaths = []string{"/a\nb"} }, "control character"},
+		{"editable long", func(o *SessionOptions) { o.EditablePaths = []string{"/" + strings.Repeat("a", 1024)} }, "longer than 1024 bytes"},
+		{"editable twice", func(o *SessionOptions) { o.EditablePaths = []string{"/testbed", "/testbed"} }, "\"/testbed\" is listed twice"},
+		{"editable nested", func(o *SessionOptions) { o.EditablePaths = []string{"/opt", "/opt/venv"} }, "\"/opt\" and \"/opt/venv\" are inside one another"},
+		{"editable many", func(o *SessionOptions) {
+			for i := range MaxEditablePaths + 1 {
+				o.EditablePaths = append(o.EditablePaths, fmt.Sprintf("/e%d", i))
+			}
+		}, "17 entries, above the limit of 16"},
+		{"editable tmpfs", func(o *SessionOptions) { o.EditablePaths = []string{"/testbed"}; o.Limits.Disk = 256 << 20 }, "cannot be combined with limits.disk"},
 		{"env name", func(o *SessionOptions) { o.Env = map[string]string{"1X": "a"} }, "env: \"1X\""},
 		{"env nul", func(o *SessionOptions) { o.Env = map[string]string{"X": "a\x00b"} }, "NUL"},
 		{"env size", func(o *SessionOptions) { o.Env = map[string]string{"X": strings.Repeat("a", maxEnvBytes)} }, "above the limit"},

@@ -54,7 +54,11 @@ type Spec struct {
 	Labels    map[string]string // for every resource of the session (see Labels)
 	// Command is the sandbox's main process, AgentCommand(Options): the
 	// runtime runs it as given, in place of any entrypoint of the image,
-	// so that what the agent serves is decided here for every runtime.
+	// so that what the agent serves is decided here for every runtime. It
+	// runs in Options.Cwd, or when that is empty in the image's working
+	// directory if the image names one other than "/", else in
+	// WorkspaceDir (the agent's terminal starts there); as Options.User,
+	// or for UserImage as the image's user.
 	Command []string
 	// Skills are the folders of the selected skills, shown read-only at
 	// SkillsDir/<Path> (SessionOptions.Skills, resolved by the manager).

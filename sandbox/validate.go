@@ -76,9 +76,12 @@ func (o SessionOptions) Validate() error {
 	}
 	o.validateEnv(&p)
 	o.validateCwd(&p)
-	if _, _, err := ParseUser(o.User); err != nil {
-		p.add("user", "%v", err)
+	if o.User != UserImage {
+		if _, _, err := ParseUser(o.User); err != nil {
+			p.add("user", "%v", err)
+		}
 	}
+	o.validateEditablePaths(&p)
 	o.Limits.validate(&p)
 	o.validateTmpfsMemory(&p)
 	if o.WritableRootfs && o.Limits.Disk != 0 {
@@ -168,8 +171,7 @@ func (o SessionOptions) validateEnv(p *problems) {
 
 func (o SessionOptions) validateCwd(p *problems) {
 	switch {
-	case o.Cwd == "":
-		p.add("cwd", "is empty")
+	case o.Cwd == "": // the image's WORKDIR (checked by the runtime alike), else WorkspaceDir
 	case !path.IsAbs(o.Cwd):
 		p.add("cwd", "%q is not an absolute path", o.Cwd)
 	case path.Clean(o.Cwd) != o.Cwd:
@@ -178,9 +180,89 @@ func (o SessionOptions) validateCwd(p *problems) {
 		// A working directory in /proc can leak a host file descriptor into
 		// the container (CVE-2024-21626); /sys and /dev have no business
 		// being one either.
-		for _, bad := range []string{"/proc", "/sys", "/dev"} {
-			if o.Cwd == bad || strings.HasPrefix(o.Cwd, bad+"/") {
-				p.add("cwd", "%q is inside %s", o.Cwd, bad)
+		if bad := KernelDir(o.Cwd); bad != "" {
+			p.add("cwd", "%q is inside %s", o.Cwd, bad)
+		}
+		// A folder in a tmpfs that starts empty can never exist when the
+		// session starts. (A missing cwd under WorkspaceDir is created; one
+		// elsewhere is refused by the runtime, which sees the image.)
+		for _, empty := range []string{"/tmp", RunDir} {
+			if strings.HasPrefix(o.Cwd, empty+"/") {
+				p.add("cwd", "%q is inside %s, which is empty when the session starts: use %s itself, or a folder under %s (created if missing)", o.Cwd, empty, empty, WorkspaceDir)
+			}
+		}
+	}
+}
+
+// KernelDir is the kernel's folder (/proc, /sys or /dev) that p lies in,
+// "" if none. A working directory in /proc can leak a host file descriptor
+// into the container (CVE-2024-21626); /sys and /dev have no business
+// being one either, nor a volume.
+func KernelDir(p string) string {
+	for _, dir := range []string{"/proc", "/sys", "/dev"} {
+		if Within(p, dir) {
+			return dir
+		}
+	}
+	return ""
+}
+
+// Within reports whether path p is dir or lies under it (both clean).
+func Within(p, dir string) bool {
+	return p == dir || strings.HasPrefix(p, dir+"/") || dir == "/"
+}
+
+// systemDirs are the top-level folders of a Linux userland: no session's
+// to replace with a volume (it would copy, say, all of /usr for every
+// session and hide the image's own).
+var systemDirs = map[string]bool{
+	"/bin": true, "/boot": true, "/etc": true, "/lib": true, "/lib32": true, "/lib64": true,
+	"/libx32": true, "/sbin": true, "/usr": true, "/var": true, "/run": true, "/home": true,
+}
+
+// IsSystemDir reports whether p is "/" or a top-level system folder
+// (/usr, /etc, /var, /home, ...). Folders under them are not.
+func IsSystemDir(p string) bool { return p == "/" || systemDirs[p] }
+
+// SandboxdDir is the folder of sandboxd's own that p lies in (AgentDir,
+// RunDir), "" if none.
+func SandboxdDir(p string) string {
+	for _, dir := range []string{AgentDir, RunDir} {
+		if Within(p, dir) {
+			return dir
+		}
+	}
+	return ""
+}
+
+// MaxEditablePaths bounds SessionOptions.EditablePaths: each is a volume
+// (and with a disk quota a loop device) of its own.
+const MaxEditablePaths = 16
+
+// maxPathBytes bounds one path of the options.
+const maxPathBytes = 1024
+
+func (o SessionOptions) validateEditablePaths(p *problems) {
+	const field = "editable_paths"
+	if len(o.EditablePaths) > MaxEditablePaths {
+		p.add(field, "%d entries, above the limit of %d", len(o.EditablePaths), MaxEditablePaths)
+		return
+	}
+	if len(o.EditablePaths) > 0 && o.Limits.Disk != 0 {
+		p.add(field, "cannot be combined with %s: tmpfs volumes start empty (the engine cannot seed them from the image) and each would be charged to memory; use %s",
+			fieldDisk, fieldDiskQuota)
+	}
+	for i, e := range o.EditablePaths {
+		if why := editablePathProblem(e); why != "" {
+			p.add(field, "[%d]: %q %s", i, e, why)
+			continue
+		}
+		for _, other := range o.EditablePaths[:i] {
+			switch {
+			case e == other:
+				p.add(field, "%q is listed twice", e)
+			case Within(e, other) || Within(other, e):
+				p.add(field, "%q and %q are inside one another: name the outer one only", other, e)
 			}
 		}
 		// A folder in a tmpfs that starts empty can never exist when the
@@ -192,6 +274,36 @@ func (o SessionOptions) validateCwd(p *problems) {
 			}
 		}
 	}
+}
+
+// editablePathProblem says what is wrong with p as an editable path, ""
+// if nothing.
+func editablePathProblem(p string) string {
+	switch {
+	case p == "":
+		return "is empty"
+	case len(p) > maxPathBytes:
+		return fmt.Sprintf("is longer than %d bytes", maxPathBytes)
+	case strings.ContainsFunc(p, func(r rune) bool { return r < 0x20 || r == 0x7f }):
+		return "contains a control character"
+	case !path.IsAbs(p):
+		return "is not an absolute path"
+	case path.Clean(p) != p:
+		return fmt.Sprintf("is not a clean path (did you mean %q?)", path.Clean(p))
+	case IsSystemDir(p):
+		return "is the root or a top-level system folder: name the folder inside it that the session changes (e.g. /usr/local/lib/python3.11/site-packages, /opt/venv)"
+	case KernelDir(p) != "":
+		return "is inside " + KernelDir(p)
+	case SandboxdDir(p) != "":
+		return "is inside sandboxd's own " + SandboxdDir(p)
+	case Within(p, "/tmp"):
+		return "is on /tmp, a tmpfs that is writable already"
+	case Within(p, WorkspaceDir):
+		return "is in " + WorkspaceDir + ", a writable volume already"
+	case Within(p, SkillsDir):
+		return "is in " + SkillsDir + ", where the session's skills are mounted read-only"
+	}
+	return ""
 }
 
 func (l Limits) validate(p *problems) {
@@ -412,7 +524,8 @@ func (o SessionOptions) validateLabels(p *problems) {
 }
 
 // ParseUser parses "uid" or "uid:gid" (numeric; gid defaults to uid) and
-// refuses root's uid or gid.
+// refuses root's uid or gid. UserImage is not a user it parses: the
+// runtime resolves it from the image.
 func ParseUser(s string) (uid, gid int, err error) {
 	u, g, hasGid := strings.Cut(s, ":")
 	if !hasGid {

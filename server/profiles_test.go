@@ -307,3 +307,33 @@ func TestMCPUnknownProfile(t *testing.T) {
 	resp, _ := post("/mcp/fuzz", "not-the-token-at-all-0123456789")
 	assert.Equal(t, http.StatusUnauthorized, resp.status)
 }
+
+// The image's own user (root included) is the operator's to allow: a
+// profile of the config may set it, a request may not, not even over a
+// profile that sets it. Editable paths come from either.
+func TestImageUserOnlyFromAProfile(t *testing.T) {
+	profiles := map[string]sandbox.SessionOptions{
+		"task": {Image: "task:1", User: sandbox.UserImage, WritableRootfs: true, EditablePaths: []string{"/testbed"}},
+	}
+	ts := servertest.Start(t, withProfiles(profiles))
+	c := dial(t, ts)
+	var r wsproto.CreateResult
+	c.ok(1, wsproto.MethodSessionCreate, map[string]any{"profile": "task"}, &r)
+	assert.Equal(t, profiles["task"], fakeOf(t, ts, r.SessionID).Options())
+
+	for i, params := range []map[string]any{
+		{"user": "image"},
+		{"profile": "task", "user": "image"},
+	} {
+		m := c.call(10+i, wsproto.MethodSessionCreate, params)
+		require.NotNil(t, m.Error, "%v", params)
+		assert.Equal(t, wsproto.CodePermission, m.Error.Code, "%v", params)
+		assert.Contains(t, m.Error.Message, `user "image" runs the session as the image's own user, root included: only a session profile`)
+	}
+	// A request's own user over the profile's is an ordinary session user.
+	c.ok(21, wsproto.MethodSessionCreate, map[string]any{"profile": "task", "user": "1000:1000", "editable_paths": []string{"/testbed", "/opt/venv"}}, &r)
+	o := fakeOf(t, ts, r.SessionID).Options()
+	assert.Equal(t, "1000:1000", o.User)
+	assert.Equal(t, []string{"/testbed", "/opt/venv"}, o.EditablePaths, "the request's list replaces the profile's")
+	assert.True(t, o.WritableRootfs, "the profile's")
+}

@@ -22,8 +22,12 @@ var ErrClosed = errors.New("toolset is closed")
 type Env struct {
 	// Workspace is the default directory of the session (/workspace in a
 	// sandbox): grep and glob search it when no path is given, the terminal
-	// starts in it.
+	// starts in it unless Dir is set.
 	Workspace string
+	// Dir is the session's working directory, where the terminal starts
+	// (its "dir" param aside): the image's WORKDIR or the session's cwd in
+	// a sandbox. Empty: Workspace.
+	Dir string
 	// StateDir holds files the tools keep for the model, e.g. the full output
 	// of a truncated terminal command. Factories create it when needed.
 	StateDir string

@@ -42,6 +42,8 @@ type agentConfig struct {
 	stdio     bool
 	socket    string
 	workspace string
+	dir       string
+	roots     repeatFlag
 	stateDir  string
 	toolSpecs string
 	logLevel  string
@@ -58,6 +60,8 @@ func runAgent(ctx context.Context, std stdio, args []string) error {
 	fs.BoolVar(&cfg.stdio, "stdio", false, "serve one connection on stdin/stdout")
 	fs.StringVar(&cfg.socket, "socket", "", "listen on this unix socket (mode 0600) for any number of connections")
 	fs.StringVar(&cfg.workspace, "workspace", "/workspace", "the session's workspace: where tools start and the only place file transfers may touch")
+	fs.StringVar(&cfg.dir, "dir", "", "the session's working directory: where the terminal starts when its params name none ('.': this process's own); default: the workspace")
+	fs.Var(&cfg.roots, "transfer-root", "a directory file transfers may touch besides the workspace (a session's editable path), repeatable")
 	fs.StringVar(&cfg.stateDir, "state-dir", "/tmp/.sandboxd", "where tools keep files for the model (full output of truncated commands)")
 	fs.StringVar(&cfg.toolSpecs, "tools", "", `tool specs as JSON, e.g. '[{"name":"terminal","params":{"soft_timeout_seconds":30}}]', or @FILE; default: all built-in tools`)
 	fs.StringVar(&cfg.logLevel, "log-level", "info", "debug, info, warn or error")
@@ -85,20 +89,32 @@ func runAgent(ctx context.Context, std stdio, args []string) error {
 		return err
 	}
 	err = agent.Run(ctx, agent.RunOptions{
-		Stdio:     cfg.stdio,
-		Stdin:     std.in,
-		Stdout:    std.out,
-		Socket:    cfg.socket,
-		Workspace: cfg.workspace,
-		StateDir:  cfg.stateDir,
-		Registry:  builtin.Registry(),
-		Specs:     specs,
-		Logger:    log,
+		Stdio:         cfg.stdio,
+		Stdin:         std.in,
+		Stdout:        std.out,
+		Socket:        cfg.socket,
+		Workspace:     cfg.workspace,
+		TransferRoots: cfg.roots,
+		Dir:           cfg.dir,
+		StateDir:      cfg.stateDir,
+		Registry:      builtin.Registry(),
+		Specs:         specs,
+		Logger:        log,
 	})
 	if errors.Is(err, agent.ErrStopped) {
 		return exitCodeError(128 + 15) // see agent.ErrStopped
 	}
 	return err
+}
+
+// repeatFlag is a repeatable string flag whose values are taken whole (a
+// path may hold a comma).
+type repeatFlag []string
+
+func (l *repeatFlag) String() string { return strings.Join(*l, " ") }
+func (l *repeatFlag) Set(v string) error {
+	*l = append(*l, v)
+	return nil
 }
 
 // parseSpecs reads --tools: a JSON array of specs, or @FILE holding one.

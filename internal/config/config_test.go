@@ -52,11 +52,16 @@ profiles:
       memory: 1073741824
       disk: 64MiB
   bare:
+  task:
+    image: sandboxd-task:latest
+    user: image
+    writable_rootfs: true
+    editable_paths: [/testbed, /opt/venv]
 `
 	f, err := Parse("config.yaml", []byte(src))
 	require.NoError(t, err)
 	assert.Equal(t, []string{skillsA, skillsB}, f.SkillsDirs)
-	assert.Equal(t, []string{"bare", "default", "forever", "fuzz"}, f.Names())
+	assert.Equal(t, []string{"bare", "default", "forever", "fuzz", "task"}, f.Names())
 
 	assert.Equal(t, sandbox.SessionOptions{Image: "sandboxd-default:latest"}, f.Profiles["default"].Options)
 	assert.Equal(t, 4, f.Profiles["default"].Pool)
@@ -71,6 +76,8 @@ profiles:
 	assert.Equal(t, sandbox.SessionOptions{IdleTimeout: sandbox.NoIdleTimeout, Skills: []string{sandbox.SkillsAll},
 		Limits: sandbox.Limits{Memory: 1 << 30, Disk: 64 << 20}}, f.Profiles["forever"].Options)
 	assert.Equal(t, sandbox.SessionOptions{}, f.Profiles["bare"].Options)
+	assert.Equal(t, sandbox.SessionOptions{Image: "sandboxd-task:latest", User: sandbox.UserImage, WritableRootfs: true,
+		EditablePaths: []string{"/testbed", "/opt/venv"}}, f.Profiles["task"].Options)
 	require.NoError(t, f.Check(sandbox.SessionOptions{Image: "img"}))
 
 	p, err := f.Lookup("fuzz")
@@ -118,7 +125,7 @@ func TestParseErrors(t *testing.T) {
 		"size type":          {"profiles:\n  a:\n    limits: {tmpfs: [1]}\n", `config.yaml:3:21: profiles.a.limits.tmpfs: want a size such as 2GiB`},
 		"negative size":      {"profiles:\n  a:\n    limits:\n      disk: -5\n", `config.yaml:4:13: profiles.a.limits.disk: "-5" is not a size`},
 		"unknown top":        {"profile:\n  a: {}\n", `config.yaml:1:1: profile: unknown key (known here: profiles, skills_dirs)`},
-		"unknown in profile": {"profiles:\n  a:\n    imagee: x\n", `config.yaml:3:5: profiles.a.imagee: unknown key (known here: allow_hosts, cwd, env, idle_timeout, image, labels, limits, mcp_servers, network, pool, runtime, skills, skills_install, terminal, user, writable_rootfs)`},
+		"unknown in profile": {"profiles:\n  a:\n    imagee: x\n", `config.yaml:3:5: profiles.a.imagee: unknown key (known here: allow_hosts, cwd, editable_paths, env, idle_timeout, image, labels, limits, mcp_servers, network, pool, runtime, skills, skills_install, terminal, user, writable_rootfs)`},
 		"unknown in limits":  {"profiles:\n  a:\n    limits:\n      mem: 1GiB\n", `config.yaml:4:7: profiles.a.limits.mem: unknown key (known here: cpus, disk, disk_quota, memory, pids, tmpfs)`},
 		"profile name":       {"profiles:\n  Fuzz: {}\n", `config.yaml:2:3: profiles.Fuzz: "Fuzz" is not a profile name`},
 		"profile name slash": {"profiles:\n  a/b: {}\n", `config.yaml:2:3: profiles.a/b: "a/b" is not a profile name`},
@@ -138,6 +145,7 @@ func TestParseErrors(t *testing.T) {
 		"cpus":               {"profiles:\n  a:\n    limits: {cpus: lots}\n", `profiles.a.limits.cpus: want a number, not "lots"`},
 		"cpus nan":           {"profiles:\n  a:\n    limits: {cpus: .nan}\n", `profiles.a.limits.cpus: ".nan" is not a number`},
 		"rootfs":             {"profiles:\n  a:\n    writable_rootfs: yes\n", `profiles.a.writable_rootfs: want true or false, not "yes"`},
+		"editable not list":  {"profiles:\n  a:\n    editable_paths: /testbed\n", `profiles.a.editable_paths:`},
 		"skills":             {"profiles:\n  a:\n    skills: fuzz\n", `config.yaml:3:13: profiles.a.skills: "fuzz": want "all" or a list of skill path prefixes`},
 		"skills item":        {"profiles:\n  a:\n    skills: [fuzz, {x: 1}]\n", `profiles.a.skills[1]: want a single value, not a mapping`},
 		"profiles list":      {"profiles: [a, b]\n", `config.yaml:1:11: profiles: want a mapping of keys to values, not a list`},
@@ -191,6 +199,8 @@ func TestCheck(t *testing.T) {
   host:
     network: host
     allow_hosts: [example.com]
+  edit:
+    editable_paths: [testbed]
   fine: {}
 `
 	f, err := Parse("config.yaml", []byte(src))
@@ -204,11 +214,12 @@ func TestCheck(t *testing.T) {
 		`config.yaml:13:5: profiles.host.network: "host" is never allowed`,
 		`config.yaml:14:5: profiles.host.allow_hosts: needs network "bridge"`,
 		`config.yaml:4:7: profiles.tiny.limits.memory: 1 MiB is below the minimum of 64 MiB`,
+		`config.yaml:16:5: profiles.edit.editable_paths: [0]: "testbed" is not an absolute path`,
 	} {
 		assert.Contains(t, msg, want)
 	}
 	assert.NotContains(t, msg, "profiles.fine")
-	assert.Len(t, strings.Split(msg, "\n"), 5, msg)
+	assert.Len(t, strings.Split(msg, "\n"), 6, msg)
 
 	// A problem the server's defaults cause is reported at the profile,
 	// saying so.

@@ -32,6 +32,7 @@ func sessionFields(o *sandbox.SessionOptions) map[string]decoder {
 		"idle_timeout":    idleTimeout(&o.IdleTimeout),
 		"labels":          strMap(&o.Labels),
 		"writable_rootfs": boolean(&o.WritableRootfs),
+		"editable_paths":  strList(&o.EditablePaths),
 		"runtime":         str(&o.Runtime),
 		"skills":          skills(&o.Skills),
 		"skills_install":  str(&o.SkillsInstall),

@@ -378,6 +378,11 @@ func (c *Core) Create(wait context.Context, p Principal, api string, req CreateR
 	if err != nil {
 		return CreateResult{}, err
 	}
+	if req.Options.User == sandbox.UserImage {
+		// Root in the sandbox is the operator's to allow (decision 0028).
+		return CreateResult{}, apierr.New(apierr.PermissionDenied,
+			"user %q runs the session as the image's own user, root included: only a session profile of the server's config (serve --config) may set it; ask for that profile", sandbox.UserImage)
+	}
 	if err := c.checkImage(req.Options.Image); err != nil {
 		return CreateResult{}, err
 	}

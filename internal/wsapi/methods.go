@@ -97,7 +97,7 @@ func sessionCreate(c *conn, req *wsproto.Request) (any, error) {
 // them.
 func createOptions(p wsproto.CreateParams) (sandbox.SessionOptions, error) {
 	o := sandbox.SessionOptions{
-		Image: p.Image, Env: p.Env, Cwd: p.Cwd, User: p.User, Network: p.Network,
+		Image: p.Image, Env: p.Env, Cwd: p.Cwd, User: p.User, EditablePaths: p.EditablePaths, Network: p.Network,
 		AllowHosts: p.AllowHosts, Runtime: p.Runtime, IdleTimeout: time.Duration(p.IdleTimeout), Labels: p.Labels,
 		Skills: p.Skills, SkillsInstall: p.SkillsInstall,
 	}

@@ -16,13 +16,15 @@ import (
 func TestCreateOptions(t *testing.T) {
 	o, err := createOptions(wsproto.CreateParams{
 		Image: "img", Network: "bridge", IdleTimeout: -1, AllowHosts: []string{"pypi.org", "192.0.2.0/24"}, Runtime: "runsc",
+		EditablePaths: []string{"/testbed"}, Cwd: "/testbed", User: "1000:1000",
 		Limits: &wsproto.Limits{MemoryMB: 1024, CPUs: 0.5, Pids: 100, TmpMB: 64},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if o.Image != "img" || o.Limits.Memory != 1<<30 || o.Limits.CPUs != 0.5 || o.Limits.Pids != 100 || o.Limits.Tmpfs != 64<<20 ||
-		o.IdleTimeout != sandbox.NoIdleTimeout || o.Network != "bridge" || len(o.AllowHosts) != 2 || o.AllowHosts[1] != "192.0.2.0/24" || o.Runtime != "runsc" {
+		o.IdleTimeout != sandbox.NoIdleTimeout || o.Network != "bridge" || len(o.AllowHosts) != 2 || o.AllowHosts[1] != "192.0.2.0/24" || o.Runtime != "runsc" ||
+		len(o.EditablePaths) != 1 || o.EditablePaths[0] != "/testbed" || o.Cwd != "/testbed" || o.User != "1000:1000" {
 		t.Fatalf("%+v", o)
 	}
 	if o, _ := createOptions(wsproto.CreateParams{IdleTimeout: wsproto.Duration(time.Minute)}); o.IdleTimeout != time.Minute {

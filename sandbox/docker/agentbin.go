@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"sync"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/api/types/volume"
@@ -26,9 +27,10 @@ const LabelAgent = "sandboxd.agent"
 
 // agentBinary is the checked host file that becomes /.sandboxd/sandboxd.
 type agentBinary struct {
-	path string
-	size int64
-	sum  string // hex sha256
+	path  string
+	size  int64
+	sum   string // hex sha256
+	scope string // the runtime's (ScopeOf): each runtime fills and prunes its own volume
 
 	mu     sync.Mutex
 	copied bool // the volume of sum is filled (copy mode)
@@ -74,13 +76,23 @@ func checkAgentBinary(path string) (*agentBinary, error) {
 	return &agentBinary{path: abs, size: fi.Size(), sum: hex.EncodeToString(h.Sum(nil))}, nil
 }
 
-// agentVolume is the shared volume holding a copied agent binary.
-func (a *agentBinary) volume() string { return "sandboxd-agent-" + a.sum[:16] }
+// volume is the runtime's shared volume holding a copied agent binary.
+func (a *agentBinary) volume() string { return "sandboxd-agent-" + a.scope + "-" + a.sum[:16] }
+
+// agentInVolume says whether a session's agent binary comes from the
+// shared agent volume, mounted read-only over the whole of AgentDir: in
+// copy mode, and for a writable root, where the session user (root with
+// sandbox.UserImage) could otherwise move the folder that holds a
+// file bind aside and put its own program where the daemon runs
+// agent-proxy (decision 0028). A mount point cannot be moved.
+func (r *Runtime) agentInVolume(o sandbox.SessionOptions) bool {
+	return r.opts.CopyAgent || o.WritableRootfs
+}
 
 // agentMount is how the agent binary appears in a sandbox: a read-only bind
-// of the host file, or (copy mode) a read-only shared volume filled once.
-func (r *Runtime) agentMount() mount.Mount {
-	if r.opts.CopyAgent {
+// of the host file, or a read-only shared volume filled once (agentInVolume).
+func (r *Runtime) agentMount(o sandbox.SessionOptions) mount.Mount {
+	if r.agentInVolume(o) {
 		return mount.Mount{
 			Type: mount.TypeVolume, Source: r.agent.volume(), Target: sandbox.AgentDir, ReadOnly: true,
 			VolumeOptions: &mount.VolumeOptions{NoCopy: true},
@@ -139,6 +151,28 @@ func (r *Runtime) ensureAgentVolume(ctx context.Context, image string) error {
 	a.copied = true
 	r.log.Info("agent binary copied into volume", "volume", a.volume(), "bytes", a.size)
 	return nil
+}
+
+// pruneStaleAgentVolumes removes this runtime's agent volumes of other
+// binaries (an upgraded daemon's predecessors) that no sandbox mounts any
+// more; one still in use (an adopted session) stays for the next start.
+// Best effort: a failure is logged.
+func (r *Runtime) pruneStaleAgentVolumes(ctx context.Context) {
+	f := r.filter("")
+	f.Add("label", LabelAgent)
+	vols, err := r.cli.VolumeList(ctx, volume.ListOptions{Filters: f})
+	if err != nil {
+		r.log.Warn("listing agent volumes", "err", err)
+		return
+	}
+	for _, v := range vols.Volumes {
+		if v.Labels[LabelAgent] == r.agent.sum {
+			continue
+		}
+		if err := r.cli.VolumeRemove(ctx, v.Name, false); err != nil && !cerrdefs.IsConflict(err) && !isNotFound(err) {
+			r.log.Warn("removing a stale agent volume", "volume", v.Name, "err", err)
+		}
+	}
 }
 
 // writeAgentTar writes a tar holding the agent binary as "sandboxd",

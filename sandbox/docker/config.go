@@ -3,7 +3,6 @@ package docker
 import (
 	"errors"
 	"fmt"
-	"slices"
 	"sort"
 	"strconv"
 
@@ -37,10 +36,7 @@ type containerSpec struct {
 // back from a real container.
 func (r *Runtime) buildContainer(spec sandbox.Spec, netName string, l layout, extra ...mount.Mount) (containerSpec, error) {
 	o := spec.Options
-	uid, gid, err := sandbox.ParseUser(o.User)
-	if err != nil {
-		return containerSpec{}, fmt.Errorf("user: %w", err)
-	}
+	uid, gid := l.uid, l.gid
 	env := make([]string, 0, len(o.Env)+2)
 	for k, v := range o.Env {
 		if k == "PATH" && l.path != "" {
@@ -66,10 +62,12 @@ func (r *Runtime) buildContainer(spec sandbox.Spec, netName string, l layout, ex
 		Image: o.Image,
 		User:  strconv.Itoa(uid) + ":" + strconv.Itoa(gid), // "1234" alone would get gid 0 from an image without that user
 		Env:   env,
-		// Not o.Cwd: the engine would make a missing one, owned by root.
-		// The terminal starts in o.Cwd (AgentToolSpecs); Start checks that
-		// it exists (checkCwd), or the agent creates it in the workspace.
-		WorkingDir: sandbox.WorkspaceDir,
+		// A Cwd the session names is not the WorkingDir: the engine would
+		// make a missing one, owned by root. The terminal starts in it
+		// (AgentToolSpecs's "dir"); Start checks that it exists
+		// (checkCwd), or the agent creates it in the workspace. Without
+		// one, the agent starts in the image's WORKDIR (layout).
+		WorkingDir: workingDirOf(o, l),
 		Hostname:   hostname,
 		Labels:     labels,
 		Entrypoint: cmd[:1], // replaces any entrypoint of the image
@@ -134,10 +132,10 @@ func (r *Runtime) buildContainer(spec sandbox.Spec, netName string, l layout, ex
 			sandbox.RunDir: fmt.Sprintf("rw,nosuid,nodev,noexec,mode=0700,uid=%d,gid=%d,size=%d",
 				uid, gid, r.runDirSize(o)),
 		},
-		Mounts: []mount.Mount{r.agentMount(), volumeMount(spec.SessionID, sandbox.WorkspaceDir, l)},
+		Mounts: []mount.Mount{r.agentMount(o)},
 	}
-	if l.home != "" {
-		host.Mounts = append(host.Mounts, volumeMount(spec.SessionID, l.home, l))
+	for _, v := range l.vols {
+		host.Mounts = append(host.Mounts, volumeMount(v))
 	}
 	host.Mounts = append(host.Mounts, extra...)
 	return containerSpec{
@@ -146,6 +144,17 @@ func (r *Runtime) buildContainer(spec sandbox.Spec, netName string, l layout, ex
 		host:    host,
 		network: &network.NetworkingConfig{},
 	}, nil
+}
+
+// workingDirOf is the container's working directory: the workspace when
+// the session names a Cwd (the terminal is started there; see
+// buildContainer), else the layout's (the image's WORKDIR, or the
+// workspace).
+func workingDirOf(o sandbox.SessionOptions, l layout) string {
+	if o.Cwd != "" || l.cwd == "" {
+		return sandbox.WorkspaceDir
+	}
+	return l.cwd
 }
 
 // runDirSize is the size of the RunDir tmpfs: Options.RunDirSize, but at
@@ -165,30 +174,28 @@ func shmSize(o sandbox.SessionOptions) int64 {
 	return min(64<<20, (o.Limits.Memory/16)&^(1<<20-1))
 }
 
-// volumeMount mounts the session's volume for target (the workspace or the
-// home folder). A volume the ownership fix handled was seeded by its helper
-// and is mounted without the engine's copy-up (see fixOwnership).
-func volumeMount(id, target string, l layout) mount.Mount {
-	m := mount.Mount{Type: mount.TypeVolume, Source: volumeAt(id, target, l), Target: target}
-	if slices.Contains(l.fix, target) {
+// volumeMount mounts one of the session's volumes. A volume sandboxd
+// seeds itself is mounted without the engine's copy-up, which would copy
+// the image's owners over the session user's (see seed.go).
+func volumeMount(v vol) mount.Mount {
+	m := mount.Mount{Type: mount.TypeVolume, Source: v.name, Target: v.target}
+	if v.seed == seedOwned {
 		m.VolumeOptions = &mount.VolumeOptions{NoCopy: true}
 	}
 	return m
 }
 
-// volumeOptions are the driver options of the workspace and home volumes:
-// none (a plain local volume, seeded from the image's folder at its mount
-// point), or with a Disk limit a size-capped tmpfs owned by the session
-// user.
-func volumeOptions(o sandbox.SessionOptions) map[string]string {
+// volumeOptions are the driver options of the session's volumes: none (a
+// plain local volume), or with a Disk limit a size-capped tmpfs owned by
+// the session user.
+func volumeOptions(o sandbox.SessionOptions, l layout) map[string]string {
 	if o.Limits.Disk == 0 {
 		return nil
 	}
-	uid, gid, _ := sandbox.ParseUser(o.User)
 	return map[string]string{
 		"type":   "tmpfs",
 		"device": "tmpfs",
 		"o": fmt.Sprintf("size=%d,uid=%d,gid=%d,mode=0755,nosuid,nodev",
-			o.Limits.Disk, uid, gid),
+			o.Limits.Disk, l.uid, l.gid),
 	}
 }

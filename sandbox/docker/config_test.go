@@ -3,7 +3,6 @@ package docker
 import (
 	"context"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -25,7 +24,7 @@ func testRuntime(copyAgent bool) *Runtime {
 	return &Runtime{
 		opts: Options{Labels: map[string]string{"scope": "t"}, LogMaxSize: "1m", LogMaxFiles: "2",
 			RunDirSize: 16 << 20, CopyAgent: copyAgent},
-		agent: &agentBinary{path: "/opt/sandboxd", sum: "0123456789abcdef0123"},
+		agent: &agentBinary{path: "/opt/sandboxd", sum: "0123456789abcdef0123", scope: "s1"},
 	}
 }
 
@@ -34,6 +33,24 @@ func resolved(t *testing.T, o sandbox.SessionOptions) sandbox.SessionOptions {
 	require.NoError(t, err)
 	return r
 }
+
+// plan is the layout of session id on our own image run as o's user (the
+// workspace and HOME seeded by the engine), as Start works it out.
+func plan(t *testing.T, id string, o sandbox.SessionOptions, img imageFacts) layout {
+	t.Helper()
+	uid, gid := 0, 0
+	if o.User != sandbox.UserImage {
+		var err error
+		uid, gid, err = sandbox.ParseUser(o.User)
+		require.NoError(t, err)
+	}
+	l, err := planLayout(id, o, img, uid, gid)
+	require.NoError(t, err)
+	return l
+}
+
+// ourImage is an image of sandboxd's scripts, run as 1000:1000.
+var ourImage = imageFacts{home: "/home/agent", user: "1000:1000", ours: true, workdir: "/workspace"}
 
 // agentCmd is the Command the Manager puts in the Spec for o.
 func agentCmd(t *testing.T, o sandbox.SessionOptions) []string {
@@ -47,7 +64,7 @@ func agentCmd(t *testing.T, o sandbox.SessionOptions) []string {
 func TestBuildContainerUIDOnlyGetsSameGID(t *testing.T) {
 	o := resolved(t, sandbox.SessionOptions{User: "1234"})
 	spec := sandbox.Spec{SessionID: "sid", Options: o, Labels: sandbox.SessionLabels("sid", o, "", testTime), Command: agentCmd(t, o)}
-	cs, err := testRuntime(false).buildContainer(spec, "none", layout{})
+	cs, err := testRuntime(false).buildContainer(spec, "none", plan(t, "sid", o, ourImage))
 	require.NoError(t, err)
 	assert.Equal(t, "1234:1234", cs.config.User)
 }
@@ -67,7 +84,7 @@ func TestBuildContainerHardening(t *testing.T) {
 	o := resolved(t, sandbox.SessionOptions{User: "1234:5678", Env: map[string]string{"B": "2", "A": "1"},
 		Limits: sandbox.Limits{Memory: 512 << 20, CPUs: 1.5, Pids: 100, Tmpfs: 8 << 20}})
 	spec := sandbox.Spec{SessionID: "sid", Options: o, Labels: sandbox.SessionLabels("sid", o, "", testTime), Command: agentCmd(t, o)}
-	cs, err := testRuntime(false).buildContainer(spec, "none", layout{})
+	cs, err := testRuntime(false).buildContainer(spec, "none", plan(t, "sid", o, imageFacts{home: "/root"}))
 	require.NoError(t, err)
 	c, h := cs.config, cs.host
 
@@ -111,24 +128,24 @@ func TestBuildContainerHardening(t *testing.T) {
 	assert.EqualValues(t, 32<<20, h.ShmSize, "/dev/shm: a sixteenth of 512 MiB")
 	assert.NotEqual(t, "host", string(h.UsernsMode))
 	assert.Equal(t, "no", string(h.RestartPolicy.Name))
-	require.Len(t, h.Mounts, 2)
+	require.Len(t, h.Mounts, 3)
 	assert.Equal(t, mount.Mount{Type: mount.TypeBind, Source: "/opt/sandboxd", Target: sandbox.AgentPath, ReadOnly: true}, h.Mounts[0])
-	assert.Equal(t, mount.TypeVolume, h.Mounts[1].Type)
-	assert.Equal(t, "sandboxd-sid-workspace", h.Mounts[1].Source)
-	assert.Equal(t, sandbox.WorkspaceDir, h.Mounts[1].Target)
+	noCopy := &mount.VolumeOptions{NoCopy: true}
+	assert.Equal(t, mount.Mount{Type: mount.TypeVolume, Source: "sandboxd-sid-workspace", Target: sandbox.WorkspaceDir, VolumeOptions: noCopy}, h.Mounts[1])
+	assert.Equal(t, mount.Mount{Type: mount.TypeVolume, Source: "sandboxd-sid-home", Target: "/root", VolumeOptions: noCopy}, h.Mounts[2])
 }
 
 // A spec without a command is a caller's bug, not a container that runs
 // the image's entrypoint.
 func TestBuildContainerNeedsCommand(t *testing.T) {
 	o := resolved(t, sandbox.SessionOptions{})
-	_, err := testRuntime(false).buildContainer(sandbox.Spec{SessionID: "s", Options: o}, "none", layout{})
+	_, err := testRuntime(false).buildContainer(sandbox.Spec{SessionID: "s", Options: o}, "none", plan(t, "s", o, ourImage))
 	assert.ErrorContains(t, err, "no command")
 }
 
 func TestBuildContainerPooledAndCopyMode(t *testing.T) {
 	o := resolved(t, sandbox.SessionOptions{})
-	cs, err := testRuntime(true).buildContainer(sandbox.Spec{SessionID: "p", Options: o, Command: agentCmd(t, o), Pooled: true}, "sandboxd-p", layout{})
+	cs, err := testRuntime(true).buildContainer(sandbox.Spec{SessionID: "p", Options: o, Command: agentCmd(t, o), Pooled: true}, "sandboxd-p", plan(t, "p", o, ourImage))
 	require.NoError(t, err)
 	assert.Equal(t, "sandboxd-pool-p", cs.name)
 	assert.Equal(t, "sandboxd-p", string(cs.host.NetworkMode))
@@ -136,7 +153,7 @@ func TestBuildContainerPooledAndCopyMode(t *testing.T) {
 	assert.Equal(t, mount.TypeVolume, m.Type)
 	assert.Equal(t, sandbox.AgentDir, m.Target)
 	assert.True(t, m.ReadOnly)
-	assert.Equal(t, "sandboxd-agent-0123456789abcdef", m.Source)
+	assert.Equal(t, "sandboxd-agent-s1-0123456789abcdef", m.Source, "the runtime's own volume, by its scope")
 }
 
 // The agent's state tmpfs is charged to memory like /tmp: at most a
@@ -154,17 +171,17 @@ func TestRunDirSize(t *testing.T) {
 	} {
 		o := resolved(t, sandbox.SessionOptions{Limits: sandbox.Limits{Memory: mem}})
 		assert.Equal(t, want, r.runDirSize(o), mem)
-		cs, err := r.buildContainer(sandbox.Spec{SessionID: "s", Options: o, Command: agentCmd(t, o)}, "none", layout{})
+		cs, err := r.buildContainer(sandbox.Spec{SessionID: "s", Options: o, Command: agentCmd(t, o)}, "none", plan(t, "s", o, ourImage))
 		require.NoError(t, err)
 		assert.True(t, strings.HasSuffix(cs.host.Tmpfs[sandbox.RunDir], fmt.Sprintf(",size=%d", want)), cs.host.Tmpfs[sandbox.RunDir])
 	}
 }
 
 func TestVolumeOptions(t *testing.T) {
-	assert.Nil(t, volumeOptions(resolved(t, sandbox.SessionOptions{})))
-	opts := volumeOptions(resolved(t, sandbox.SessionOptions{Limits: sandbox.Limits{Disk: 64 << 20}}))
+	assert.Nil(t, volumeOptions(resolved(t, sandbox.SessionOptions{}), layout{uid: 1000, gid: 1000}))
+	opts := volumeOptions(resolved(t, sandbox.SessionOptions{Limits: sandbox.Limits{Disk: 64 << 20}}), layout{uid: 1000, gid: 1001})
 	assert.Equal(t, "tmpfs", opts["type"])
-	assert.Equal(t, "size=67108864,uid=1000,gid=1000,mode=0755,nosuid,nodev", opts["o"])
+	assert.Equal(t, "size=67108864,uid=1000,gid=1001,mode=0755,nosuid,nodev", opts["o"])
 }
 
 func TestCheckAgentBinary(t *testing.T) {
@@ -206,8 +223,7 @@ func TestLineLogger(t *testing.T) {
 func TestBuildContainerHomeAndWritableRootfs(t *testing.T) {
 	o := resolved(t, sandbox.SessionOptions{Env: map[string]string{"A": "1"}, WritableRootfs: true})
 	spec := sandbox.Spec{SessionID: "sid", Options: o, Command: agentCmd(t, o)}
-	l := layout{home: sandbox.FallbackHome, setHome: true, fix: []string{sandbox.WorkspaceDir, sandbox.FallbackHome}}
-	cs, err := testRuntime(false).buildContainer(spec, "none", l)
+	cs, err := testRuntime(false).buildContainer(spec, "none", plan(t, "sid", o, imageFacts{}))
 	require.NoError(t, err)
 	assert.False(t, cs.host.ReadonlyRootfs)
 	assert.Equal(t, []string{"A=1", "HOME=" + sandbox.FallbackHome}, cs.config.Env)
@@ -217,62 +233,165 @@ func TestBuildContainerHomeAndWritableRootfs(t *testing.T) {
 	assert.Equal(t, mount.Mount{Type: mount.TypeVolume, Source: "sandboxd-sid-home", Target: sandbox.FallbackHome, VolumeOptions: noCopy}, cs.host.Mounts[2])
 
 	// The image's own home, seeded by the engine: no HOME in env, copy-up on.
-	cs, err = testRuntime(false).buildContainer(spec, "none", layout{home: "/home/agent"})
+	cs, err = testRuntime(false).buildContainer(spec, "none", plan(t, "sid", o, ourImage))
 	require.NoError(t, err)
 	assert.Equal(t, []string{"A=1"}, cs.config.Env)
 	assert.Equal(t, mount.Mount{Type: mount.TypeVolume, Source: "sandboxd-sid-home", Target: "/home/agent"}, cs.host.Mounts[2])
 	assert.Nil(t, cs.host.Mounts[1].VolumeOptions)
 }
 
+// Editable paths are volumes at their paths, seeded by sandboxd (no
+// copy-up) in a hardened session and by the engine for the image's user;
+// the working directory is the image's WORKDIR; the image's user runs
+// numerically, root included, with every other setting as hardened.
+func TestBuildContainerEditableAndImageUser(t *testing.T) {
+	task := imageFacts{home: "/root", workdir: "/testbed", ours: true} // FROM our image, USER root
+	o := resolved(t, sandbox.SessionOptions{EditablePaths: []string{"/testbed", "/opt/venv"}})
+	spec := sandbox.Spec{SessionID: "sid", Options: o, Command: agentCmd(t, o)}
+	cs, err := testRuntime(false).buildContainer(spec, "none", plan(t, "sid", o, task))
+	require.NoError(t, err)
+	assert.Equal(t, "1000:1000", cs.config.User)
+	assert.Equal(t, "/testbed", cs.config.WorkingDir)
+	assert.True(t, cs.host.ReadonlyRootfs)
+	noCopy := &mount.VolumeOptions{NoCopy: true}
+	assert.Equal(t, []mount.Mount{
+		{Type: mount.TypeBind, Source: "/opt/sandboxd", Target: sandbox.AgentPath, ReadOnly: true},
+		{Type: mount.TypeVolume, Source: "sandboxd-sid-workspace", Target: sandbox.WorkspaceDir, VolumeOptions: noCopy},
+		{Type: mount.TypeVolume, Source: "sandboxd-sid-home", Target: "/root", VolumeOptions: noCopy},
+		{Type: mount.TypeVolume, Source: "sandboxd-sid-edit0", Target: "/testbed", VolumeOptions: noCopy},
+		{Type: mount.TypeVolume, Source: "sandboxd-sid-edit1", Target: "/opt/venv", VolumeOptions: noCopy},
+	}, cs.host.Mounts)
+	assert.Contains(t, cs.config.Cmd, "--transfer-root")
+
+	o = resolved(t, sandbox.SessionOptions{User: sandbox.UserImage, WritableRootfs: true, EditablePaths: []string{"/testbed"}})
+	spec = sandbox.Spec{SessionID: "sid", Options: o, Command: agentCmd(t, o)}
+	l, err := planLayout("sid", o, task, 0, 0)
+	require.NoError(t, err)
+	cs, err = testRuntime(false).buildContainer(spec, "none", l)
+	require.NoError(t, err)
+	assert.Equal(t, "0:0", cs.config.User)
+	assert.False(t, cs.host.ReadonlyRootfs)
+	assert.Equal(t, []string{"ALL"}, []string(cs.host.CapDrop))
+	assert.Contains(t, cs.host.SecurityOpt, "no-new-privileges:true")
+	assert.False(t, cs.host.Privileged)
+	assert.Equal(t, "rw,nosuid,nodev,noexec,mode=0700,uid=0,gid=0,size=16777216", cs.host.Tmpfs[sandbox.RunDir])
+	assert.Equal(t, mount.Mount{Type: mount.TypeVolume, Source: "sandboxd-agent-s1-0123456789abcdef", Target: sandbox.AgentDir, ReadOnly: true,
+		VolumeOptions: &mount.VolumeOptions{NoCopy: true}}, cs.host.Mounts[0], "with a writable root, the agent's folder is a read-only mount of its own")
+	require.Len(t, cs.host.Mounts, 3, "the agent, the workspace, /testbed: HOME is the image's own, on the writable root")
+	assert.Equal(t, mount.Mount{Type: mount.TypeVolume, Source: "sandboxd-sid-edit0", Target: "/testbed"}, cs.host.Mounts[2],
+		"the image's user gets the image's owners: the engine's copy-up")
+}
+
 func TestPlanLayout(t *testing.T) {
 	ours := imageFacts{home: "/home/agent", user: "1000:1000", ours: true}
 	foreign := imageFacts{home: "/root", user: "0"}
 	ws, fb := sandbox.WorkspaceDir, sandbox.FallbackHome
+	type v struct {
+		target string
+		seed   seeding
+	}
 	tests := []struct {
-		name string
-		o    sandbox.SessionOptions
-		img  imageFacts
-		want layout
+		name    string
+		o       sandbox.SessionOptions
+		img     imageFacts
+		home    string
+		setHome bool
+		vols    []v
 	}{
-		{"our image as its user: nothing to fix", sandbox.SessionOptions{}, ours, layout{home: "/home/agent"}},
-		{"our image, another user", sandbox.SessionOptions{User: "2000:2000"}, ours, layout{home: "/home/agent", fix: []string{ws, "/home/agent"}}},
-		{"our image, uid only", sandbox.SessionOptions{User: "1000"}, ours, layout{home: "/home/agent"}},
-		{"our image, the session's own HOME", sandbox.SessionOptions{Env: map[string]string{"HOME": "/home/me"}}, ours,
-			layout{home: "/home/me", fix: []string{"/home/me"}}},
-		{"a user's image", sandbox.SessionOptions{}, foreign, layout{home: "/root", fix: []string{ws, "/root"}}},
-		{"image with USER by name", sandbox.SessionOptions{}, imageFacts{home: "/home/agent", user: "agent", ours: true},
-			layout{home: "/home/agent", fix: []string{ws, "/home/agent"}}},
-		{"image without HOME", sandbox.SessionOptions{}, imageFacts{}, layout{home: fb, setHome: true, fix: []string{ws, fb}}},
-		{"image HOME=/", sandbox.SessionOptions{}, imageFacts{home: "/"}, layout{home: fb, setHome: true, fix: []string{ws, fb}}},
-		{"image HOME in /proc", sandbox.SessionOptions{}, imageFacts{home: "/proc/1"}, layout{home: fb, setHome: true, fix: []string{ws, fb}}},
-		{"image HOME /usr", sandbox.SessionOptions{}, imageFacts{home: "/usr"}, layout{home: fb, setHome: true, fix: []string{ws, fb}}},
-		{"image HOME under /var", sandbox.SessionOptions{}, imageFacts{home: "/var/lib/app"}, layout{home: "/var/lib/app", fix: []string{ws, "/var/lib/app"}}},
-		{"image HOME relative", sandbox.SessionOptions{}, imageFacts{home: "home"}, layout{home: fb, setHome: true, fix: []string{ws, fb}}},
-		{"image HOME in the workspace", sandbox.SessionOptions{}, imageFacts{home: "/workspace/home"}, layout{fix: []string{ws}}},
-		{"image HOME in /tmp", sandbox.SessionOptions{}, imageFacts{home: "/tmp"}, layout{fix: []string{ws}}},
-		{"session HOME unusable: no volume, no fallback", sandbox.SessionOptions{Env: map[string]string{"HOME": "/"}}, foreign, layout{fix: []string{ws}}},
-		{"session HOME in the agent's folder", sandbox.SessionOptions{Env: map[string]string{"HOME": sandbox.RunDir + "/x"}}, ours, layout{}},
-		{"disk limit: tmpfs volumes, owned at creation", sandbox.SessionOptions{Limits: sandbox.Limits{Disk: 64 << 20}}, foreign, layout{home: "/root"}},
+		{"our image as its user: the engine seeds", sandbox.SessionOptions{}, ours, "/home/agent", false,
+			[]v{{ws, seedEngine}, {"/home/agent", seedEngine}}},
+		{"our image, another user", sandbox.SessionOptions{User: "2000:2000"}, ours, "/home/agent", false,
+			[]v{{ws, seedOwned}, {"/home/agent", seedOwned}}},
+		{"our image, uid only", sandbox.SessionOptions{User: "1000"}, ours, "/home/agent", false,
+			[]v{{ws, seedEngine}, {"/home/agent", seedEngine}}},
+		{"our image, the session's own HOME", sandbox.SessionOptions{Env: map[string]string{"HOME": "/home/me"}}, ours, "/home/me", false,
+			[]v{{ws, seedEngine}, {"/home/me", seedOwned}}},
+		{"a user's image", sandbox.SessionOptions{}, foreign, "/root", false, []v{{ws, seedOwned}, {"/root", seedOwned}}},
+		{"image with USER by name", sandbox.SessionOptions{}, imageFacts{home: "/home/agent", user: "agent", ours: true}, "/home/agent", false,
+			[]v{{ws, seedOwned}, {"/home/agent", seedOwned}}},
+		{"our image run as root (a task image)", sandbox.SessionOptions{}, imageFacts{home: "/root", user: "", ours: true}, "/root", false,
+			[]v{{ws, seedOwned}, {"/root", seedOwned}}},
+		{"image without HOME", sandbox.SessionOptions{}, imageFacts{}, fb, true, []v{{ws, seedOwned}, {fb, seedOwned}}},
+		{"image HOME=/", sandbox.SessionOptions{}, imageFacts{home: "/"}, fb, true, []v{{ws, seedOwned}, {fb, seedOwned}}},
+		{"image HOME in /proc", sandbox.SessionOptions{}, imageFacts{home: "/proc/1"}, fb, true, []v{{ws, seedOwned}, {fb, seedOwned}}},
+		{"image HOME /usr", sandbox.SessionOptions{}, imageFacts{home: "/usr"}, fb, true, []v{{ws, seedOwned}, {fb, seedOwned}}},
+		{"image HOME under /var", sandbox.SessionOptions{}, imageFacts{home: "/var/lib/app"}, "/var/lib/app", false,
+			[]v{{ws, seedOwned}, {"/var/lib/app", seedOwned}}},
+		{"image HOME relative", sandbox.SessionOptions{}, imageFacts{home: "home"}, fb, true, []v{{ws, seedOwned}, {fb, seedOwned}}},
+		{"image HOME in the workspace", sandbox.SessionOptions{}, imageFacts{home: "/workspace/home"}, "", false, []v{{ws, seedOwned}}},
+		{"image HOME in /tmp", sandbox.SessionOptions{}, imageFacts{home: "/tmp"}, "", false, []v{{ws, seedOwned}}},
+		{"session HOME unusable: no volume, no fallback", sandbox.SessionOptions{Env: map[string]string{"HOME": "/"}}, foreign, "", false,
+			[]v{{ws, seedOwned}}},
+		{"session HOME in the agent's folder", sandbox.SessionOptions{Env: map[string]string{"HOME": sandbox.RunDir + "/x"}}, ours, "", false,
+			[]v{{ws, seedEngine}}},
+		{"disk limit: tmpfs volumes, owned at creation", sandbox.SessionOptions{Limits: sandbox.Limits{Disk: 64 << 20}}, foreign, "/root", false,
+			[]v{{ws, seedNone}, {"/root", seedNone}}},
+		{"editable paths: seeded owned", sandbox.SessionOptions{EditablePaths: []string{"/testbed", "/opt/venv"}}, ours, "/home/agent", false,
+			[]v{{ws, seedEngine}, {"/home/agent", seedEngine}, {"/testbed", seedOwned}, {"/opt/venv", seedOwned}}},
+		{"an editable HOME is HOME's only volume", sandbox.SessionOptions{EditablePaths: []string{"/root"}}, foreign, "", false,
+			[]v{{ws, seedOwned}, {"/root", seedOwned}}},
+		{"a HOME in an editable path has none of its own", sandbox.SessionOptions{EditablePaths: []string{"/opt"}, Env: map[string]string{"HOME": "/opt/me"}}, foreign, "", false,
+			[]v{{ws, seedOwned}, {"/opt", seedOwned}}},
+		{"an editable path in HOME: a volume over HOME's", sandbox.SessionOptions{EditablePaths: []string{"/root/src"}}, foreign, "/root", false,
+			[]v{{ws, seedOwned}, {"/root", seedOwned}, {"/root/src", seedOwned}}},
+		{"the image's user: editable paths keep the image's owners", sandbox.SessionOptions{User: sandbox.UserImage, EditablePaths: []string{"/testbed"}}, foreign, "/root", false,
+			[]v{{ws, seedOwned}, {"/root", seedOwned}, {"/testbed", seedEngine}}},
+		{"the image's user on a writable root: HOME is the image's own", sandbox.SessionOptions{User: sandbox.UserImage, WritableRootfs: true}, foreign, "", false,
+			[]v{{ws, seedOwned}}},
+		{"the image's user on a writable root, no usable HOME: the fallback", sandbox.SessionOptions{User: sandbox.UserImage, WritableRootfs: true}, imageFacts{home: "/"}, fb, true,
+			[]v{{ws, seedOwned}, {fb, seedOwned}}},
+		{"another user on a writable root: HOME a volume as ever", sandbox.SessionOptions{WritableRootfs: true}, foreign, "/root", false,
+			[]v{{ws, seedOwned}, {"/root", seedOwned}}},
+		{"the image's user, our image as 1000:1000", sandbox.SessionOptions{User: sandbox.UserImage}, ours, "/home/agent", false,
+			[]v{{ws, seedEngine}, {"/home/agent", seedEngine}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			assert.Equal(t, tt.want, planLayout(resolved(t, tt.o), tt.img))
+			o := resolved(t, tt.o)
+			uid, gid := 1000, 1000
+			if o.User != sandbox.UserImage {
+				uid, gid, _ = sandbox.ParseUser(o.User)
+			} else if u, g, ok := numericUser(tt.img.user); ok {
+				uid, gid = u, g
+			}
+			l, err := planLayout("s", o, tt.img, uid, gid)
+			require.NoError(t, err)
+			assert.Equal(t, tt.home, l.home)
+			assert.Equal(t, tt.setHome, l.setHome)
+			var got []v
+			for _, x := range l.vols {
+				got = append(got, v{x.target, x.seed})
+			}
+			assert.Equal(t, tt.vols, got)
+			assert.Equal(t, "sandboxd-s-workspace", l.vols[0].name)
 		})
 	}
 }
 
-func TestVolumeAt(t *testing.T) {
-	l := layout{home: "/home/agent"}
-	assert.Equal(t, "sandboxd-s-home", volumeAt("s", "/home/agent", l))
-	assert.Equal(t, "sandboxd-s-workspace", volumeAt("s", sandbox.WorkspaceDir, l))
-	assert.Equal(t, "sandboxd-s-workspace", volumeAt("s", sandbox.WorkspaceDir, layout{}))
-}
-
-func TestTarMode(t *testing.T) {
-	assert.EqualValues(t, 0o755, tarMode(fs.ModeDir|0o755))
-	assert.EqualValues(t, 0o1777, tarMode(fs.ModeDir|fs.ModeSticky|0o777))
-	assert.EqualValues(t, 0o2770, tarMode(fs.ModeDir|fs.ModeSetgid|0o770))
-	assert.EqualValues(t, 0o4700, tarMode(fs.ModeDir|fs.ModeSetuid|0o700))
+// The working directory: the session's cwd, else the image's WORKDIR
+// unless it is "/" or unset, else the workspace; a WORKDIR in the
+// kernel's folders is refused as such a cwd is.
+func TestWorkingDir(t *testing.T) {
+	for _, tt := range []struct {
+		cwd, workdir, want, err string
+	}{
+		{"", "", sandbox.WorkspaceDir, ""},
+		{"", "/", sandbox.WorkspaceDir, ""},
+		{"", "/testbed", "/testbed", ""},
+		{"", "/testbed/", "/testbed", ""},
+		{"/tmp", "/testbed", "/tmp", ""},
+		{"", "/proc/self/fd/3", "", `cwd: the image's WORKDIR "/proc/self/fd/3" is inside /proc; set cwd`},
+		{"", "rel", "", "is not an absolute path"},
+	} {
+		got, err := workingDir(sandbox.SessionOptions{Cwd: tt.cwd}, imageFacts{workdir: tt.workdir})
+		if tt.err != "" {
+			require.ErrorIs(t, err, sandbox.ErrInvalidOptions, tt.workdir)
+			assert.ErrorContains(t, err, tt.err)
+			continue
+		}
+		require.NoError(t, err)
+		assert.Equal(t, tt.want, got, tt)
+	}
 }
 
 // Runtimes with different label sets see none of each other's resources,

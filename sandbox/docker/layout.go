@@ -12,16 +12,18 @@ import (
 )
 
 // LabelImageKind marks the images sandboxd's own scripts build (images/):
-// their /workspace and HOME belong to 1000:1000, the image's USER.
+// their /workspace and HOME belong to the image's USER, 1000:1000 (a task
+// image, kind "task", runs as root and is trusted for nothing).
 const LabelImageKind = "sandboxd.image.kind"
 
 // imageFacts is what a start needs to know of the session's image.
 type imageFacts struct {
-	id   string // image ID, so the ownership helper runs exactly this image
-	home string // HOME of the image's environment; "" when it sets none
-	path string // PATH of the image's environment; "" when it sets none
-	user string // the image's USER
-	ours bool   // built by sandboxd's scripts (LabelImageKind)
+	id      string // image ID, so the seeding helper runs exactly this image
+	home    string // HOME of the image's environment; "" when it sets none
+	path    string // PATH of the image's environment; "" when it sets none
+	user    string // the image's USER ("" is root)
+	workdir string // the image's WORKDIR; "" when it sets none
+	ours    bool   // built by sandboxd's scripts (LabelImageKind)
 }
 
 // inspectImage reads the image's config. A missing image is the clear
@@ -47,75 +49,146 @@ func (r *Runtime) inspectImage(ctx context.Context, ref string) (imageFacts, err
 			}
 		}
 		f.user = c.User
+		f.workdir = c.WorkingDir
 		f.ours = c.Labels[LabelImageKind] != ""
 	}
 	return f, nil
+}
+
+// seeding is how a volume of the session gets the image's content.
+type seeding int
+
+const (
+	// seedEngine: the engine copies the image's folder (content, owners
+	// and mode) into the empty volume when the container is created.
+	seedEngine seeding = iota
+	// seedOwned: sandboxd copies the image's folder in before the
+	// container starts, every entry owned by the session user (seed.go);
+	// the container mounts the volume without the engine's copy-up.
+	seedOwned
+	// seedNone: a tmpfs volume (Limits.Disk), empty and owned by the
+	// session user through its mount options.
+	seedNone
+)
+
+// vol is one of the session's volumes: the workspace, the home folder, an
+// editable path.
+type vol struct {
+	name   string // the engine's volume name
+	target string // its mount point, the image's folder it is seeded from
+	what   string // for messages: "workspace", "home", "editable path /testbed"
+	seed   seeding
 }
 
 // layout is where a session's volumes go and what its container needs
 // besides its options: worked out from the options and the image, before
 // anything is created.
 type layout struct {
+	// uid and gid are the session user's: the options' User, or the
+	// image's USER resolved (sandbox.UserImage).
+	uid, gid int
+	// cwd is the container's working directory: Cwd, the image's WORKDIR
+	// (other than "/"), or the workspace.
+	cwd string
 	// home is the mount point of the home volume; "" when HOME lies in
-	// /workspace or /tmp (writable already) or the session set an unusable
-	// HOME itself.
+	// /workspace, /tmp or an editable path (writable already), the
+	// session runs as the image's user on a writable root (HOME is the
+	// image's own), or the session set an unusable HOME itself.
 	home string
 	// setHome: HOME=home goes into the container's environment (the image
 	// names no usable one and the session none).
 	setHome bool
-	// fix lists the volume mount points whose root the ownership fix hands
-	// to the session user before the container is created; empty when no
-	// fix is needed. Those volumes were seeded by the fix's helper, so the
-	// container mounts them without the engine's copy-up (NoCopy), which
-	// would otherwise reset the owner of an empty volume to the image's.
-	fix []string
+	// vols are the session's volumes, the workspace first.
+	vols []vol
 	// path is the PATH to set in the container's environment; "" leaves
 	// the image's. A session with skills gets $HOME/.local/bin first: the
 	// per-session folder where skill installers put programs.
 	path string
 }
 
-// planLayout decides the home volume and the ownership fix.
+// owned lists the volumes sandboxd seeds itself (seedOwned).
+func (l layout) owned() []vol {
+	var out []vol
+	for _, v := range l.vols {
+		if v.seed == seedOwned {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// planLayout decides the working directory, the home volume and how each
+// volume is seeded (decision 0028), for session id running as uid:gid.
 //
 // HOME is the session's Env HOME if set, else the image's; an image whose
 // HOME is missing or unusable gets FallbackHome, set in the environment.
 //
-// The engine seeds a new volume with the image's folder at its mount point:
-// content, owner and mode. An image of sandboxd's own (LabelImageKind) that
-// runs as the session user has /workspace and HOME owned by that user, so
-// nothing more is needed. Any other image (a user's, a benchmark task's),
-// another session user, or a home folder the image lacks gets the volume
-// roots handed to the session user (see fixOwnership). A tmpfs volume
-// (Limits.Disk) is created owned by the session user and needs no fix.
-func planLayout(o sandbox.SessionOptions, img imageFacts) (l layout) {
-	defer func() {
-		if len(o.Skills) > 0 {
-			l.path = skillsPATH(o, img, l)
+// One rule seeds every volume: it holds the image's content at its mount
+// point, and in a hardened session (a numeric User) every entry of it is
+// the session user's. The engine's own copy-up keeps the image's owners, so
+// it is used only where they are right already: the workspace and HOME of
+// an image of sandboxd's own (LabelImageKind) whose USER is the session
+// user, and with sandbox.UserImage the editable paths (the image as its
+// harness expects it, owners included). Everything else (a user's image, a
+// benchmark task's, another session user, a folder the image lacks) is
+// copied by sandboxd with the owners changed (seed.go). A tmpfs volume
+// (Limits.Disk) is created owned by the session user and starts empty.
+func planLayout(id string, o sandbox.SessionOptions, img imageFacts, uid, gid int) (layout, error) {
+	l := layout{uid: uid, gid: gid}
+	var err error
+	if l.cwd, err = workingDir(o, img); err != nil {
+		return layout{}, err
+	}
+	// The image as its harness expects it (its user, a writable root) has
+	// its HOME where the image has it, in the container's own layer.
+	asImage := o.User == sandbox.UserImage && o.WritableRootfs
+	writable := func(h string) bool {
+		if sandbox.Within(h, sandbox.WorkspaceDir) || sandbox.Within(h, "/tmp") || asImage {
+			return true
 		}
-	}()
+		for _, e := range o.EditablePaths {
+			if sandbox.Within(h, e) {
+				return true
+			}
+		}
+		return false
+	}
 	if h, set := o.Env["HOME"]; set {
-		if homeUsable(h) && !homeWritable(h) {
+		if homeUsable(h) && !writable(h) {
 			l.home = h
 		}
 	} else if homeUsable(img.home) {
-		if !homeWritable(img.home) {
+		if !writable(img.home) {
 			l.home = img.home
 		}
 	} else {
 		l.home, l.setHome = sandbox.FallbackHome, true
 	}
-	if o.Limits.Disk != 0 {
-		return l
+
+	tmpfs := o.Limits.Disk != 0
+	theirs := img.ours && imageRunsAs(img.user, uid, gid)
+	seed := func(engine bool) seeding {
+		switch {
+		case tmpfs:
+			return seedNone
+		case engine:
+			return seedEngine
+		}
+		return seedOwned
 	}
-	uid, gid, _ := sandbox.ParseUser(o.User)
-	seeded := img.ours && imageRunsAs(img.user, uid, gid)
-	if !seeded {
-		l.fix = append(l.fix, sandbox.WorkspaceDir)
+	l.vols = append(l.vols, vol{name: workspaceVolume(id), target: sandbox.WorkspaceDir, what: "workspace", seed: seed(theirs)})
+	if l.home != "" {
+		l.vols = append(l.vols, vol{name: homeVolume(id), target: l.home, what: "home", seed: seed(theirs && l.home == img.home)})
 	}
-	if l.home != "" && (!seeded || l.home != img.home) {
-		l.fix = append(l.fix, l.home)
+	// A HOME in an editable path has no volume of its own (it is writable
+	// already); an editable path inside HOME is a volume over HOME's.
+	for i, e := range o.EditablePaths {
+		l.vols = append(l.vols, vol{name: editableVolume(id, i), target: e, what: "editable path " + e, seed: seed(o.User == sandbox.UserImage)})
 	}
-	return l
+	if len(o.Skills) > 0 {
+		l.path = skillsPATH(o, img, l)
+	}
+	return l, nil
 }
 
 // defaultPATH is the PATH of a process whose environment names none, as
@@ -138,36 +211,39 @@ func skillsPATH(o sandbox.SessionOptions, img imageFacts, l layout) string {
 	return path.Join(home, ".local/bin") + ":" + rest
 }
 
-// systemDirs are top-level folders that are no home: a volume there would
-// copy, say, all of /usr for every session and hand its root to the user.
-var systemDirs = map[string]bool{
-	"/bin": true, "/boot": true, "/etc": true, "/lib": true, "/lib32": true, "/lib64": true,
-	"/libx32": true, "/sbin": true, "/usr": true, "/var": true, "/run": true, "/home": true,
+// workingDir is the container's working directory: the session's Cwd,
+// else the image's WORKDIR when it names one other than "/", else the
+// workspace. A WORKDIR in the kernel's or sandboxd's folders is refused as
+// Validate refuses such a Cwd.
+func workingDir(o sandbox.SessionOptions, img imageFacts) (string, error) {
+	if o.Cwd != "" {
+		return o.Cwd, nil
+	}
+	w := img.workdir
+	if w == "" || w == "/" {
+		return sandbox.WorkspaceDir, nil
+	}
+	w = path.Clean(w)
+	if !path.IsAbs(w) {
+		return "", &sandbox.OptionsError{Problems: []string{fmt.Sprintf("cwd: the image's WORKDIR %q is not an absolute path; set cwd", img.workdir)}}
+	}
+	if bad := sandbox.KernelDir(w); bad != "" {
+		return "", &sandbox.OptionsError{Problems: []string{fmt.Sprintf("cwd: the image's WORKDIR %q is inside %s; set cwd", img.workdir, bad)}}
+	}
+	return w, nil
 }
 
 // homeUsable reports whether h can be a home directory: absolute, clean,
 // not the root or a top-level system folder, and clear of the kernel's and
 // sandboxd's own folders.
 func homeUsable(h string) bool {
-	if h == "" || !path.IsAbs(h) || path.Clean(h) != h || h == "/" || systemDirs[h] {
-		return false
-	}
-	for _, bad := range []string{"/proc", "/sys", "/dev", sandbox.AgentDir, sandbox.RunDir} {
-		if within(h, bad) {
-			return false
-		}
-	}
-	return true
+	return h != "" && path.IsAbs(h) && path.Clean(h) == h && !sandbox.IsSystemDir(h) &&
+		sandbox.KernelDir(h) == "" && sandbox.SandboxdDir(h) == ""
 }
 
-// homeWritable reports whether h lies on a mount that is writable already.
-func homeWritable(h string) bool { return within(h, sandbox.WorkspaceDir) || within(h, "/tmp") }
-
-func within(p, dir string) bool { return p == dir || strings.HasPrefix(p, dir+"/") }
-
 // imageRunsAs reports whether an image's USER is numerically uid:gid. A
-// name, or a uid alone (whose group comes from the image's /etc/group), is
-// not resolved without running the image, so it counts as another user.
+// name, or a uid alone (whose group comes from the image's /etc/passwd), is
+// not resolved here, so it counts as another user.
 func imageRunsAs(user string, uid, gid int) bool {
 	u, g, hasGid := strings.Cut(user, ":")
 	if !hasGid {

@@ -142,6 +142,12 @@ func diskSession(base string) string {
 			return id
 		}
 	}
+	// An editable path's: -edit<n>.
+	if i := strings.LastIndex(name, "-edit"); i > 0 {
+		if n := name[i+len("-edit"):]; n != "" && strings.Trim(n, "0123456789") == "" {
+			return name[:i]
+		}
+	}
 	return ""
 }
 
@@ -261,8 +267,8 @@ func (r *Runtime) listDisks() ([]sandbox.Resource, error) {
 }
 
 // sessionDisks are the backing files that Remove releases for session id:
-// those named by the labels of its removed volumes, and those its name
-// would have in the disk directory (a start cut off before the volume).
+// those named by the labels of its removed volumes, and those named after
+// it in the disk directory (a start cut off before the volume).
 func (r *Runtime) sessionDisks(id string, labelled []string) []string {
 	var files []string
 	for _, p := range labelled {
@@ -274,6 +280,14 @@ func (r *Runtime) sessionDisks(id string, labelled []string) []string {
 		for _, v := range []string{workspaceVolume(id), homeVolume(id)} {
 			if p := diskFile(r.quota.dir, v); !slices.Contains(files, p) {
 				files = append(files, p)
+			}
+		}
+		// The editable paths': as many as the session had, found by name.
+		if ents, err := os.ReadDir(r.quota.dir); err == nil {
+			for _, e := range ents {
+				if p := filepath.Join(r.quota.dir, e.Name()); diskSession(e.Name()) == id && !slices.Contains(files, p) {
+					files = append(files, p)
+				}
 			}
 		}
 	}

@@ -19,13 +19,13 @@ import (
 func TestDiskNames(t *testing.T) {
 	id := "0123abcd-ef"
 	dir := "/var/lib/sandboxd/disks/default"
-	for _, v := range []string{workspaceVolume(id), homeVolume(id)} {
+	for _, v := range []string{workspaceVolume(id), homeVolume(id), editableVolume(id, 0), editableVolume(id, 15)} {
 		p := diskFile(dir, v)
 		assert.Equal(t, id, diskSession(filepath.Base(p)), p)
 		assert.True(t, ownDiskFile(p, id), p)
 		assert.False(t, ownDiskFile(p, "other"), p)
 	}
-	for _, bad := range []string{"", "sandboxd-.ext4", "sandboxd--home.ext4", "x-workspace.ext4", "sandboxd-a-workspace.img", "sandboxd-a-data.ext4"} {
+	for _, bad := range []string{"", "sandboxd-.ext4", "sandboxd--home.ext4", "x-workspace.ext4", "sandboxd-a-workspace.img", "sandboxd-a-data.ext4", "sandboxd-a-edit.ext4", "sandboxd-a-editx.ext4", "sandboxd--edit1.ext4"} {
 		assert.Empty(t, diskSession(bad), bad)
 	}
 	// A label can only name a file sandboxd named for that session.
@@ -41,6 +41,15 @@ func TestSessionDisks(t *testing.T) {
 		r.sessionDisks("a", labelled))
 	none := &Runtime{quota: quota{err: os.ErrPermission}}
 	assert.Equal(t, []string{"/old/dir/sandboxd-a-workspace.ext4"}, none.sessionDisks("a", labelled[:1]))
+
+	// Editable paths' files are found in the directory by name.
+	dir := t.TempDir()
+	for _, n := range []string{"sandboxd-a-edit0.ext4", "sandboxd-a-edit12.ext4", "sandboxd-b-edit0.ext4", "sandboxd-a-edit.ext4"} {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, n), nil, 0o600))
+	}
+	r = &Runtime{quota: quota{dir: dir}}
+	assert.Equal(t, []string{filepath.Join(dir, "sandboxd-a-workspace.ext4"), filepath.Join(dir, "sandboxd-a-home.ext4"),
+		filepath.Join(dir, "sandboxd-a-edit0.ext4"), filepath.Join(dir, "sandboxd-a-edit12.ext4")}, r.sessionDisks("a", nil))
 }
 
 func TestMkfsArgs(t *testing.T) {

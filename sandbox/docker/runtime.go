@@ -23,6 +23,7 @@ import (
 	"net/netip"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -194,7 +195,9 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 		r.Close()
 		return nil, fmt.Errorf("docker runtime: %w", err)
 	}
+	ab.scope = ScopeOf(opts.Labels)
 	r.agent = ab
+	r.pruneStaleAgentVolumes(pctx)
 	r.warnSecurity(pctx)
 	r.probeRuntimes(ctx)
 	r.quota = r.probeQuota(ctx)
@@ -279,13 +282,8 @@ func containerName(id string, pooled bool) string {
 func workspaceVolume(id string) string { return "sandboxd-" + id + "-workspace" }
 func homeVolume(id string) string      { return "sandboxd-" + id + "-home" }
 
-// volumeAt names the session's volume mounted at target.
-func volumeAt(id, target string, l layout) string {
-	if target == l.home && target != "" {
-		return homeVolume(id)
-	}
-	return workspaceVolume(id)
-}
+// editableVolume names the volume of the session's i-th editable path.
+func editableVolume(id string, i int) string { return "sandboxd-" + id + "-edit" + strconv.Itoa(i) }
 
 func networkName(id string) string { return "sandboxd-" + id }
 

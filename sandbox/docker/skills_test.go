@@ -42,7 +42,9 @@ func TestSkillsPATH(t *testing.T) {
 		{"no skills: the image's", sandbox.SessionOptions{}, imageFacts{home: "/home/u", path: "/y"}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			assert.Equal(t, tc.want, planLayout(tc.o, tc.img).path)
+			l, err := planLayout("s", tc.o, tc.img, 1000, 1000)
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, l.path)
 		})
 	}
 }
@@ -50,7 +52,7 @@ func TestSkillsPATH(t *testing.T) {
 func TestBuildContainerSkillsPATH(t *testing.T) {
 	o := resolved(t, sandbox.SessionOptions{Skills: []string{"x"}, Env: map[string]string{"PATH": "/mine", "A": "b"}})
 	spec := sandbox.Spec{SessionID: "sid", Options: o, Labels: sandbox.SessionLabels("sid", o, "", testTime), Command: agentCmd(t, o)}
-	l := planLayout(o, imageFacts{home: "/home/u"})
+	l := plan(t, "sid", o, imageFacts{home: "/home/u"})
 	cs, err := testRuntime(false).buildContainer(spec, "none", l)
 	require.NoError(t, err)
 	assert.Contains(t, cs.config.Env, "PATH=/home/u/.local/bin:/mine")

@@ -6,13 +6,13 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/api/types/volume"
 
@@ -20,12 +20,12 @@ import (
 )
 
 // Start creates the session's network (if it asks for a private one), its
-// workspace and home volumes (each on a filesystem of its own with a disk
-// quota, see quota.go; handing their roots to the session user when the
-// image does not, see layout.go and chown.go) and its container,
-// attaches to the container's stdio and only then starts it, so that not a
-// byte of the agent's output is missed. On any failure everything of the
-// session is removed again.
+// volumes (the workspace, the home folder and the editable paths, each on a
+// filesystem of its own with a disk quota, see quota.go) and its container,
+// seeds the volumes that layout.go says the engine cannot seed right
+// (seed.go), attaches to the container's stdio and only then starts it, so
+// that not a byte of the agent's output is missed. On any failure
+// everything of the session is removed again.
 func (r *Runtime) Start(ctx context.Context, spec sandbox.Spec) (_ io.ReadWriteCloser, err error) {
 	id := spec.SessionID
 	log := r.log.With("session", id)
@@ -44,7 +44,7 @@ func (r *Runtime) Start(ctx context.Context, spec sandbox.Spec) (_ io.ReadWriteC
 		}
 	}()
 
-	if r.opts.CopyAgent {
+	if r.agentInVolume(spec.Options) {
 		if err := r.ensureAgentVolume(ctx, spec.Options.Image); err != nil {
 			return nil, err
 		}
@@ -59,50 +59,114 @@ func (r *Runtime) Start(ctx context.Context, spec sandbox.Spec) (_ io.ReadWriteC
 	if err != nil {
 		return nil, err
 	}
-	l := planLayout(spec.Options, img)
+	uid, gid, err := r.sessionUser(ctx, id, spec.Options, img, resLabels)
+	if err != nil {
+		return nil, err
+	}
+	l, err := planLayout(id, spec.Options, img, uid, gid)
+	if err != nil {
+		return nil, err
+	}
 
 	netName, pins, err := r.createNetwork(ctx, id, spec.Options, resLabels)
 	if err != nil {
 		return nil, err
 	}
-	cctx, cancel := r.call(ctx)
-	defer cancel()
-	vols := map[string]string{workspaceVolume(id): "workspace"}
-	if l.home != "" {
-		vols[homeVolume(id)] = "home"
+	if err := r.createVolumes(ctx, spec.Options, l, resLabels); err != nil {
+		return nil, err
 	}
-	var devs map[string]string
-	if spec.Options.Limits.DiskQuota > 0 {
-		if devs, err = r.makeDisks(ctx, spec.Options, slices.Collect(maps.Keys(vols))); err != nil {
-			return nil, err
-		}
+	// The seeding helper is made while the container is: both are creates
+	// of the same image, and the seeding needs both.
+	var (
+		helper       string
+		removeHelper func() error
+		helperErr    = make(chan error, 1)
+	)
+	if owned := l.owned(); len(owned) > 0 {
+		go func() {
+			var err error
+			helper, removeHelper, err = r.createHelper(ctx, id, "seed", img, seedHelperMounts(owned), resLabels)
+			helperErr <- err
+		}()
+	} else {
+		helperErr <- nil
 	}
-	for name, what := range vols {
-		labels, opts := resLabels, volumeOptions(spec.Options)
-		if dev, ok := devs[name]; ok {
-			labels = maps.Clone(resLabels)
-			labels[LabelDiskFile] = diskFile(r.quota.dir, name)
-			opts = diskDriverOptions(dev)
-		}
-		if _, err := r.cli.VolumeCreate(cctx, volume.CreateOptions{
-			Name: name, Labels: labels, Driver: "local", DriverOpts: opts,
-		}); err != nil {
-			return nil, fmt.Errorf("creating %s volume: %w", what, err)
-		}
+	var created string
+	skills, cerr := r.skillMounts(ctx, spec.Options.Image, spec.Skills)
+	if cerr == nil {
+		created, cerr = r.createContainer(ctx, spec, netName, pins, l, skills)
 	}
-	if len(l.fix) > 0 {
-		if err := r.fixOwnership(ctx, id, l, img, spec.Options, resLabels); err != nil {
+	if herr := <-helperErr; herr != nil || cerr != nil {
+		if removeHelper != nil {
+			_ = removeHelper() // the rollback (Remove) would find it too
+		}
+		return nil, errors.Join(cerr, herr)
+	}
+	if removeHelper != nil {
+		err := r.seed(ctx, id, helper, created, l, spec.Options.Limits.DiskQuota > 0)
+		if rerr := removeHelper(); err == nil {
+			err = rerr
+		}
+		if err != nil {
 			return nil, err
 		}
 	}
 
-	skills, err := r.skillMounts(ctx, spec.Options.Image, spec.Skills)
+	cctx, cancel := r.call(ctx)
+	defer cancel()
+	hj, err := r.cli.ContainerAttach(cctx, created, container.AttachOptions{
+		Stream: true, Stdin: true, Stdout: true, Stderr: true,
+	})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("attaching to the container: %w", err)
 	}
-	cs, err := r.buildContainer(spec, netName, l, skills...)
+	if err := r.cli.ContainerStart(cctx, created, container.StartOptions{}); err != nil {
+		hj.Close()
+		return nil, fmt.Errorf("starting the container: %w", err)
+	}
+	log.Debug("sandbox started", "container", created[:12], "network", netName, "cwd", l.cwd, "user", fmt.Sprintf("%d:%d", l.uid, l.gid))
+	return newStream(hj, r.agentLog(id).With("stream", "attach")), nil
+}
+
+// createVolumes makes the session's volumes: each on a filesystem of its
+// own with a disk quota (quota.go, all at once), else an engine volume,
+// tmpfs with Limits.Disk.
+func (r *Runtime) createVolumes(ctx context.Context, o sandbox.SessionOptions, l layout, labels map[string]string) error {
+	var devs map[string]string
+	if o.Limits.DiskQuota > 0 {
+		names := make([]string, len(l.vols))
+		for i, v := range l.vols {
+			names[i] = v.name
+		}
+		var err error
+		if devs, err = r.makeDisks(ctx, o.Limits.DiskQuota, l.uid, l.gid, names); err != nil {
+			return err
+		}
+	}
+	cctx, cancel := r.call(ctx)
+	defer cancel()
+	for _, v := range l.vols {
+		vl, opts := labels, volumeOptions(o, l)
+		if dev, ok := devs[v.name]; ok {
+			vl = maps.Clone(labels)
+			vl[LabelDiskFile] = diskFile(r.quota.dir, v.name)
+			opts = diskDriverOptions(dev)
+		}
+		if _, err := r.cli.VolumeCreate(cctx, volume.CreateOptions{
+			Name: v.name, Labels: vl, Driver: "local", DriverOpts: opts,
+		}); err != nil {
+			return fmt.Errorf("creating the %s volume: %w", v.what, err)
+		}
+	}
+	return nil
+}
+
+// createContainer creates the session's container (not started) and
+// returns its id.
+func (r *Runtime) createContainer(ctx context.Context, spec sandbox.Spec, netName string, pins []string, l layout, extra []mount.Mount) (string, error) {
+	cs, err := r.buildContainer(spec, netName, l, extra...)
 	if err != nil {
-		return nil, err
+		return "", err
 	}
 	cs.host.ExtraHosts = pins
 	// The create is not cancelled with ctx: an engine finishes a create
@@ -113,35 +177,25 @@ func (r *Runtime) Start(ctx context.Context, spec sandbox.Spec) (_ io.ReadWriteC
 	created, err := r.cli.ContainerCreate(nctx, cs.config, cs.host, cs.network, nil, cs.name)
 	switch {
 	case cerrdefs.IsNotFound(err):
-		return nil, errImageMissing(spec.Options.Image, err)
+		return "", errImageMissing(spec.Options.Image, err)
 	case cerrdefs.IsConflict(err):
-		return nil, fmt.Errorf("a container named %s exists already: %w", cs.name, err)
+		return "", fmt.Errorf("a container named %s exists already: %w", cs.name, err)
 	case cerrdefs.IsInvalidArgument(err):
 		// The container is made from the options: a setting the engine
 		// refuses (more CPUs than it has) is the client's to change.
-		return nil, &sandbox.OptionsError{Problems: []string{"the engine refused the container: " + errdefsMessage(err)}}
+		return "", &sandbox.OptionsError{Problems: []string{"the engine refused the container: " + errdefsMessage(err)}}
 	case err != nil:
-		return nil, fmt.Errorf("creating container: %w", err)
+		return "", fmt.Errorf("creating container: %w", err)
 	}
 	for _, w := range created.Warnings {
-		log.Warn("engine warning on create", "warning", w)
+		r.log.Warn("engine warning on create", "session", spec.SessionID, "warning", w)
 	}
+	cctx, cancel := r.call(ctx)
+	defer cancel()
 	if err := r.checkCwd(cctx, created.ID, spec.Options, l); err != nil {
-		return nil, err
+		return created.ID, err
 	}
-
-	hj, err := r.cli.ContainerAttach(cctx, created.ID, container.AttachOptions{
-		Stream: true, Stdin: true, Stdout: true, Stderr: true,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("attaching to the container: %w", err)
-	}
-	if err := r.cli.ContainerStart(cctx, created.ID, container.StartOptions{}); err != nil {
-		hj.Close()
-		return nil, fmt.Errorf("starting the container: %w", err)
-	}
-	log.Debug("sandbox started", "container", created.ID[:12], "name", cs.name, "network", netName)
-	return newStream(hj, r.agentLog(id).With("stream", "attach")), nil
+	return created.ID, nil
 }
 
 // createNetwork makes the session's private network for the bridge and
@@ -207,16 +261,12 @@ func errdefsMessage(err error) string {
 }
 
 // makeDisks makes the backing filesystems of the quota-bound volumes
-// (names), at once, and returns their loop devices by volume. On error the
-// caller's rollback (Remove) releases what was made: the files are named
-// after the session.
-func (r *Runtime) makeDisks(ctx context.Context, o sandbox.SessionOptions, names []string) (map[string]string, error) {
+// (names), of size bytes each with their roots owned by uid:gid, at once,
+// and returns their loop devices by volume. On error the caller's rollback
+// (Remove) releases what was made: the files are named after the session.
+func (r *Runtime) makeDisks(ctx context.Context, size int64, uid, gid int, names []string) (map[string]string, error) {
 	if r.quota.err != nil {
 		return nil, fmt.Errorf("limits.disk_quota: this daemon cannot make disk quotas: %w", r.quota.err)
-	}
-	uid, gid, err := sandbox.ParseUser(o.User)
-	if err != nil {
-		return nil, fmt.Errorf("user: %w", err)
 	}
 	start := time.Now()
 	devs := make(map[string]string, len(names))
@@ -227,7 +277,7 @@ func (r *Runtime) makeDisks(ctx context.Context, o sandbox.SessionOptions, names
 	)
 	for i, name := range names {
 		wg.Go(func() {
-			dev, err := makeDisk(ctx, diskFile(r.quota.dir, name), o.Limits.DiskQuota, uid, gid)
+			dev, err := makeDisk(ctx, diskFile(r.quota.dir, name), size, uid, gid)
 			if err != nil {
 				errs[i] = fmt.Errorf("%s volume: %w", name, err)
 				return
@@ -241,6 +291,6 @@ func (r *Runtime) makeDisks(ctx context.Context, o sandbox.SessionOptions, names
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	r.log.Debug("disk quotas made", "volumes", devs, "bytes", o.Limits.DiskQuota, "took", time.Since(start).Round(time.Millisecond))
+	r.log.Debug("disk quotas made", "volumes", devs, "bytes", size, "took", time.Since(start).Round(time.Millisecond))
 	return devs, nil
 }

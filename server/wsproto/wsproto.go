@@ -195,10 +195,21 @@ type CreateParams struct {
 	Profile string            `json:"profile,omitempty"`
 	Image   string            `json:"image,omitempty"`
 	Env     map[string]string `json:"env,omitempty"`
-	Cwd     string            `json:"cwd,omitempty"`
-	User    string            `json:"user,omitempty"`
-	Limits  *Limits           `json:"limits,omitempty"`
-	Network string            `json:"network,omitempty"` // "none" (default), "bridge", "internal" or a network's name
+	// Cwd is the initial working directory; empty: the image's WORKDIR
+	// when it names one other than "/", else /workspace.
+	Cwd string `json:"cwd,omitempty"`
+	// User is "uid" or "uid:gid", numeric and never 0 (default
+	// 1000:1000). "image" (the image's USER, root included) is refused
+	// here: only a session profile of the server's config may set it.
+	User string `json:"user,omitempty"`
+	// EditablePaths are folders of the image the session must be able to
+	// change (a task's repository such as /testbed, an environment under
+	// /opt): each becomes a volume at the same path, seeded with the
+	// image's content, owned by the session user, on the disk quota like
+	// /workspace; files may be transferred there too. At most 16.
+	EditablePaths []string `json:"editable_paths,omitempty"`
+	Limits        *Limits  `json:"limits,omitempty"`
+	Network       string   `json:"network,omitempty"` // "none" (default), "bridge", "internal" or a network's name
 	// AllowHosts limits a "bridge" session's egress to these host names
 	// (resolved when the session starts), IP addresses and CIDR prefixes.
 	AllowHosts []string `json:"allow_hosts,omitempty"`

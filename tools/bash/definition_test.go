@@ -50,6 +50,16 @@ func TestOptionsFromParams(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, Options{Dir: "/ws", StateDir: "/state/terminal"}, opts)
 
+	// The session's working directory, when the agent has one, is where
+	// the shell starts.
+	withDir := tools.Env{Workspace: "/ws", StateDir: "/state", Dir: "/testbed"}
+	opts, err = OptionsFromParams(withDir, nil)
+	require.NoError(t, err)
+	assert.Equal(t, "/testbed", opts.Dir)
+	opts, err = OptionsFromParams(withDir, json.RawMessage(`{"dir": "/other"}`))
+	require.NoError(t, err)
+	assert.Equal(t, "/other", opts.Dir, "the tool's own dir param wins")
+
 	opts, err = OptionsFromParams(env, json.RawMessage(`{"soft_timeout_seconds": 2.5, "max_wait_seconds": 60, "max_output_chars": 5000, "shell": "sh", "env": {"A": "b"}, "dir": "/other"}`))
 	require.NoError(t, err)
 	assert.Equal(t, 2500*time.Millisecond, opts.SoftTimeout)

@@ -1,6 +1,7 @@
 package bash
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -163,7 +164,7 @@ func OptionsFromParams(env tools.Env, params json.RawMessage) (Options, error) {
 		return Options{}, fmt.Errorf("terminal params: %w", err)
 	}
 	opts := Options{
-		Dir:         env.Workspace,
+		Dir:         cmp.Or(env.Dir, env.Workspace),
 		Shell:       p.Shell,
 		SoftTimeout: soft,
 		MaxWait:     maxWait,
@@ -185,9 +186,9 @@ func OptionsFromParams(env tools.Env, params json.RawMessage) (Options, error) {
 }
 
 // Factory makes the terminal tool of a session: one shell started in
-// env.Workspace (or params' "dir": one inside the workspace is created if
-// missing, one elsewhere must exist), full outputs kept under env.StateDir.
-// params is optional JSON (see Params).
+// env.Dir (else env.Workspace; params' "dir" wins: one inside the workspace is
+// created if missing, one elsewhere must exist), full outputs kept under
+// env.StateDir. params is optional JSON (see Params).
 func Factory(env tools.Env, params json.RawMessage) ([]*tools.Tool, error) {
 	opts, err := OptionsFromParams(env, params)
 	if err != nil {

@@ -1,0 +1,3 @@
+from setuptools import setup
+
+setup(name="tinyfmt", version="1.0", packages=["tinyfmt"])

@@ -1,0 +1,5 @@
+"""A small package installed into the task's virtual environment."""
+
+
+def fmt_num(x):
+    return f"{x:.2f}"
