@@ -31,3 +31,8 @@ test-image: ## tiny busybox+bash test image, in seconds
 	  '$(IMAGES_DIR)/build-test-image.sh' $(IMAGES_FLAGS)
 
 images: test-image image ## both images (IMAGES_FORCE=1 rebuilds)
+
+.PHONY: sidecar-images
+sidecar-images: test-image ## MCP sidecar test images (the go-sdk's example servers memory, everything, sse) FROM the test image
+	SANDBOXD_TEST_IMAGE='$(SANDBOXD_TEST_IMAGE)' \
+	  '$(IMAGES_DIR)/build-sidecar-images.sh' $(IMAGES_FLAGS)
