@@ -188,6 +188,10 @@ type SessionOptions struct {
 	// SkillsInstallLazy (default: before a skill's first call) or
 	// SkillsInstallEager (when the sandbox starts, before it is handed out).
 	SkillsInstall string `json:"skills_install,omitempty"`
+	// MCPServers are MCP servers run as sidecar containers of the session
+	// (at most MaxMCPServers); their tools become the session's, named
+	// <server>__<tool>. Secrets never travel here: only names do.
+	MCPServers []MCPServer `json:"mcp_servers,omitempty"`
 
 	// Room for later options (skills, MCP sidecars): add the field here,
 	// its checks to Validate, and its effect to the runtime; the pool key
@@ -250,6 +254,9 @@ func (o SessionOptions) withDefaults(d SessionOptions) SessionOptions {
 	if o.SkillsInstall == "" {
 		o.SkillsInstall = d.SkillsInstall
 	}
+	if o.MCPServers == nil {
+		o.MCPServers = d.MCPServers
+	}
 	o.WritableRootfs = o.WritableRootfs || d.WritableRootfs
 	o.Env = mergeMaps(d.Env, o.Env)
 	o.Labels = mergeMaps(d.Labels, o.Labels)
@@ -277,6 +284,13 @@ func (o SessionOptions) Resolve(defaults SessionOptions) (SessionOptions, error)
 	r := o.withDefaults(defaults).withDefaults(builtinDefaults)
 	if r.Limits.Tmpfs == 0 {
 		r.Limits.Tmpfs = defaultTmpfs(r)
+	}
+	if len(r.MCPServers) > 0 {
+		servers := make([]MCPServer, len(r.MCPServers))
+		for i, s := range r.MCPServers {
+			servers[i] = s.withDefaults()
+		}
+		r.MCPServers = servers
 	}
 	if err := r.Validate(); err != nil {
 		return SessionOptions{}, err

@@ -2,7 +2,9 @@ package config
 
 import (
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"strconv"
 	"time"
 
@@ -35,6 +37,7 @@ func sessionFields(o *sandbox.SessionOptions) map[string]decoder {
 		"runtime":         str(&o.Runtime),
 		"skills":          skills(&o.Skills),
 		"skills_install":  str(&o.SkillsInstall),
+		"mcp_servers":     mcpServers(&o.MCPServers),
 	}
 }
 
@@ -194,5 +197,47 @@ func skills(dst *[]string) decoder {
 			return
 		}
 		strList(dst)(p, v, path, pos, key)
+	}
+}
+
+// mcpServers reads a profile's MCP sidecars: a list of mappings, one key
+// per sandbox.MCPServer field.
+func mcpServers(dst *[]sandbox.MCPServer) decoder {
+	return func(p *parser, v *yaml.Node, path string, pos map[string]position, key string) {
+		out := []sandbox.MCPServer{}
+		p.list(v, path, func(i int, item *yaml.Node) {
+			ipath := fmt.Sprintf("%s[%d]", path, i)
+			var s sandbox.MCPServer
+			fields := map[string]decoder{
+				"name":      str(&s.Name),
+				"image":     str(&s.Image),
+				"command":   strList(&s.Command),
+				"args":      strList(&s.Args),
+				"env":       strMap(&s.Env),
+				"transport": str(&s.Transport),
+				"path":      str(&s.Path),
+				"start":     str(&s.Start),
+			}
+			p.mapping(item, ipath, func(k string, kn, val *yaml.Node) {
+				kpath := join(ipath, k)
+				if k == "port" {
+					if n, ok := p.integer(val, kpath); ok {
+						if n < 1 || n > 65535 {
+							p.errorf(p.resolve(val), kpath, "%d: want 1 to 65535", n)
+						}
+						s.Port = int(n)
+					}
+					return
+				}
+				dec, ok := fields[k]
+				if !ok {
+					p.unknown(kn, ipath, k, append(slices.Collect(maps.Keys(fields)), "port")...)
+					return
+				}
+				dec(p, val, kpath, pos, key)
+			})
+			out = append(out, s)
+		})
+		*dst = out
 	}
 }

@@ -361,6 +361,11 @@ func (c *Core) Create(wait context.Context, p Principal, api string, req CreateR
 	if err != nil {
 		return CreateResult{}, err
 	}
+	for _, m := range req.Options.MCPServers {
+		if err := c.checkImage(m.Image); err != nil {
+			return CreateResult{}, fmt.Errorf("mcp_servers %q: %w", m.Name, err)
+		}
+	}
 	if err := c.checkImage(req.Options.Image); err != nil {
 		return CreateResult{}, err
 	}

@@ -99,6 +99,9 @@ func createOptions(p wsproto.CreateParams) (sandbox.SessionOptions, error) {
 		AllowHosts: p.AllowHosts, Runtime: p.Runtime, IdleTimeout: time.Duration(p.IdleTimeout), Labels: p.Labels,
 		Skills: p.Skills, SkillsInstall: p.SkillsInstall,
 	}
+	for _, m := range p.MCPServers {
+		o.MCPServers = append(o.MCPServers, sandbox.MCPServer(m))
+	}
 	if p.IdleTimeout < 0 {
 		o.IdleTimeout = sandbox.NoIdleTimeout
 	}

@@ -1,0 +1,221 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/sandboxd/sandboxd/client"
+	"github.com/sandboxd/sandboxd/internal/auth"
+	"github.com/sandboxd/sandboxd/internal/testenv"
+	"github.com/sandboxd/sandboxd/sandbox"
+	"github.com/sandboxd/sandboxd/server/wsproto"
+)
+
+// The sidecar images of `make sidecar-images`: the MCP Go SDK's example
+// servers.
+const (
+	memoryImage     = "sandboxd-mcp-memory:latest"
+	everythingImage = "sandboxd-mcp-everything:latest"
+)
+
+// ensureSidecarImages builds the sidecar images when one is missing (the
+// script skips what is current).
+func ensureSidecarImages(ctx context.Context, t *testing.T) {
+	t.Helper()
+	for _, img := range []string{memoryImage, everythingImage} {
+		if _, err := engine.ImageInspect(ctx, img); err == nil {
+			continue
+		}
+		root, err := testenv.RepoRoot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := exec.CommandContext(ctx, filepath.Join(root, "images", "build-sidecar-images.sh")).CombinedOutput()
+		if err != nil {
+			t.Fatalf("building the sidecar images (make sidecar-images): %v\n%s", err, out)
+		}
+		return
+	}
+}
+
+// sidecarContainers lists this run's sidecar containers of a session.
+func sidecarContainers(ctx context.Context, t *testing.T, session string) []container.Summary {
+	t.Helper()
+	f := filters.NewArgs(filters.Arg("label", labelRun+"="+runID), filters.Arg("label", sandbox.LabelSession+"="+session),
+		filters.Arg("label", sandbox.LabelSidecar))
+	ctrs, err := engine.ContainerList(ctx, container.ListOptions{All: true, Filters: f})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ctrs
+}
+
+func sidecarConfig(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	src := fmt.Sprintf(`profiles:
+  mem:
+    image: %s
+    mcp_servers:
+      - name: memory
+        image: %s
+`, testImage, memoryImage)
+	if err := os.WriteFile(path, []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// MCP servers as sidecar containers, through a real MCP client (the go-sdk)
+// and the WebSocket client: the memory server over stdio, declared in a
+// profile and in session.create, lists its tools as memory__<tool> beside
+// the sandbox's, keeps its state across 20 calls (one daemon-owned MCP
+// session, not a container per call), runs with the sandbox's security
+// settings and no network, and goes with its session. A client's sidecar
+// image must be allowed.
+func TestSidecarsServe(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	ensureSidecarImages(ctx, t)
+	state := t.TempDir()
+	serve := startServe(t, state, "--config", sidecarConfig(t),
+		"--allow-image", testImage, "--allow-image", "sandboxd-mcp-*")
+	token, err := auth.ReadTokenFile(filepath.Join(state, auth.TokenFileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := "http" + strings.TrimSuffix(strings.TrimPrefix(serve.url, "ws"), "/v1/ws")
+
+	// MCP, the profile's sidecar.
+	cs, err := mcpConnectPath(ctx, base, "/mcp/mem", token, "2025-11-25")
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := cs.ListTools(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tools := map[string]*mcp.Tool{}
+	for _, tl := range list.Tools {
+		tools[tl.Name] = tl
+	}
+	for _, want := range []string{"terminal", "memory__create_entities", "memory__read_graph", "memory__search_nodes"} {
+		if tools[want] == nil {
+			t.Fatalf("tools/list lacks %s: %v", want, names2(tools))
+		}
+	}
+	if tools["memory__create_entities"].InputSchema == nil || !strings.Contains(string(mustMarshal(t, tools["memory__create_entities"].InputSchema)), "entities") {
+		t.Fatalf("memory__create_entities lost its schema: %s", mustMarshal(t, tools["memory__create_entities"].InputSchema))
+	}
+	for i := range 20 {
+		mcpText(ctx, t, cs, "memory__create_entities", map[string]any{"entities": []any{
+			map[string]any{"name": fmt.Sprintf("e%02d", i), "entityType": "test", "observations": []string{fmt.Sprintf("call %d", i)}},
+		}})
+	}
+	res, out := callResult(ctx, t, cs, "memory__read_graph", map[string]any{})
+	if res.IsError {
+		t.Fatalf("read_graph: %s", out)
+	}
+	graph := string(mustMarshal(t, res.StructuredContent)) + out
+	for i := range 20 {
+		if !strings.Contains(graph, fmt.Sprintf(`"e%02d"`, i)) {
+			t.Fatalf("the graph lacks e%02d after 20 calls: state was lost\n%s", i, graph)
+		}
+	}
+	// The sandbox's own tools still work beside the sidecar's.
+	wantAll(t, "terminal", mcpText(ctx, t, cs, "terminal", map[string]any{"command": "echo beside"}), "beside")
+
+	// WebSocket: a client declares the sidecar in session.create.
+	c, err := client.Dial(ctx, serve.url, token, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.CreateSession(ctx, client.CreateOptions{Image: testImage, MCPServers: []wsproto.MCPServer{{Name: "evil", Image: "evil:latest"}}}); err == nil ||
+		!strings.Contains(err.Error(), `image "evil:latest" is not allowed`) {
+		t.Fatalf("a sidecar of a disallowed image: %v", err)
+	}
+	sess, err := c.CreateSession(ctx, client.CreateOptions{Image: testImage, MCPServers: []wsproto.MCPServer{{Name: "mem", Image: memoryImage}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := sess.ToolsList(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, r := range raw {
+		var d struct{ Name string }
+		if err := json.Unmarshal(r, &d); err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, d.Name)
+	}
+	if got := strings.Join(names, " "); !strings.Contains(got, "mem__create_entities") || !strings.Contains(got, "terminal") {
+		t.Fatalf("tools.list: %s", got)
+	}
+	for i := range 20 {
+		obs, err := sess.Call(ctx, "mem__create_entities", map[string]any{"entities": []any{
+			map[string]any{"name": fmt.Sprintf("ws%02d", i), "entityType": "test", "observations": []string{"x"}},
+		}}, nil)
+		if err != nil || obs.IsError {
+			t.Fatalf("create_entities %d: %v %s", i, err, obs.Text())
+		}
+	}
+	obs, err := sess.Call(ctx, "mem__search_nodes", map[string]any{"query": "ws19"}, nil)
+	if err != nil || obs.IsError || !strings.Contains(obs.Text()+string(mustMarshal(t, obs.Structured)), "ws19") {
+		t.Fatalf("search_nodes after 20 calls: %v %s %s", err, obs.Text(), mustMarshal(t, obs.Structured))
+	}
+	if _, err := sess.Call(ctx, "mem__no_such_tool", map[string]any{}, nil); err == nil || !strings.Contains(err.Error(), "no such tool") {
+		t.Fatalf("an unknown sidecar tool: %v", err)
+	}
+
+	// One container per sidecar, with the sandbox's settings and no network.
+	ctrs := sidecarContainers(ctx, t, sess.ID)
+	if len(ctrs) != 1 {
+		t.Fatalf("session %s has %d sidecar containers, want 1", sess.ID, len(ctrs))
+	}
+	ins, err := engine.ContainerInspect(ctx, ctrs[0].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc := ins.HostConfig
+	switch {
+	case ins.Config.User != "1000:1000":
+		t.Errorf("sidecar user %q", ins.Config.User)
+	case len(hc.CapDrop) != 1 || hc.CapDrop[0] != "ALL":
+		t.Errorf("sidecar cap-drop %v", hc.CapDrop)
+	case !hc.ReadonlyRootfs:
+		t.Error("sidecar root is writable")
+	case string(hc.NetworkMode) != "none":
+		t.Errorf("stdio sidecar network %q", hc.NetworkMode)
+	case hc.Init == nil || !*hc.Init:
+		t.Error("sidecar without init")
+	case hc.PidsLimit == nil || *hc.PidsLimit <= 0 || hc.Memory <= 0 || hc.NanoCPUs <= 0:
+		t.Errorf("sidecar limits: pids %v memory %d cpus %d", hc.PidsLimit, hc.Memory, hc.NanoCPUs)
+	case !strings.Contains(strings.Join(hc.SecurityOpt, " "), "no-new-privileges"):
+		t.Errorf("sidecar security options %v", hc.SecurityOpt)
+	}
+	if err := sess.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if left := sidecarContainers(ctx, t, sess.ID); len(left) != 0 {
+		t.Fatalf("%d sidecar containers left after close", len(left))
+	}
+	if err := cs.Close(); err != nil {
+		t.Fatal(err)
+	}
+	serve.stop(t)
+	waitNoContainers(t, "after the sidecar sessions")
+}

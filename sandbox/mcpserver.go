@@ -1,0 +1,158 @@
+package sandbox
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"regexp"
+	"strings"
+)
+
+// Values of MCPServer.Transport and MCPServer.Start.
+const (
+	// TransportStdio speaks MCP over the sidecar's stdin/stdout (the
+	// daemon's attach stream to its main process). The default.
+	TransportStdio = "stdio"
+	// TransportHTTP is streamable HTTP at http://<sidecar>:Port/Path on the
+	// session's sidecar network.
+	TransportHTTP = "http"
+	// TransportSSE is the legacy HTTP+SSE transport (2024-11-05) at
+	// http://<sidecar>:Port/Path.
+	TransportSSE = "sse"
+	// StartEager starts the sidecar with the session, before it is handed
+	// out. The default.
+	StartEager = "eager"
+	// StartLazy starts it at the first listing or call that needs it.
+	StartLazy = "lazy"
+)
+
+// Bounds of MCP sidecars.
+const (
+	// MaxMCPServers bounds the sidecars of one session.
+	MaxMCPServers = 8
+	// MaxToolName is the longest exposed tool name: model APIs refuse
+	// names beyond ^[A-Za-z0-9_-]{1,64}$.
+	MaxToolName = 64
+	// SidecarToolSep joins a sidecar's name and its tool's.
+	SidecarToolSep = "__"
+)
+
+// MCPServer declares an MCP server that runs in a container of its own
+// beside the session's sandbox (a "sidecar"); its tools become the
+// session's, named <Name>__<tool> (ExposedToolName).
+type MCPServer struct {
+	// Name prefixes the server's tools: lower-case letters, digits and
+	// '-', starting with a letter, at most 32 (no '_', so the "__"
+	// separator is unambiguous).
+	Name string `json:"name"`
+	// Image is the sidecar's image (a client's must match --allow-image).
+	Image string `json:"image"`
+	// Command replaces the image's entrypoint; empty keeps it.
+	Command []string `json:"command,omitempty"`
+	// Args replace the image's command (arguments of the entrypoint).
+	Args []string `json:"args,omitempty"`
+	// Env is set in the sidecar.
+	Env map[string]string `json:"env,omitempty"`
+	// Transport is TransportStdio (default), TransportHTTP or TransportSSE.
+	Transport string `json:"transport,omitempty"`
+	// Port and Path locate the HTTP endpoint (http, sse): Port is
+	// required; Path defaults to "/mcp" (http) or "/sse" (sse).
+	Port int    `json:"port,omitempty"`
+	Path string `json:"path,omitempty"`
+	// Start is StartEager (default) or StartLazy.
+	Start string `json:"start,omitempty"`
+}
+
+var (
+	mcpServerNameRe = regexp.MustCompile(`^[a-z][a-z0-9-]{0,31}$`)
+	toolNameBadRe   = regexp.MustCompile(`[^A-Za-z0-9_-]`)
+)
+
+// withDefaults fills an MCPServer's defaults.
+func (s MCPServer) withDefaults() MCPServer {
+	if s.Transport == "" {
+		s.Transport = TransportStdio
+	}
+	if s.Start == "" {
+		s.Start = StartEager
+	}
+	if s.Path == "" {
+		switch s.Transport {
+		case TransportHTTP:
+			s.Path = "/mcp"
+		case TransportSSE:
+			s.Path = "/sse"
+		}
+	}
+	return s
+}
+
+// validateMCPServers checks resolved sidecar declarations.
+func (o SessionOptions) validateMCPServers(p *problems) {
+	if len(o.MCPServers) > MaxMCPServers {
+		p.add("mcp_servers", "%d servers, above the limit of %d", len(o.MCPServers), MaxMCPServers)
+	}
+	seen := map[string]bool{}
+	for i, s := range o.MCPServers {
+		f := fmt.Sprintf("mcp_servers[%d]", i)
+		if !mcpServerNameRe.MatchString(s.Name) {
+			p.add(f+".name", "%q is not a server name (lower-case letters, digits and '-', starting with a letter, at most 32)", s.Name)
+		} else if seen[s.Name] {
+			p.add(f+".name", "%q is declared twice", s.Name)
+		}
+		seen[s.Name] = true
+		if s.Image == "" {
+			p.add(f+".image", "is empty")
+		} else if !imageRe.MatchString(s.Image) {
+			p.add(f+".image", "%q is not an image reference", s.Image)
+		}
+		for k := range s.Env {
+			if !envNameRe.MatchString(k) {
+				p.add(f+".env", "%q is not an environment variable name", k)
+			}
+		}
+		for j, a := range append(append([]string(nil), s.Command...), s.Args...) {
+			if strings.ContainsRune(a, 0) {
+				p.add(f+".command", "[%d] contains a NUL byte", j)
+			}
+		}
+		switch s.Transport {
+		case TransportStdio:
+			if s.Port != 0 || s.Path != "" {
+				p.add(f+".port", "port and path are for the http and sse transports, not stdio")
+			}
+		case TransportHTTP, TransportSSE:
+			if s.Port < 1 || s.Port > 65535 {
+				p.add(f+".port", "%d: want the port the server listens on, 1 to 65535", s.Port)
+			}
+			if !strings.HasPrefix(s.Path, "/") || strings.ContainsAny(s.Path, " ?#\x00") {
+				p.add(f+".path", "%q is not an absolute URL path", s.Path)
+			}
+		default:
+			p.add(f+".transport", "%q is not %q, %q or %q", s.Transport, TransportStdio, TransportHTTP, TransportSSE)
+		}
+		switch s.Start {
+		case StartEager, StartLazy:
+		default:
+			p.add(f+".start", "%q is not %q or %q", s.Start, StartEager, StartLazy)
+		}
+	}
+}
+
+// ExposedToolName is the session's name for tool of MCP server server:
+// server__tool with every character outside [A-Za-z0-9_-] replaced by '_',
+// and when that is longer than MaxToolName, cut and ended with '_' and an
+// 8-character hash of the whole uncut name, so that it stays unique.
+func ExposedToolName(server, tool string) string {
+	full := server + SidecarToolSep + tool
+	name := toolNameBadRe.ReplaceAllString(full, "_")
+	if len(name) <= MaxToolName && name == full {
+		return name
+	}
+	sum := sha256.Sum256([]byte(full))
+	suffix := "_" + hex.EncodeToString(sum[:4])
+	if len(name) > MaxToolName-len(suffix) {
+		name = name[:MaxToolName-len(suffix)]
+	}
+	return name + suffix
+}

@@ -1,0 +1,63 @@
+package sandbox
+
+import (
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestExposedToolName(t *testing.T) {
+	re := regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+	assert.Equal(t, "memory__create_entities", ExposedToolName("memory", "create_entities"))
+
+	long := strings.Repeat("x", 90)
+	got := ExposedToolName("memory", long)
+	assert.Len(t, got, MaxToolName)
+	assert.Regexp(t, re, got)
+	assert.True(t, strings.HasPrefix(got, "memory__xxx"))
+	assert.NotEqual(t, got, ExposedToolName("memory", long+"y"), "the hash keeps cut names apart")
+	assert.Equal(t, got, ExposedToolName("memory", long), "and is stable")
+
+	dotted := ExposedToolName("db", "a.b")
+	assert.Regexp(t, re, dotted)
+	assert.True(t, strings.HasPrefix(dotted, "db__a_b_"))
+	assert.NotEqual(t, "db__a_b", dotted, "a changed name is told apart from a tool really named a_b")
+}
+
+func TestMCPServersValidate(t *testing.T) {
+	o := SessionOptions{MCPServers: []MCPServer{
+		{Name: "memory", Image: "sandboxd-mcp-memory"},
+		{Name: "web", Image: "x", Transport: "http", Port: 8080},
+		{Name: "old", Image: "x", Transport: "sse", Port: 80, Start: "lazy"},
+	}}
+	r, err := o.Resolve(SessionOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, MCPServer{Name: "memory", Image: "sandboxd-mcp-memory", Transport: TransportStdio, Start: StartEager}, r.MCPServers[0])
+	assert.Equal(t, "/mcp", r.MCPServers[1].Path)
+	assert.Equal(t, "/sse", r.MCPServers[2].Path)
+	assert.Empty(t, o.MCPServers[0].Transport, "Resolve does not write through to the caller's slice")
+
+	bad := SessionOptions{MCPServers: []MCPServer{
+		{Name: "Mem_ory", Image: ""},
+		{Name: "a", Image: "x", Transport: "http"},
+		{Name: "a", Image: "x", Transport: "ws", Start: "soon", Env: map[string]string{"1X": "y"}},
+		{Name: "b", Image: "x", Port: 80},
+	}}
+	_, err = bad.Resolve(SessionOptions{})
+	require.ErrorIs(t, err, ErrInvalidOptions)
+	for _, want := range []string{
+		`mcp_servers[0].name: "Mem_ory" is not a server name`,
+		`mcp_servers[0].image: is empty`,
+		`mcp_servers[1].port: 0: want the port the server listens on`,
+		`mcp_servers[2].name: "a" is declared twice`,
+		`mcp_servers[2].transport: "ws" is not "stdio", "http" or "sse"`,
+		`mcp_servers[2].start: "soon" is not "eager" or "lazy"`,
+		`mcp_servers[2].env: "1X" is not an environment variable name`,
+		`mcp_servers[3].port: port and path are for the http and sse transports, not stdio`,
+	} {
+		assert.Contains(t, err.Error(), want)
+	}
+}
