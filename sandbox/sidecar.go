@@ -153,11 +153,12 @@ func (c *sidecar) originalName(exposed string) string {
 	return c.orig[exposed]
 }
 
-// list returns the sidecar's tools: the last list when it is down after
-// having run (its calls say why), else after starting it.
+// list returns the sidecar's tools: the last list once it ran (while it is
+// down its calls say why, and a listing never waits for a restart), else
+// after starting it (lazy).
 func (c *sidecar) list(ctx context.Context) ([]tools.Definition, error) {
 	c.mu.Lock()
-	if c.defs != nil && c.cs == nil && c.starting == nil {
+	if c.defs != nil { // it ran: its list, kept current by list_changed and restarts
 		defs := c.defs
 		c.mu.Unlock()
 		return defs, nil
@@ -289,9 +290,27 @@ func (c *sidecar) connect(ctx context.Context, conn *SidecarConn) (*mcp.ClientSe
 		} else {
 			t = &mcp.StreamableClientTransport{Endpoint: conn.URL, HTTPClient: hc, MaxRetries: -1}
 		}
-		cs, err := client.Connect(ctx, t, nil)
-		if err == nil {
+		// The SSE transport's event stream lives on the context of
+		// Connect: it must outlive the start, and end only with the
+		// connection (conn.Close) or the readiness deadline while
+		// connecting.
+		live, end := context.WithCancel(context.WithoutCancel(ctx))
+		stop := context.AfterFunc(ctx, end)
+		cs, err := client.Connect(live, t, nil)
+		if stop() && err == nil {
+			prev := conn.Close
+			conn.Close = func() {
+				end()
+				if prev != nil {
+					prev()
+				}
+			}
 			return cs, nil
+		}
+		end()
+		if err == nil {
+			_ = cs.Close()
+			return nil, ctx.Err()
 		}
 		select {
 		case <-ctx.Done():

@@ -13,6 +13,7 @@ import (
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/network"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/sandboxd/sandboxd/client"
@@ -219,3 +220,114 @@ func TestSidecarsServe(t *testing.T) {
 	serve.stop(t)
 	waitNoContainers(t, "after the sidecar sessions")
 }
+
+// The three transports in one session: memory over stdio, everything over
+// streamable HTTP and the sse example over legacy HTTP+SSE, each on its
+// own; the HTTP ones on the session's internal sidecar network. Names the
+// everything server gives with spaces and parentheses are exposed within
+// ^[A-Za-z0-9_-]{1,64}$ and still called; structured content passes
+// through. A sidecar that never answers fails the create with its stderr.
+func TestSidecarsTransports(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	ensureSidecarImages(ctx, t)
+	state := t.TempDir()
+	serve := startServe(t, state, "--allow-image", testImage, "--allow-image", "sandboxd-mcp-*")
+	token, err := auth.ReadTokenFile(filepath.Join(state, auth.TokenFileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.Dial(ctx, serve.url, token, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+
+	_, err = c.CreateSession(ctx, client.CreateOptions{Image: testImage, MCPServers: []wsproto.MCPServer{{
+		Name: "broken", Image: memoryImage, Command: []string{"/bin/sh", "-c", "echo missing-config-xyz >&2; exit 3"},
+	}}})
+	if err == nil || !strings.Contains(err.Error(), "missing-config-xyz") || !strings.Contains(err.Error(), `mcp server "broken"`) {
+		t.Fatalf("a sidecar that exits at once: %v", err)
+	}
+
+	sess, err := c.CreateSession(ctx, client.CreateOptions{Image: testImage, MCPServers: []wsproto.MCPServer{
+		{Name: "memory", Image: memoryImage},
+		{Name: "everything", Image: everythingImage, Args: []string{"-http", "0.0.0.0:8080"}, Transport: "http", Port: 8080, Path: "/"},
+		{Name: "old", Image: "sandboxd-mcp-sse:latest", Args: []string{"-host", "0.0.0.0", "-port", "8081"}, Transport: "sse", Port: 8081, Path: "/greeter1"},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lctx, lcancel := context.WithTimeout(ctx, time.Minute)
+	raw, err := sess.ToolsList(lctx, "")
+	lcancel()
+	if err != nil {
+		t.Fatalf("tools.list: %v\n%s", err, serve.logs())
+	}
+	var structured string
+	have := map[string]bool{}
+	for _, r := range raw {
+		var d struct{ Name string }
+		if err := json.Unmarshal(r, &d); err != nil {
+			t.Fatal(err)
+		}
+		if len(d.Name) > 64 || strings.Trim(d.Name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") != "" {
+			t.Errorf("tool name %q is not ^[A-Za-z0-9_-]{1,64}$", d.Name)
+		}
+		if strings.HasPrefix(d.Name, "everything__greet__structured_") {
+			structured = d.Name
+		}
+		have[d.Name] = true
+	}
+	for _, want := range []string{"terminal", "memory__read_graph", "everything__greet", "old__greet1"} {
+		if !have[want] {
+			t.Fatalf("tools.list lacks %s: %v", want, have)
+		}
+	}
+	if structured == "" {
+		t.Fatalf("no everything__greet__structured_<hash> among %v", have)
+	}
+	for name, want := range map[string]string{"everything__greet": "Hi sidecar", "old__greet1": "Hi sidecar"} {
+		obs, err := sess.Call(ctx, name, map[string]any{"name": "sidecar"}, nil)
+		if err != nil || obs.IsError || !strings.Contains(obs.Text(), want) {
+			t.Fatalf("%s: %v %q", name, err, obs.Text())
+		}
+	}
+	obs, err := sess.Call(ctx, structured, map[string]any{"name": "sidecar"}, nil)
+	if err != nil || obs.IsError || !strings.Contains(string(mustMarshal(t, obs.Structured)), "sidecar") {
+		t.Fatalf("%s: %v %q %s", structured, err, obs.Text(), mustMarshal(t, obs.Structured))
+	}
+
+	ctrs := sidecarContainers(ctx, t, sess.ID)
+	if len(ctrs) != 3 {
+		t.Fatalf("%d sidecar containers, want 3", len(ctrs))
+	}
+	for _, ctr := range ctrs {
+		ins, err := engine.ContainerInspect(ctx, ctr.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mode := string(ins.HostConfig.NetworkMode)
+		switch ins.Config.Labels[sandbox.LabelSidecar] {
+		case "memory":
+			if mode != "none" {
+				t.Errorf("stdio sidecar on network %q", mode)
+			}
+		default:
+			net, err := engine.NetworkInspect(ctx, mode, networkInspectOptions)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !net.Internal || net.Labels[sandbox.LabelSession] != sess.ID {
+				t.Errorf("HTTP sidecar network %s: internal %v, labels %v", mode, net.Internal, net.Labels)
+			}
+		}
+	}
+	if err := sess.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	serve.stop(t)
+	waitNoContainers(t, "after the transports session")
+}
+
+var networkInspectOptions = network.InspectOptions{}
