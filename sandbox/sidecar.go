@@ -379,6 +379,7 @@ func (c *sidecar) watch(cs *mcp.ClientSession, gen int, down chan struct{}) {
 	c.starting = make(chan struct{}) // callers fail fast (see call), listings wait
 	close(down)
 	c.mu.Unlock()
+	_ = cs.Close() // releases the client session's goroutines
 	if conn != nil && conn.Close != nil {
 		conn.Close()
 	}
