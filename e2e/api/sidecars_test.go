@@ -3,11 +3,13 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -331,3 +333,221 @@ func TestSidecarsTransports(t *testing.T) {
 }
 
 var networkInspectOptions = network.InspectOptions{}
+
+// Faults and scale: a sidecar killed from outside gives a clear error at
+// once (state lost), the rest of the session works, and it comes back; ten
+// sessions with a sidecar each, created at once and called concurrently,
+// leave exactly one sidecar container per session and no zombie process;
+// two sessions cannot reach each other's HTTP sidecars, tried from inside
+// a sidecar; nothing is left after close.
+func TestSidecarsFaultsAndScale(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	ensureSidecarImages(ctx, t)
+	state := t.TempDir()
+	serve := startServe(t, state, "--allow-image", testImage, "--allow-image", "sandboxd-mcp-*")
+	token, err := auth.ReadTokenFile(filepath.Join(state, auth.TokenFileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.Dial(ctx, serve.url, token, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	entity := func(name string) map[string]any {
+		return map[string]any{"entities": []any{map[string]any{"name": name, "entityType": "t", "observations": []string{"o"}}}}
+	}
+
+	// Ten sessions at once, each with memory (stdio) and everything (HTTP).
+	const n = 10
+	sessions := make([]*client.Session, n)
+	var wg sync.WaitGroup
+	errs := make(chan error, n*6)
+	for i := range n {
+		wg.Go(func() {
+			s, err := c.CreateSession(ctx, client.CreateOptions{Image: testImage, MCPServers: []wsproto.MCPServer{
+				{Name: "memory", Image: memoryImage},
+				{Name: "everything", Image: everythingImage, Args: []string{"-http", "0.0.0.0:8080"}, Transport: "http", Port: 8080, Path: "/"},
+			}})
+			if err != nil {
+				errs <- err
+				return
+			}
+			sessions[i] = s
+			// Five concurrent calls on the one MCP session of each sidecar
+			// (the memory example's knowledge base is not safe for
+			// concurrent writes: its calls go one after the other).
+			var cw sync.WaitGroup
+			for j := range 5 {
+				cw.Go(func() {
+					obs, err := s.Call(ctx, "everything__greet", map[string]any{"name": fmt.Sprintf("g%d", j)}, nil)
+					if err == nil && (obs.IsError || !strings.Contains(obs.Text(), fmt.Sprintf("g%d", j))) {
+						err = fmt.Errorf("greet: %s", obs.Text())
+					}
+					if err != nil {
+						errs <- err
+					}
+				})
+			}
+			for j := range 5 {
+				obs, err := s.Call(ctx, "memory__create_entities", entity(fmt.Sprintf("s%d-%d", i, j)), nil)
+				if err == nil && obs.IsError {
+					err = fmt.Errorf("is_error: %s", obs.Text())
+				}
+				if err != nil {
+					errs <- err
+				}
+			}
+			cw.Wait()
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	for i, s := range sessions {
+		ctrs := sidecarContainers(ctx, t, s.ID)
+		if len(ctrs) != 2 {
+			t.Fatalf("session %d has %d sidecar containers, want 2", i, len(ctrs))
+		}
+		for _, ctr := range ctrs {
+			top, err := engine.ContainerTop(ctx, ctr.ID, []string{"-o", "pid,stat,comm"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range top.Processes {
+				if strings.Contains(strings.Join(p, " "), "Z") && strings.Contains(strings.Join(p, " "), "defunct") {
+					t.Errorf("zombie in %s: %v", ctr.Names, p)
+				}
+			}
+		}
+		obs, err := s.Call(ctx, "memory__read_graph", map[string]any{}, nil)
+		if err != nil || obs.IsError {
+			t.Fatalf("read_graph %d: %v %s", i, err, obs.Text())
+		}
+		got := obs.Text() + string(mustMarshal(t, obs.Structured))
+		for j := range 5 {
+			if !strings.Contains(got, fmt.Sprintf("s%d-%d", i, j)) {
+				t.Fatalf("session %d lacks s%d-%d: %s", i, i, j, got)
+			}
+		}
+		if strings.Contains(got, fmt.Sprintf("s%d-", (i+1)%n)) {
+			t.Fatalf("session %d sees another session's memory: %s", i, got)
+		}
+	}
+
+	// Isolation, tried from inside: session 1's HTTP sidecar cannot reach
+	// session 0's.
+	addr := func(s *client.Session) (string, string) {
+		for _, ctr := range sidecarContainers(ctx, t, s.ID) {
+			if ctr.Labels[sandbox.LabelSidecar] == "everything" {
+				ins, err := engine.ContainerInspect(ctx, ctr.ID)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, ep := range ins.NetworkSettings.Networks {
+					return ctr.ID, ep.IPAddress
+				}
+			}
+		}
+		t.Fatal("no everything sidecar")
+		return "", ""
+	}
+	_, ip0 := addr(sessions[0])
+	id1, ip1 := addr(sessions[1])
+	connect := func(ip string) (string, int) {
+		return execIn(ctx, t, id1, "timeout", "3", "bash", "-c", "exec 3<>/dev/tcp/"+ip+"/8080 && echo connected")
+	}
+	if out, code := connect(ip1); code != 0 { // the probe works: its own server
+		t.Fatalf("session 1's sidecar cannot reach itself at %s: exit %d %s", ip1, code, out)
+	}
+	out, code := connect(ip0)
+	if code == 0 {
+		t.Fatalf("session 1's sidecar reached session 0's at %s: %s", ip0, out)
+	}
+	t.Logf("from session 1's sidecar to session 0's (%s): exit %d: %s", ip0, code, strings.TrimSpace(out))
+
+	// A sidecar killed from outside: a clear error at once, the sandbox
+	// works on, and the sidecar comes back without its state.
+	s := sessions[0]
+	var memID string
+	for _, ctr := range sidecarContainers(ctx, t, s.ID) {
+		if ctr.Labels[sandbox.LabelSidecar] == "memory" {
+			memID = ctr.ID
+		}
+	}
+	if err := engine.ContainerKill(ctx, memID, "KILL"); err != nil {
+		t.Fatal(err)
+	}
+	var down string
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		obs, err := s.Call(ctx, "memory__read_graph", map[string]any{}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if obs.IsError {
+			down = obs.Text()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the killed sidecar still answers")
+		}
+	}
+	if !strings.Contains(down, `mcp server "memory" is down`) || !strings.Contains(down, "state it held is lost") {
+		t.Fatalf("the error of a killed sidecar: %s", down)
+	}
+	obs, err := s.Call(ctx, "everything__greet", map[string]any{"name": "still"}, nil)
+	if err != nil || obs.IsError || !strings.Contains(obs.Text(), "Hi still") {
+		t.Fatalf("the other sidecar while one is down: %v %s", err, obs.Text())
+	}
+	if obs, err := term(ctx, s, "echo alive"); err != nil || !strings.Contains(obs.Text(), "alive") {
+		t.Fatalf("the sandbox while a sidecar is down: %v %s", err, obs.Text())
+	}
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		obs, err := s.Call(ctx, "memory__read_graph", map[string]any{}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !obs.IsError {
+			if strings.Contains(obs.Text(), "s0-0") {
+				t.Fatalf("a restarted sidecar kept its state: %s", obs.Text())
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the killed sidecar did not come back: %s", obs.Text())
+		}
+	}
+	if got := len(sidecarContainers(ctx, t, s.ID)); got != 2 {
+		t.Fatalf("%d sidecar containers after the restart, want 2", got)
+	}
+
+	for _, s := range sessions {
+		if err := s.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if left := sidecarContainers(ctx, t, s.ID); len(left) != 0 {
+			t.Fatalf("%d sidecar containers left after close", len(left))
+		}
+	}
+	serve.stop(t)
+	waitNoContainers(t, "after the ten sidecar sessions")
+}
+
+// execIn runs argv in a container (as the harness, from outside) and
+// returns its output and exit code.
+func execIn(ctx context.Context, t *testing.T, id string, argv ...string) (string, int) {
+	t.Helper()
+	out, err := exec.CommandContext(ctx, "docker", append([]string{"exec", id}, argv...)...).CombinedOutput()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return string(out), 0
+	case errors.As(err, &ee):
+		return string(out), ee.ExitCode()
+	}
+	t.Fatal(err)
+	return "", -1
+}
