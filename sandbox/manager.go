@@ -62,6 +62,11 @@ type ManagerOptions struct {
 	// Skills resolves SessionOptions.Skills to folders to mount; nil: a
 	// session that selects skills is refused.
 	Skills SkillSource
+	// Secrets looks up the value of a secret a sidecar declares
+	// (MCPServer.Secrets) by name; nil: a sidecar with secrets is
+	// refused. Values are passed to the sidecar's environment only: never
+	// labelled, logged or returned.
+	Secrets func(name string) (string, bool)
 	// Dial wraps agent streams in clients; nil is DialAgent. For tests.
 	Dial DialFunc
 }

@@ -61,6 +61,18 @@ type MCPServer struct {
 	Path string `json:"path,omitempty"`
 	// Start is StartEager (default) or StartLazy.
 	Start string `json:"start,omitempty"`
+	// Secrets are set in the sidecar's environment from the daemon's
+	// secrets (ManagerOptions.Secrets), looked up by name when it starts:
+	// only names travel in options, labels and logs. Operator profiles
+	// only: a client's session.create has no way to name them.
+	Secrets []MCPSecret `json:"secrets,omitempty"`
+}
+
+// MCPSecret puts the daemon's secret Name into the sidecar's environment
+// variable Env (default: Name).
+type MCPSecret struct {
+	Name string `json:"name"`
+	Env  string `json:"env,omitempty"`
 }
 
 var (
@@ -111,6 +123,16 @@ func (o SessionOptions) validateMCPServers(p *problems) {
 				p.add(f+".env", "%q is not an environment variable name", k)
 			}
 		}
+		for j, sec := range s.Secrets {
+			switch env := sec.env(); {
+			case !envNameRe.MatchString(sec.Name):
+				p.add(fmt.Sprintf("%s.secrets[%d].name", f, j), "%q is not a secret name (letters, digits and '_', not starting with a digit)", sec.Name)
+			case !envNameRe.MatchString(env):
+				p.add(fmt.Sprintf("%s.secrets[%d].env", f, j), "%q is not an environment variable name", env)
+			case s.Env[env] != "":
+				p.add(fmt.Sprintf("%s.secrets[%d].env", f, j), "%s is set in env too", env)
+			}
+		}
 		for j, a := range append(append([]string(nil), s.Command...), s.Args...) {
 			if strings.ContainsRune(a, 0) {
 				p.add(f+".command", "[%d] contains a NUL byte", j)
@@ -155,4 +177,35 @@ func ExposedToolName(server, tool string) string {
 		name = name[:MaxToolName-len(suffix)]
 	}
 	return name + suffix
+}
+
+// env is the variable the secret is set in.
+func (s MCPSecret) env() string {
+	if s.Env == "" {
+		return s.Name
+	}
+	return s.Env
+}
+
+// sidecarEnv is a sidecar's environment: its Env and its secrets' values
+// from lookup. A missing secret is an error that names it (never a value).
+func sidecarEnv(srv MCPServer, lookup func(string) (string, bool)) (map[string]string, error) {
+	if len(srv.Secrets) == 0 {
+		return srv.Env, nil
+	}
+	env := make(map[string]string, len(srv.Env)+len(srv.Secrets))
+	for k, v := range srv.Env {
+		env[k] = v
+	}
+	for _, sec := range srv.Secrets {
+		if lookup == nil {
+			return nil, fmt.Errorf("mcp server %q declares secrets, and this daemon has none (serve --secrets-file, or SANDBOXD_SECRET_<NAME> in its environment)", srv.Name)
+		}
+		v, ok := lookup(sec.Name)
+		if !ok {
+			return nil, fmt.Errorf("mcp server %q: the daemon has no secret %q (serve --secrets-file, or SANDBOXD_SECRET_%s in its environment)", srv.Name, sec.Name, sec.Name)
+		}
+		env[sec.env()] = v
+	}
+	return env, nil
 }

@@ -61,3 +61,23 @@ func TestMCPServersValidate(t *testing.T) {
 		assert.Contains(t, err.Error(), want)
 	}
 }
+
+func TestSidecarSecrets(t *testing.T) {
+	srv := MCPServer{Name: "m", Env: map[string]string{"A": "1"}, Secrets: []MCPSecret{{Name: "TOKEN", Env: "B"}, {Name: "C"}}}
+	env, err := sidecarEnv(srv, func(n string) (string, bool) { return "v-" + n, n != "missing" })
+	require.NoError(t, err)
+	assert.Equal(t, map[string]string{"A": "1", "B": "v-TOKEN", "C": "v-C"}, env)
+	assert.Equal(t, map[string]string{"A": "1"}, srv.Env, "the declaration is not written to")
+
+	srv.Secrets = []MCPSecret{{Name: "missing"}}
+	_, err = sidecarEnv(srv, func(n string) (string, bool) { return "", false })
+	assert.ErrorContains(t, err, `no secret "missing"`)
+	_, err = sidecarEnv(srv, nil)
+	assert.ErrorContains(t, err, "declares secrets, and this daemon has none")
+
+	bad := SessionOptions{MCPServers: []MCPServer{{Name: "m", Image: "x", Env: map[string]string{"A": "1"},
+		Secrets: []MCPSecret{{Name: "1x"}, {Name: "ok", Env: "A"}}}}}
+	_, err = bad.Resolve(SessionOptions{})
+	assert.ErrorContains(t, err, `mcp_servers[0].secrets[0].name: "1x" is not a secret name`)
+	assert.ErrorContains(t, err, `mcp_servers[0].secrets[1].env: A is set in env too`)
+}

@@ -223,11 +223,15 @@ func (c *sidecar) start(ctx context.Context) (err error) {
 	defer stop()
 	began := time.Now()
 	s := c.set.s
+	env, err := sidecarEnv(c.srv, s.m.opts.Secrets)
+	if err != nil {
+		return err
+	}
 	conn, err := c.set.rt.StartSidecar(ctx, SidecarSpec{
 		SessionID: s.id,
 		Server:    c.srv,
 		Labels:    SessionLabels(s.id, s.opts, "", s.created),
-		Env:       c.srv.Env,
+		Env:       env,
 	})
 	if err != nil {
 		return fmt.Errorf("mcp server %q: starting its container: %w", c.srv.Name, err)

@@ -61,6 +61,7 @@ Every flag can also be set in the environment: SANDBOXD_<FLAG> with dashes
 as underscores (SANDBOXD_LISTEN, SANDBOXD_MCP_IMAGE, ...); flags win.`
 
 type serveConfig struct {
+	secretsFile                         string
 	listen, stateDir, tlsCert, tlsKey   string
 	insecureRemote, keepSessions        bool
 	insecureBridge                      bool
@@ -153,6 +154,8 @@ func runServe(ctx context.Context, std stdio, args []string) error {
 		"a profile named default is what session.create without profile and /mcp get; refused at start with file:line if anything in it is wrong")
 	fs.Var(&cfg.skillsDirs, "skills-dir", "a root of operator skills: the absolute path of a directory on this host, repeatable; "+
 		"added to the config's skills_dirs")
+	fs.StringVar(&cfg.secretsFile, "secrets-file", "", "NAME=VALUE lines (mode 600) of the secrets profiles give MCP sidecars (mcp_servers[].secrets); "+
+		"a name not in it is read from SANDBOXD_SECRET_<NAME> in this environment")
 	if err := envDefaults(fs, "SANDBOXD_"); err != nil {
 		return err
 	}
@@ -237,8 +240,12 @@ func runServe(ctx context.Context, std stdio, args []string) error {
 	if err := checkProfileSkills(file, skillSrc); err != nil {
 		return err
 	}
+	secrets, err := loadSecrets(cfg.secretsFile)
+	if err != nil {
+		return err
+	}
 	mopts := sandbox.ManagerOptions{Defaults: defaults, MaxConcurrentStarts: cfg.maxStarts, Logger: log,
-		Pools: profilePools(file, cfg, log), Skills: skillSrc}
+		Pools: profilePools(file, cfg, log), Skills: skillSrc, Secrets: secrets}
 	m, err := sandbox.NewManager(ctx, rt, mopts)
 	if err != nil {
 		return err

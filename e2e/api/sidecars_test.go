@@ -551,3 +551,101 @@ func execIn(ctx context.Context, t *testing.T, id string, argv ...string) (strin
 	t.Fatal(err)
 	return "", -1
 }
+
+// A profile's sidecar secret comes from the operator's --secrets-file into
+// the sidecar's environment and into nothing else: no label of the run's
+// containers, volumes or networks, and no log line (at debug level) holds
+// it. A secret the daemon lacks fails the create, naming it.
+func TestSidecarsSecrets(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	ensureSidecarImages(ctx, t)
+	dir := t.TempDir()
+	value := "s3cr3t-" + auth.NewToken()[:16]
+	secrets := filepath.Join(dir, "secrets")
+	if err := os.WriteFile(secrets, []byte("# test\nAPI_TOKEN="+value+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	config := filepath.Join(dir, "config.yaml")
+	src := fmt.Sprintf(`profiles:
+  sec:
+    image: %[1]s
+    mcp_servers:
+      - name: memory
+        image: %[2]s
+        secrets:
+          - name: API_TOKEN
+            env: MEMORY_TOKEN
+  nosec:
+    image: %[1]s
+    mcp_servers:
+      - name: memory
+        image: %[2]s
+        secrets:
+          - name: NOT_THERE
+`, testImage, memoryImage)
+	if err := os.WriteFile(config, []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	state := t.TempDir()
+	serve := startServe(t, state, "--config", config, "--secrets-file", secrets, "--log-level", "debug")
+	token, err := auth.ReadTokenFile(filepath.Join(state, auth.TokenFileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.Dial(ctx, serve.url, token, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.CreateSession(ctx, client.CreateOptions{Profile: "nosec"}); err == nil || !strings.Contains(err.Error(), `no secret "NOT_THERE"`) {
+		t.Fatalf("a missing secret: %v", err)
+	}
+	sess, err := c.CreateSession(ctx, client.CreateOptions{Profile: "sec"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if obs, err := sess.Call(ctx, "memory__read_graph", map[string]any{}, nil); err != nil || obs.IsError {
+		t.Fatalf("read_graph: %v %s", err, obs.Text())
+	}
+	ctrs := sidecarContainers(ctx, t, sess.ID)
+	if len(ctrs) != 1 {
+		t.Fatalf("%d sidecars", len(ctrs))
+	}
+	ins, err := engine.ContainerInspect(ctx, ctrs[0].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(strings.Join(ins.Config.Env, "\n"), "MEMORY_TOKEN="+value) {
+		t.Fatal("the sidecar lacks its secret")
+	}
+	f := filters.NewArgs(filters.Arg("label", labelRun+"="+runID))
+	all, err := engine.ContainerList(ctx, container.ListOptions{All: true, Filters: f})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ctr := range all {
+		if strings.Contains(string(mustMarshal(t, ctr.Labels)), value) {
+			t.Fatalf("container %v carries the secret in a label", ctr.Names)
+		}
+	}
+	nets, err := engine.NetworkList(ctx, network.ListOptions{Filters: f})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nets {
+		if strings.Contains(string(mustMarshal(t, n.Labels)), value) {
+			t.Fatalf("network %s carries the secret in a label", n.Name)
+		}
+	}
+	if err := sess.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	serve.stop(t)
+	if logs := serve.logs(); strings.Contains(logs, value) {
+		t.Fatal("the secret's value is in the daemon's log")
+	} else if !strings.Contains(logs, "sidecar") {
+		t.Fatalf("the debug log says nothing of the sidecar: the check above proves nothing\n%s", logs)
+	}
+	waitNoContainers(t, "after the secrets session")
+}

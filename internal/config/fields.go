@@ -220,6 +220,10 @@ func mcpServers(dst *[]sandbox.MCPServer) decoder {
 			}
 			p.mapping(item, ipath, func(k string, kn, val *yaml.Node) {
 				kpath := join(ipath, k)
+				if k == "secrets" {
+					s.Secrets = p.mcpSecrets(val, kpath)
+					return
+				}
 				if k == "port" {
 					if n, ok := p.integer(val, kpath); ok {
 						if n < 1 || n > 65535 {
@@ -231,7 +235,7 @@ func mcpServers(dst *[]sandbox.MCPServer) decoder {
 				}
 				dec, ok := fields[k]
 				if !ok {
-					p.unknown(kn, ipath, k, append(slices.Collect(maps.Keys(fields)), "port")...)
+					p.unknown(kn, ipath, k, append(slices.Collect(maps.Keys(fields)), "port", "secrets")...)
 					return
 				}
 				dec(p, val, kpath, pos, key)
@@ -240,4 +244,25 @@ func mcpServers(dst *[]sandbox.MCPServer) decoder {
 		})
 		*dst = out
 	}
+}
+
+// mcpSecrets reads a sidecar's secrets: a list of {name, env}.
+func (p *parser) mcpSecrets(v *yaml.Node, path string) []sandbox.MCPSecret {
+	out := []sandbox.MCPSecret{}
+	p.list(v, path, func(i int, item *yaml.Node) {
+		ipath := fmt.Sprintf("%s[%d]", path, i)
+		var sec sandbox.MCPSecret
+		p.mapping(item, ipath, func(k string, kn, val *yaml.Node) {
+			switch k {
+			case "name":
+				sec.Name, _ = p.str(val, join(ipath, k))
+			case "env":
+				sec.Env, _ = p.str(val, join(ipath, k))
+			default:
+				p.unknown(kn, ipath, k, "env", "name")
+			}
+		})
+		out = append(out, sec)
+	})
+	return out
 }
