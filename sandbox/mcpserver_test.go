@@ -71,13 +71,13 @@ func TestSidecarSecrets(t *testing.T) {
 
 	srv.Secrets = []MCPSecret{{Name: "missing"}}
 	_, err = sidecarEnv(srv, func(n string) (string, bool) { return "", false })
-	assert.ErrorContains(t, err, `no secret "missing"`)
+	require.ErrorContains(t, err, `no secret "missing"`)
 	_, err = sidecarEnv(srv, nil)
-	assert.ErrorContains(t, err, "declares secrets, and this daemon has none")
+	require.ErrorContains(t, err, "declares secrets, and this daemon has none")
 
 	bad := SessionOptions{MCPServers: []MCPServer{{Name: "m", Image: "x", Env: map[string]string{"A": "1"},
 		Secrets: []MCPSecret{{Name: "1x"}, {Name: "ok", Env: "A"}}}}}
 	_, err = bad.Resolve(SessionOptions{})
-	assert.ErrorContains(t, err, `mcp_servers[0].secrets[0].name: "1x" is not a secret name`)
-	assert.ErrorContains(t, err, `mcp_servers[0].secrets[1].env: A is set in env too`)
+	require.ErrorContains(t, err, `mcp_servers[0].secrets[0].name: "1x" is not a secret name`)
+	require.ErrorContains(t, err, `mcp_servers[0].secrets[1].env: A is set in env too`)
 }
