@@ -649,3 +649,57 @@ func TestSidecarsSecrets(t *testing.T) {
 	}
 	waitNoContainers(t, "after the secrets session")
 }
+
+// Over a daemon restart: with --keep-sessions the sidecars stay with their
+// sandbox; the next daemon adopts the session, and its sidecar starts
+// again at first use (replacing the old container: its state is lost, as
+// said), one container per sidecar. Without --keep-sessions the sidecars
+// are removed with the sandbox at shutdown; nothing is left.
+func TestSidecarsOverRestart(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	ensureSidecarImages(ctx, t)
+	state := t.TempDir()
+	first := startServe(t, state, "--keep-sessions", "--allow-image", testImage, "--allow-image", "sandboxd-mcp-*")
+	token, err := auth.ReadTokenFile(filepath.Join(state, auth.TokenFileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.Dial(ctx, first.url, token, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := c.CreateSession(ctx, client.CreateOptions{Image: testImage, MCPServers: []wsproto.MCPServer{{Name: "memory", Image: memoryImage}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if obs, err := s.Call(ctx, "memory__read_graph", map[string]any{}, nil); err != nil || obs.IsError {
+		t.Fatalf("read_graph: %v %s", err, obs.Text())
+	}
+	c.Close()
+	first.stop(t)
+	if n := len(sidecarContainers(ctx, t, s.ID)); n != 1 {
+		t.Fatalf("%d sidecar containers after a shutdown with --keep-sessions, want 1", n)
+	}
+
+	second := startServe(t, state, "--allow-image", testImage, "--allow-image", "sandboxd-mcp-*")
+	c2, err := client.Dial(ctx, second.url, s.Token, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	s2, err := c2.Attach(ctx, s.ID, s.Token, 0)
+	if err != nil {
+		t.Fatalf("attach after restart: %v\n%s", err, second.logs())
+	}
+	obs, err := s2.Call(ctx, "memory__create_entities", map[string]any{"entities": []any{
+		map[string]any{"name": "after", "entityType": "t", "observations": []string{"o"}}}}, nil)
+	if err != nil || obs.IsError {
+		t.Fatalf("a sidecar call after the restart: %v %s\n%s", err, obs.Text(), second.logs())
+	}
+	if n := len(sidecarContainers(ctx, t, s.ID)); n != 1 {
+		t.Fatalf("%d sidecar containers after the restart, want 1", n)
+	}
+	second.stop(t) // without --keep-sessions: removes the session, sidecars included
+	waitNoContainers(t, "after a shutdown without --keep-sessions")
+}
