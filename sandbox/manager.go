@@ -154,10 +154,11 @@ type Manager struct {
 	cancel context.CancelFunc
 	bg     sync.WaitGroup
 
-	mu       sync.Mutex
-	sessions map[string]*Session // handed out (or adopted), not yet forgotten
-	pools    map[string]*pool    // by options key
-	shutdown bool
+	sidecarTools sidecarToolCache // learned MCP servers' tools (sidecartools.go)
+	mu           sync.Mutex
+	sessions     map[string]*Session // handed out (or adopted), not yet forgotten
+	pools        map[string]*pool    // by options key
+	shutdown     bool
 }
 
 // NewManager validates opts, reclaims what a previous daemon left in the

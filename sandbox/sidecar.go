@@ -271,6 +271,7 @@ func (c *sidecar) start(ctx context.Context) (err error) {
 	c.down = make(chan struct{})
 	down := c.down
 	c.mu.Unlock()
+	s.m.learnedTools(c.srv, defs)
 	c.log.Info("mcp sidecar ready", "tools", len(defs), "took", time.Since(began).Round(time.Millisecond))
 	go c.watch(cs, gen, down)
 	return nil
@@ -345,6 +346,7 @@ func (c *sidecar) relist() {
 			c.defs, c.orig = defs, orig
 		}
 		c.mu.Unlock()
+		c.set.s.m.learnedTools(c.srv, defs)
 		c.log.Info("mcp sidecar tools changed", "tools", len(defs))
 	}()
 }

@@ -250,6 +250,7 @@ func runServe(ctx context.Context, std stdio, args []string) error {
 	if err != nil {
 		return err
 	}
+	learnSidecarTools(ctx, m, file, log)
 	srv, err := server.New(server.Options{
 		Listen: cfg.listen, TLSCert: cfg.tlsCert, TLSKey: cfg.tlsKey, InsecureAllowRemote: cfg.insecureRemote,
 		AllowOrigins: cfg.allowOrigins, AllowHosts: cfg.allowHosts,
@@ -257,7 +258,8 @@ func runServe(ctx context.Context, std stdio, args []string) error {
 		AllowedImages: cfg.allowImgs, MaxSessions: cfg.maxSessions, MaxMessageBytes: cfg.maxMessage,
 		Profiles: profileOptions(file), MCPImage: cfg.mcpImage, MCPSessionTimeout: cfg.mcpIdle,
 		MCPTools: func(profile string, o sandbox.SessionOptions) []tools.Definition {
-			return append(mcpapi.BuiltinTools(profile, o), skillSrc.Definitions(o.Skills)...)
+			defs := append(mcpapi.BuiltinTools(profile, o), skillSrc.Definitions(o.Skills)...)
+			return append(defs, m.SidecarTools(o.MCPServers)...)
 		},
 		KeepSessions: cfg.keepSessions, DrainTimeout: cfg.drainTimeout,
 		Logger: log, Version: version(),
@@ -548,4 +550,23 @@ func shellQuote(s string) string {
 		return s
 	}
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// learnSidecarTools starts each profile's MCP sidecars once, in a probe,
+// to learn their tools for stateless MCP clients' lists (made without a
+// sandbox). A failure is logged: that profile's list lacks those tools
+// until one of its sessions starts them.
+func learnSidecarTools(ctx context.Context, m *sandbox.Manager, file *config.File, log *slog.Logger) {
+	if file == nil {
+		return
+	}
+	for _, name := range file.Names() {
+		servers := file.Profiles[name].Options.MCPServers
+		if len(servers) == 0 {
+			continue
+		}
+		if err := m.LearnSidecarTools(ctx, servers); err != nil {
+			log.Warn("learning a profile's MCP sidecar tools failed; its stateless tool list lacks them", "profile", name, "err", err)
+		}
+	}
 }

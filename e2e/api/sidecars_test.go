@@ -139,6 +139,36 @@ func TestSidecarsServe(t *testing.T) {
 	// The sandbox's own tools still work beside the sidecar's.
 	wantAll(t, "terminal", mcpText(ctx, t, cs, "terminal", map[string]any{"command": "echo beside"}), "beside")
 
+	// Stateless MCP: the profile's list has the sidecar's tools (learned
+	// at serve's start), without a sandbox; a call by handle reaches it.
+	modern, err := mcpConnectPath(ctx, base, "/mcp/mem", token, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer modern.Close()
+	mlist, err := modern.ListTools(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := map[string]bool{}
+	for _, tl := range mlist.Tools {
+		found[tl.Name] = true
+		if tl.Name == "memory__create_entities" {
+			wantAll(t, "stateless create_entities schema", string(mustMarshal(t, tl.InputSchema)), `"sandbox"`, `"entities"`)
+		}
+	}
+	if !found["memory__read_graph"] || !found["memory__create_entities"] || !found["sandbox_open"] {
+		t.Fatalf("stateless tools/list on /mcp/mem: %v", found)
+	}
+	gc := &goSDKClient{cs: modern}
+	h := openSandbox(ctx, t, gc, 30*time.Minute)
+	mustOK(ctx, t, gc, "memory__create_entities", withHandle(h, map[string]any{"entities": []any{
+		map[string]any{"name": "stateless", "entityType": "t", "observations": []string{"o"}}}}))
+	if r := mustOK(ctx, t, gc, "memory__read_graph", withHandle(h, map[string]any{})); !strings.Contains(r.text+string(mustMarshal(t, r.structured)), "stateless") {
+		t.Fatalf("stateless read_graph: %s", r.text)
+	}
+	closeSandbox(ctx, t, gc, h)
+
 	// WebSocket: a client declares the sidecar in session.create.
 	c, err := client.Dial(ctx, serve.url, token, client.Options{})
 	if err != nil {
