@@ -24,6 +24,10 @@ const (
 	StartEager = "eager"
 	// StartLazy starts it at the first listing or call that needs it.
 	StartLazy = "lazy"
+	// WorkspaceReadOnly and WorkspaceReadWrite mount the session's
+	// workspace in a sidecar (MCPServer.Workspace).
+	WorkspaceReadOnly  = "ro"
+	WorkspaceReadWrite = "rw"
 )
 
 // Bounds of MCP sidecars.
@@ -61,6 +65,10 @@ type MCPServer struct {
 	Path string `json:"path,omitempty"`
 	// Start is StartEager (default) or StartLazy.
 	Start string `json:"start,omitempty"`
+	// Workspace mounts the session's /workspace at /workspace in the
+	// sidecar: WorkspaceReadOnly, WorkspaceReadWrite, or "" (not at all,
+	// the default).
+	Workspace string `json:"workspace,omitempty"`
 	// Secrets are set in the sidecar's environment from the daemon's
 	// secrets (ManagerOptions.Secrets), looked up by name when it starts:
 	// only names travel in options, labels and logs. Operator profiles
@@ -157,6 +165,11 @@ func (o SessionOptions) validateMCPServers(p *problems) {
 		case StartEager, StartLazy:
 		default:
 			p.add(f+".start", "%q is not %q or %q", s.Start, StartEager, StartLazy)
+		}
+		switch s.Workspace {
+		case "", WorkspaceReadOnly, WorkspaceReadWrite:
+		default:
+			p.add(f+".workspace", "%q is not %q (read-only) or %q (read-write); leave it out for none", s.Workspace, WorkspaceReadOnly, WorkspaceReadWrite)
 		}
 	}
 }

@@ -44,7 +44,7 @@ func TestMCPServersValidate(t *testing.T) {
 		{Name: "Mem_ory", Image: ""},
 		{Name: "a", Image: "x", Transport: "http"},
 		{Name: "a", Image: "x", Transport: "ws", Start: "soon", Env: map[string]string{"1X": "y"}},
-		{Name: "b", Image: "x", Port: 80},
+		{Name: "b", Image: "x", Port: 80, Workspace: "yes"},
 	}}
 	_, err = bad.Resolve(SessionOptions{})
 	require.ErrorIs(t, err, ErrInvalidOptions)
@@ -57,6 +57,7 @@ func TestMCPServersValidate(t *testing.T) {
 		`mcp_servers[2].start: "soon" is not "eager" or "lazy"`,
 		`mcp_servers[2].env: "1X" is not an environment variable name`,
 		`mcp_servers[3].port: port and path are for the http and sse transports, not stdio`,
+		`mcp_servers[3].workspace: "yes" is not "ro" (read-only) or "rw" (read-write)`,
 	} {
 		assert.Contains(t, err.Error(), want)
 	}

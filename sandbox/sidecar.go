@@ -91,6 +91,16 @@ func (set *sidecars) startEager(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// needWorkspace reports whether a sidecar mounts the session's workspace.
+func (set *sidecars) needWorkspace() bool {
+	for _, c := range set.all {
+		if c.srv.Workspace != "" {
+			return true
+		}
+	}
+	return false
+}
+
 // close ends every client session; the containers go with the session's
 // Remove.
 func (set *sidecars) close() {

@@ -20,8 +20,10 @@ type sidecarToolCache struct {
 	defs map[string][]tools.Definition
 }
 
-// sidecarKey identifies a declaration with its defaults filled.
+// sidecarKey identifies a declaration with its defaults filled (and
+// without its workspace mount, which a probe has none of).
 func sidecarKey(s MCPServer) string {
+	s.Workspace = ""
 	b, _ := json.Marshal(s.withDefaults())
 	return string(b)
 }
@@ -63,6 +65,7 @@ func (m *Manager) LearnSidecarTools(ctx context.Context, servers []MCPServer) er
 	resolved := make([]MCPServer, len(servers))
 	for i, s := range servers {
 		resolved[i] = s.withDefaults()
+		resolved[i].Workspace = "" // a probe has no workspace
 	}
 	o := SessionOptions{MCPServers: resolved}
 	var p problems

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -107,8 +108,13 @@ func (m *Manager) startSandbox(ctx context.Context, s *Session, poolKey string) 
 		Command:   cmd,
 		Pooled:    poolKey != "",
 	}
-	// The eager sidecars start beside the sandbox.
-	var sidecarErr chan error
+	// The eager sidecars start beside the sandbox (after it, when one
+	// mounts its workspace).
+	var (
+		sidecarErr   chan error
+		afterSandbox chan struct{}
+		sandboxUp    atomic.Bool
+	)
 	if len(s.opts.MCPServers) > 0 {
 		srt, ok := m.rt.(SidecarRuntime)
 		if !ok {
@@ -116,10 +122,22 @@ func (m *Manager) startSandbox(ctx context.Context, s *Session, poolKey string) 
 		}
 		s.sidecars = newSidecars(s, srt)
 		sidecarErr = make(chan error, 1)
-		go func() { sidecarErr <- s.sidecars.startEager(ctx) }()
+		afterSandbox = make(chan struct{})
+		go func() {
+			if s.sidecars.needWorkspace() { // its volume comes with the sandbox
+				<-afterSandbox
+				if !sandboxUp.Load() {
+					sidecarErr <- nil
+					return
+				}
+			}
+			sidecarErr <- s.sidecars.startEager(ctx)
+		}()
 	}
 	conn, err := m.rt.Start(ctx, spec)
 	if sidecarErr != nil {
+		sandboxUp.Store(err == nil)
+		close(afterSandbox)
 		serr := <-sidecarErr
 		if err == nil && serr != nil {
 			conn.Close()

@@ -179,7 +179,7 @@ func TestSidecarsServe(t *testing.T) {
 		!strings.Contains(err.Error(), `image "evil:latest" is not allowed`) {
 		t.Fatalf("a sidecar of a disallowed image: %v", err)
 	}
-	sess, err := c.CreateSession(ctx, client.CreateOptions{Image: testImage, MCPServers: []wsproto.MCPServer{{Name: "mem", Image: memoryImage}}})
+	sess, err := c.CreateSession(ctx, client.CreateOptions{Image: testImage, MCPServers: []wsproto.MCPServer{{Name: "mem", Image: memoryImage, Workspace: "ro"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,6 +239,16 @@ func TestSidecarsServe(t *testing.T) {
 		t.Errorf("sidecar limits: pids %v memory %d cpus %d", hc.PidsLimit, hc.Memory, hc.NanoCPUs)
 	case !strings.Contains(strings.Join(hc.SecurityOpt, " "), "no-new-privileges"):
 		t.Errorf("sidecar security options %v", hc.SecurityOpt)
+	}
+	// The sidecar sees the session's workspace, read-only.
+	if obs, err := term(ctx, sess, "echo from-sandbox > /workspace/shared.txt"); err != nil || obs.IsError {
+		t.Fatalf("writing in the sandbox: %v %s", err, obs.Text())
+	}
+	if out, code := execIn(ctx, t, ctrs[0].ID, "cat", "/workspace/shared.txt"); code != 0 || !strings.Contains(out, "from-sandbox") {
+		t.Fatalf("the sidecar does not see the workspace: exit %d %s", code, out)
+	}
+	if out, code := execIn(ctx, t, ctrs[0].ID, "touch", "/workspace/from-sidecar"); code == 0 || !strings.Contains(out, "Read-only") {
+		t.Fatalf("the sidecar wrote to a read-only workspace: exit %d %s", code, out)
 	}
 	if err := sess.Close(ctx); err != nil {
 		t.Fatal(err)

@@ -217,6 +217,7 @@ func mcpServers(dst *[]sandbox.MCPServer) decoder {
 				"transport": str(&s.Transport),
 				"path":      str(&s.Path),
 				"start":     str(&s.Start),
+				"workspace": str(&s.Workspace),
 			}
 			p.mapping(item, ipath, func(k string, kn, val *yaml.Node) {
 				kpath := join(ipath, k)

@@ -102,7 +102,7 @@ func createOptions(p wsproto.CreateParams) (sandbox.SessionOptions, error) {
 	for _, m := range p.MCPServers {
 		o.MCPServers = append(o.MCPServers, sandbox.MCPServer{
 			Name: m.Name, Image: m.Image, Command: m.Command, Args: m.Args, Env: m.Env,
-			Transport: m.Transport, Port: m.Port, Path: m.Path, Start: m.Start,
+			Transport: m.Transport, Port: m.Port, Path: m.Path, Start: m.Start, Workspace: m.Workspace,
 		})
 	}
 	if p.IdleTimeout < 0 {

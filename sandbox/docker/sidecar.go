@@ -13,6 +13,7 @@ import (
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/pkg/stdcopy"
 
@@ -113,6 +114,16 @@ func (r *Runtime) StartSidecar(ctx context.Context, spec sandbox.SidecarSpec) (_
 			},
 		},
 		Tmpfs: map[string]string{"/tmp": "rw,nosuid,nodev,mode=1777,size=" + strconv.Itoa(sandbox.SidecarTmpfs)},
+	}
+	if srv.Workspace != "" {
+		// Never let the engine make the volume (unlabelled): it must be
+		// the session's.
+		vol := workspaceVolume(id)
+		if _, err := r.cli.VolumeInspect(cctx, vol); err != nil {
+			return nil, fmt.Errorf("sidecar %s: the session's workspace volume %s: %w", srv.Name, vol, err)
+		}
+		host.Mounts = []mount.Mount{{Type: mount.TypeVolume, Source: vol, Target: sandbox.WorkspaceDir,
+			ReadOnly: srv.Workspace == sandbox.WorkspaceReadOnly, VolumeOptions: &mount.VolumeOptions{NoCopy: true}}}
 	}
 	nctx, ncancel := r.call(context.WithoutCancel(ctx))
 	defer ncancel()

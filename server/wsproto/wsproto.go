@@ -396,4 +396,5 @@ type MCPServer struct {
 	Port      int               `json:"port,omitempty"`      // http, sse
 	Path      string            `json:"path,omitempty"`      // http ("/mcp"), sse ("/sse")
 	Start     string            `json:"start,omitempty"`     // "eager" (default) or "lazy"
+	Workspace string            `json:"workspace,omitempty"` // "ro" or "rw": the session's /workspace at /workspace; "": none
 }
