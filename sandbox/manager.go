@@ -62,6 +62,11 @@ type ManagerOptions struct {
 	// Skills resolves SessionOptions.Skills to folders to mount; nil: a
 	// session that selects skills is refused.
 	Skills SkillSource
+	// Secrets looks up the value of a secret a sidecar declares
+	// (MCPServer.Secrets) by name; nil: a sidecar with secrets is
+	// refused. Values are passed to the sidecar's environment only: never
+	// labelled, logged or returned.
+	Secrets func(name string) (string, bool)
 	// Dial wraps agent streams in clients; nil is DialAgent. For tests.
 	Dial DialFunc
 }
@@ -149,10 +154,11 @@ type Manager struct {
 	cancel context.CancelFunc
 	bg     sync.WaitGroup
 
-	mu       sync.Mutex
-	sessions map[string]*Session // handed out (or adopted), not yet forgotten
-	pools    map[string]*pool    // by options key
-	shutdown bool
+	sidecarTools sidecarToolCache // learned MCP servers' tools (sidecartools.go)
+	mu           sync.Mutex
+	sessions     map[string]*Session // handed out (or adopted), not yet forgotten
+	pools        map[string]*pool    // by options key
+	shutdown     bool
 }
 
 // NewManager validates opts, reclaims what a previous daemon left in the

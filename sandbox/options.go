@@ -235,6 +235,10 @@ type SessionOptions struct {
 	SkillsInstall string `json:"skills_install,omitempty"`
 	// Terminal tunes the session's terminal tool.
 	Terminal TerminalOptions `json:"terminal"`
+	// MCPServers are MCP servers run as sidecar containers of the session
+	// (at most MaxMCPServers); their tools become the session's, named
+	// <server>__<tool>. Secrets never travel here: only names do.
+	MCPServers []MCPServer `json:"mcp_servers,omitempty"`
 
 	// Room for later options (skills, MCP sidecars): add the field here,
 	// its checks to Validate, and its effect to the runtime; the pool key
@@ -303,6 +307,9 @@ func (o SessionOptions) withDefaults(d SessionOptions) SessionOptions {
 	if o.EditablePaths == nil {
 		o.EditablePaths = d.EditablePaths
 	}
+	if o.MCPServers == nil {
+		o.MCPServers = d.MCPServers
+	}
 	o.WritableRootfs = o.WritableRootfs || d.WritableRootfs
 	o.Env = mergeMaps(d.Env, o.Env)
 	o.Labels = mergeMaps(d.Labels, o.Labels)
@@ -330,6 +337,13 @@ func (o SessionOptions) Resolve(defaults SessionOptions) (SessionOptions, error)
 	r := o.withDefaults(defaults).withDefaults(builtinDefaults)
 	if r.Limits.Tmpfs == 0 {
 		r.Limits.Tmpfs = defaultTmpfs(r)
+	}
+	if len(r.MCPServers) > 0 {
+		servers := make([]MCPServer, len(r.MCPServers))
+		for i, s := range r.MCPServers {
+			servers[i] = s.withDefaults()
+		}
+		r.MCPServers = servers
 	}
 	if err := r.Validate(); err != nil {
 		return SessionOptions{}, err

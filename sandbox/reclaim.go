@@ -45,7 +45,7 @@ func (m *Manager) reclaim(ctx context.Context) error {
 			groups[r.SessionID] = g
 		}
 		g.count++
-		if r.Kind == KindContainer {
+		if r.Kind == KindContainer && r.Labels[LabelSidecar] == "" { // sidecars go with their sandbox
 			g.ctr = r
 		}
 	}
@@ -112,6 +112,11 @@ func (m *Manager) reclaimOne(ctx context.Context, id string, ctr *Resource) recl
 		}
 	}
 	s := newSession(m, id, opts)
+	if srt, ok := m.rt.(SidecarRuntime); ok && len(opts.MCPServers) > 0 {
+		// Its MCP servers start again at their first use, replacing their
+		// containers: a server's state does not survive a daemon restart.
+		s.sidecars = newSidecars(s, srt)
+	}
 	c, err := m.connect(ctx, id, s.agentLog)
 	if err != nil {
 		return remove(fmt.Sprintf("agent unreachable: %v", err))

@@ -17,6 +17,9 @@ const (
 	LabelCreated = "sandboxd.created" // RFC 3339 creation time
 	LabelOptions = "sandboxd.options" // resolved SessionOptions as JSON (containers)
 	LabelPool    = "sandboxd.pool"    // pool key, on containers started for a warm pool
+	// LabelSidecar is the MCP server name on a session's sidecar
+	// containers (MCPServer.Name); the sandbox's own container has none.
+	LabelSidecar = "sandboxd.sidecar"
 )
 
 // Runtime is the container engine behind the Manager. It speaks of
@@ -148,3 +151,45 @@ func (s Status) Describe() string {
 	}
 	return msg
 }
+
+// SidecarRuntime is implemented by runtimes that run a session's MCP
+// servers in containers of their own (SessionOptions.MCPServers). The
+// sidecars carry the session's labels plus LabelSidecar, so Remove, the
+// reaper and reclaim handle them with the session.
+type SidecarRuntime interface {
+	// StartSidecar starts one sidecar of a session, replacing any
+	// container it had under that name (a restart), and connects to it.
+	StartSidecar(ctx context.Context, spec SidecarSpec) (*SidecarConn, error)
+}
+
+// SidecarSpec is what a runtime needs to start one MCP sidecar.
+type SidecarSpec struct {
+	SessionID string
+	Server    MCPServer         // resolved (MCPServer.withDefaults)
+	Labels    map[string]string // the session's (SessionLabels)
+	Env       map[string]string // Server.Env with the secrets resolved: never logged or labelled
+}
+
+// SidecarConn is the daemon's way to a started sidecar.
+type SidecarConn struct {
+	// Stream is the stdio of its main process (TransportStdio).
+	Stream io.ReadWriteCloser
+	// URL is its MCP endpoint (TransportHTTP, TransportSSE), reachable from
+	// the daemon only.
+	URL string
+	// Stderr returns the end of what the sidecar wrote to stderr (hostile
+	// input, bounded), for errors that say why it did not answer.
+	Stderr func() string
+	// Close drops the connection (not the container).
+	Close func()
+}
+
+// Sidecar limits, the same for every sidecar for now.
+const (
+	SidecarMemory = 256 << 20
+	SidecarCPUs   = 1.0
+	SidecarPids   = 256
+	SidecarTmpfs  = 16 << 20
+	// SidecarUser is the user a sidecar runs as: never root.
+	SidecarUser = DefaultUser
+)

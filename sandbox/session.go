@@ -47,6 +47,8 @@ type Session struct {
 	inflight   atomic.Int64 // calls running now; a busy session is never idle
 	checking   atomic.Bool  // a health ping is in flight
 
+	sidecars *sidecars // its MCP servers; nil without any
+
 	startCancel context.CancelFunc // cancels a start in progress
 	started     chan struct{}      // closed when the start attempt has ended
 
@@ -162,7 +164,13 @@ func (s *Session) Tools(ctx context.Context) ([]tools.Definition, error) {
 	}
 	defer s.end()
 	defs, err := c.ListTools(ctx)
-	return defs, s.callErr(ctx, "listing tools", err)
+	if err != nil {
+		return nil, s.callErr(ctx, "listing tools", err)
+	}
+	if s.sidecars != nil {
+		return s.sidecars.tools(ctx, defs)
+	}
+	return defs, nil
 }
 
 // Call runs a tool in the sandbox. stream (may be nil) receives output as
@@ -174,6 +182,11 @@ func (s *Session) Call(ctx context.Context, name string, args json.RawMessage, s
 		return nil, err
 	}
 	defer s.end()
+	if s.sidecars != nil {
+		if sc, ok := s.sidecars.route(name); ok {
+			return sc.call(ctx, name, args)
+		}
+	}
 	obs, err := c.Call(ctx, name, args, stream)
 	return obs, s.callErr(ctx, "calling "+name, err)
 }
@@ -382,6 +395,9 @@ func (s *Session) teardown() {
 	m := s.m
 	ctx, cancel := context.WithTimeout(context.Background(), m.opts.ShutdownGrace+m.opts.RemoveTimeout)
 	defer cancel()
+	if s.sidecars != nil {
+		s.sidecars.close()
+	}
 	if c := s.currentClient(); c != nil {
 		grace, cancelGrace := context.WithTimeout(ctx, m.opts.ShutdownGrace)
 		select {
@@ -424,6 +440,9 @@ func (s *Session) detach() {
 		s.markDone()
 		if c != nil {
 			c.Close()
+		}
+		if s.sidecars != nil {
+			s.sidecars.close() // the containers stay; the next daemon replaces them
 		}
 		close(s.closed)
 	})

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -107,7 +108,48 @@ func (m *Manager) startSandbox(ctx context.Context, s *Session, poolKey string) 
 		Command:   cmd,
 		Pooled:    poolKey != "",
 	}
+	// The eager sidecars start beside the sandbox (after it, when one
+	// mounts its workspace).
+	var (
+		sidecarErr   chan error
+		afterSandbox chan struct{}
+		sandboxUp    atomic.Bool
+	)
+	if len(s.opts.MCPServers) > 0 {
+		srt, ok := m.rt.(SidecarRuntime)
+		if !ok {
+			return fmt.Errorf("session %s: %w: this runtime cannot run MCP sidecars (mcp_servers)", s.id, ErrStart)
+		}
+		s.sidecars = newSidecars(s, srt)
+		sidecarErr = make(chan error, 1)
+		afterSandbox = make(chan struct{})
+		go func() {
+			if s.sidecars.needWorkspace() { // its volume comes with the sandbox
+				<-afterSandbox
+				if !sandboxUp.Load() {
+					sidecarErr <- nil
+					return
+				}
+			}
+			sidecarErr <- s.sidecars.startEager(ctx)
+		}()
+	}
 	conn, err := m.rt.Start(ctx, spec)
+	if sidecarErr != nil {
+		sandboxUp.Store(err == nil)
+		close(afterSandbox)
+		serr := <-sidecarErr
+		if err == nil && serr != nil {
+			conn.Close()
+			s.sidecars.close()
+			m.removeQuietly(s.id)
+			return fmt.Errorf("session %s: %w: %w", s.id, ErrStart, serr)
+		}
+		if err != nil {
+			s.sidecars.close()
+			m.removeQuietly(s.id) // a sidecar made after the runtime's rollback
+		}
+	}
 	if err != nil {
 		if errors.Is(err, ErrInvalidOptions) {
 			return fmt.Errorf("session %s: %w", s.id, err)
@@ -123,6 +165,9 @@ func (m *Manager) startSandbox(ctx context.Context, s *Session, poolKey string) 
 	if err := c.Ping(ctx); err != nil {
 		c.Close()
 		why := m.describe(s.id)
+		if s.sidecars != nil {
+			s.sidecars.close()
+		}
 		m.removeQuietly(s.id)
 		return fmt.Errorf("session %s: %w: its agent did not answer (%v); %s", s.id, ErrStart, err, why)
 	}
@@ -132,6 +177,9 @@ func (m *Manager) startSandbox(ctx context.Context, s *Session, poolKey string) 
 	s.touch()
 	if !s.setReady(c) { // Close came first; its teardown removes the sandbox
 		c.Close()
+		if s.sidecars != nil {
+			s.sidecars.close()
+		}
 		return fmt.Errorf("session %s: %w while it was starting", s.id, ErrClosed)
 	}
 	m.watch(s, c)

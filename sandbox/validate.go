@@ -101,6 +101,7 @@ func (o SessionOptions) Validate() error {
 	o.validateLabels(&p)
 	o.validateTools(&p)
 	o.validateSkills(&p)
+	o.validateMCPServers(&p)
 	return p.err()
 }
 

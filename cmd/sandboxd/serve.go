@@ -61,6 +61,7 @@ Every flag can also be set in the environment: SANDBOXD_<FLAG> with dashes
 as underscores (SANDBOXD_LISTEN, SANDBOXD_MCP_IMAGE, ...); flags win.`
 
 type serveConfig struct {
+	secretsFile                         string
 	listen, stateDir, tlsCert, tlsKey   string
 	insecureRemote, keepSessions        bool
 	insecureBridge                      bool
@@ -153,6 +154,8 @@ func runServe(ctx context.Context, std stdio, args []string) error {
 		"a profile named default is what session.create without profile and /mcp get; refused at start with file:line if anything in it is wrong")
 	fs.Var(&cfg.skillsDirs, "skills-dir", "a root of operator skills: the absolute path of a directory on this host, repeatable; "+
 		"added to the config's skills_dirs")
+	fs.StringVar(&cfg.secretsFile, "secrets-file", "", "NAME=VALUE lines (mode 600) of the secrets profiles give MCP sidecars (mcp_servers[].secrets); "+
+		"a name not in it is read from SANDBOXD_SECRET_<NAME> in this environment")
 	if err := envDefaults(fs, "SANDBOXD_"); err != nil {
 		return err
 	}
@@ -237,12 +240,17 @@ func runServe(ctx context.Context, std stdio, args []string) error {
 	if err := checkProfileSkills(file, skillSrc); err != nil {
 		return err
 	}
+	secrets, err := loadSecrets(cfg.secretsFile)
+	if err != nil {
+		return err
+	}
 	mopts := sandbox.ManagerOptions{Defaults: defaults, MaxConcurrentStarts: cfg.maxStarts, Logger: log,
-		Pools: profilePools(file, cfg, log), Skills: skillSrc}
+		Pools: profilePools(file, cfg, log), Skills: skillSrc, Secrets: secrets}
 	m, err := sandbox.NewManager(ctx, rt, mopts)
 	if err != nil {
 		return err
 	}
+	learnSidecarTools(ctx, m, file, log)
 	srv, err := server.New(server.Options{
 		Listen: cfg.listen, TLSCert: cfg.tlsCert, TLSKey: cfg.tlsKey, InsecureAllowRemote: cfg.insecureRemote,
 		AllowOrigins: cfg.allowOrigins, AllowHosts: cfg.allowHosts,
@@ -250,7 +258,8 @@ func runServe(ctx context.Context, std stdio, args []string) error {
 		AllowedImages: cfg.allowImgs, MaxSessions: cfg.maxSessions, MaxMessageBytes: cfg.maxMessage,
 		Profiles: profileOptions(file), MCPImage: cfg.mcpImage, MCPSessionTimeout: cfg.mcpIdle,
 		MCPTools: func(profile string, o sandbox.SessionOptions) []tools.Definition {
-			return append(mcpapi.BuiltinTools(profile, o), skillSrc.Definitions(o.Skills)...)
+			defs := append(mcpapi.BuiltinTools(profile, o), skillSrc.Definitions(o.Skills)...)
+			return append(defs, m.SidecarTools(o.MCPServers)...)
 		},
 		KeepSessions: cfg.keepSessions, DrainTimeout: cfg.drainTimeout,
 		Logger: log, Version: version(),
@@ -541,4 +550,23 @@ func shellQuote(s string) string {
 		return s
 	}
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// learnSidecarTools starts each profile's MCP sidecars once, in a probe,
+// to learn their tools for stateless MCP clients' lists (made without a
+// sandbox). A failure is logged: that profile's list lacks those tools
+// until one of its sessions starts them.
+func learnSidecarTools(ctx context.Context, m *sandbox.Manager, file *config.File, log *slog.Logger) {
+	if file == nil {
+		return
+	}
+	for _, name := range file.Names() {
+		servers := file.Profiles[name].Options.MCPServers
+		if len(servers) == 0 {
+			continue
+		}
+		if err := m.LearnSidecarTools(ctx, servers); err != nil {
+			log.Warn("learning a profile's MCP sidecar tools failed; its stateless tool list lacks them", "profile", name, "err", err)
+		}
+	}
 }

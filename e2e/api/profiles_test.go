@@ -284,7 +284,8 @@ func TestProfilesServeRefusesBadConfig(t *testing.T) {
 			`config.yaml:4:15: profiles.fuzz.limits.memory: "2 GB" is not a size (e.g. 2GiB)`},
 		{"validate", "profiles:\n  ok: {}\n  fuzz:\n    image: " + testImage + "\n    limits:\n      memory: 32MiB\n",
 			`config.yaml:6:7: profiles.fuzz.limits.memory: 32 MiB is below the minimum of 64 MiB`},
-		{"unknown key", "profiles:\n  fuzz:\n    mcp_servers: []\n", `config.yaml:3:5: profiles.fuzz.mcp_servers: not supported yet`},
+		{"unknown key", "profiles:\n  fuzz:\n    mcp_servers:\n      - name: m\n        imagee: x\n",
+			`config.yaml:5:9: profiles.fuzz.mcp_servers[0].imagee: unknown key (known here: args, command, env, image, name, path, port, secrets, start, transport, workspace)`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			path := filepath.Join(dir, c.name, "config.yaml")

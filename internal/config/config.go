@@ -388,7 +388,7 @@ func (p *parser) profiles(cfg *File, n *yaml.Node) {
 }
 
 // profileKeys are the keys of a profile that are not session options.
-var profileKeys = []string{"pool", "mcp_servers"}
+var profileKeys = []string{"pool"}
 
 func (p *parser) profile(prof *Profile, n *yaml.Node, path string) {
 	fields := sessionFields(&prof.Options)
@@ -407,8 +407,6 @@ func (p *parser) profile(prof *Profile, n *yaml.Node, path string) {
 				}
 				prof.Pool = int(n)
 			}
-		case "mcp_servers":
-			p.errorf(k, kpath, "not supported yet: MCP servers as sidecar containers of a session come in a later release")
 		default:
 			p.unknown(k, path, key, append(slices.Collect(maps.Keys(fields)), profileKeys...)...)
 		}

@@ -2,7 +2,9 @@ package config
 
 import (
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"strconv"
 	"time"
 
@@ -36,6 +38,7 @@ func sessionFields(o *sandbox.SessionOptions) map[string]decoder {
 		"runtime":         str(&o.Runtime),
 		"skills":          skills(&o.Skills),
 		"skills_install":  str(&o.SkillsInstall),
+		"mcp_servers":     mcpServers(&o.MCPServers),
 		"terminal":        section(terminalFields(&o.Terminal)),
 	}
 }
@@ -221,4 +224,72 @@ func skills(dst *[]string) decoder {
 		}
 		strList(dst)(p, v, path, pos, key)
 	}
+}
+
+// mcpServers reads a profile's MCP sidecars: a list of mappings, one key
+// per sandbox.MCPServer field.
+func mcpServers(dst *[]sandbox.MCPServer) decoder {
+	return func(p *parser, v *yaml.Node, path string, pos map[string]position, key string) {
+		out := []sandbox.MCPServer{}
+		p.list(v, path, func(i int, item *yaml.Node) {
+			ipath := fmt.Sprintf("%s[%d]", path, i)
+			var s sandbox.MCPServer
+			fields := map[string]decoder{
+				"name":      str(&s.Name),
+				"image":     str(&s.Image),
+				"command":   strList(&s.Command),
+				"args":      strList(&s.Args),
+				"env":       strMap(&s.Env),
+				"transport": str(&s.Transport),
+				"path":      str(&s.Path),
+				"start":     str(&s.Start),
+				"workspace": str(&s.Workspace),
+			}
+			p.mapping(item, ipath, func(k string, kn, val *yaml.Node) {
+				kpath := join(ipath, k)
+				if k == "secrets" {
+					s.Secrets = p.mcpSecrets(val, kpath)
+					return
+				}
+				if k == "port" {
+					if n, ok := p.integer(val, kpath); ok {
+						if n < 1 || n > 65535 {
+							p.errorf(p.resolve(val), kpath, "%d: want 1 to 65535", n)
+						}
+						s.Port = int(n)
+					}
+					return
+				}
+				dec, ok := fields[k]
+				if !ok {
+					p.unknown(kn, ipath, k, append(slices.Collect(maps.Keys(fields)), "port", "secrets")...)
+					return
+				}
+				dec(p, val, kpath, pos, key)
+			})
+			out = append(out, s)
+		})
+		*dst = out
+	}
+}
+
+// mcpSecrets reads a sidecar's secrets: a list of {name, env}.
+func (p *parser) mcpSecrets(v *yaml.Node, path string) []sandbox.MCPSecret {
+	out := []sandbox.MCPSecret{}
+	p.list(v, path, func(i int, item *yaml.Node) {
+		ipath := fmt.Sprintf("%s[%d]", path, i)
+		var sec sandbox.MCPSecret
+		p.mapping(item, ipath, func(k string, kn, val *yaml.Node) {
+			switch k {
+			case "name":
+				sec.Name, _ = p.str(val, join(ipath, k))
+			case "env":
+				sec.Env, _ = p.str(val, join(ipath, k))
+			default:
+				p.unknown(kn, ipath, k, "env", "name")
+			}
+		})
+		out = append(out, sec)
+	})
+	return out
 }

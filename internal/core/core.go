@@ -383,6 +383,11 @@ func (c *Core) Create(wait context.Context, p Principal, api string, req CreateR
 		return CreateResult{}, apierr.New(apierr.PermissionDenied,
 			"user %q runs the session as the image's own user, root included: only a session profile of the server's config (serve --config) may set it; ask for that profile", sandbox.UserImage)
 	}
+	for _, m := range req.Options.MCPServers {
+		if err := c.checkImage(m.Image); err != nil {
+			return CreateResult{}, fmt.Errorf("mcp_servers %q: %w", m.Name, err)
+		}
+	}
 	if err := c.checkImage(req.Options.Image); err != nil {
 		return CreateResult{}, err
 	}

@@ -529,6 +529,8 @@ func toResult(obs *tools.Observation) *mcp.CallToolResult {
 		switch c.Type {
 		case "image":
 			res.Content = append(res.Content, &mcp.ImageContent{Data: c.Data, MIMEType: c.MIMEType})
+		case "audio": // from an MCP sidecar
+			res.Content = append(res.Content, &mcp.AudioContent{Data: c.Data, MIMEType: c.MIMEType})
 		default:
 			res.Content = append(res.Content, &mcp.TextContent{Text: c.Text})
 		}

@@ -101,6 +101,12 @@ func createOptions(p wsproto.CreateParams) (sandbox.SessionOptions, error) {
 		AllowHosts: p.AllowHosts, Runtime: p.Runtime, IdleTimeout: time.Duration(p.IdleTimeout), Labels: p.Labels,
 		Skills: p.Skills, SkillsInstall: p.SkillsInstall,
 	}
+	for _, m := range p.MCPServers {
+		o.MCPServers = append(o.MCPServers, sandbox.MCPServer{
+			Name: m.Name, Image: m.Image, Command: m.Command, Args: m.Args, Env: m.Env,
+			Transport: m.Transport, Port: m.Port, Path: m.Path, Start: m.Start, Workspace: m.Workspace,
+		})
+	}
 	if p.IdleTimeout < 0 {
 		o.IdleTimeout = sandbox.NoIdleTimeout
 	}

@@ -84,8 +84,10 @@ func (r *Runtime) findContainer(ctx context.Context, sessionID string) (containe
 	if err != nil {
 		return container.Summary{}, fmt.Errorf("session %s: listing its container: %w", sessionID, err)
 	}
-	if len(ctrs) == 0 {
-		return container.Summary{}, fmt.Errorf("session %s: no container: %w", sessionID, sandbox.ErrNotFound)
+	for _, c := range ctrs {
+		if c.Labels[sandbox.LabelSidecar] == "" { // not one of its MCP sidecars
+			return c, nil
+		}
 	}
-	return ctrs[0], nil
+	return container.Summary{}, fmt.Errorf("session %s: no container: %w", sessionID, sandbox.ErrNotFound)
 }

@@ -112,6 +112,8 @@ type Runtime struct {
 	agentLogs sync.Map // session id → *slog.Logger
 	// skillVols: the skill volumes filled in copy mode.
 	skillVols skillVolumes
+	// sidecarNetMu serializes making sessions' sidecar networks.
+	sidecarNetMu sync.Mutex
 }
 
 // agentLog is the session's logger for its agent's stderr.

@@ -62,8 +62,9 @@ func (s *stream) Close() error {
 
 // lineLogger turns a byte stream into log lines.
 type lineLogger struct {
-	log *slog.Logger
-	buf []byte
+	log   *slog.Logger
+	buf   []byte
+	debug bool // a sidecar's stderr: every line at debug level
 }
 
 func (l *lineLogger) Write(p []byte) (int, error) {
@@ -96,6 +97,10 @@ func (l *lineLogger) flush() {
 func (l *lineLogger) emit(line []byte) {
 	line = bytes.TrimRight(line, "\r")
 	if len(line) == 0 {
+		return
+	}
+	if l.debug {
+		l.log.Debug("sidecar stderr", "line", string(line[:min(len(line), maxStderrLine)]))
 		return
 	}
 	var rec struct {

@@ -224,9 +224,13 @@ type CreateParams struct {
 	Skills []string `json:"skills,omitempty"`
 	// SkillsInstall is "lazy" (default: a skill's installer runs before
 	// its first call) or "eager" (before the session is handed out).
-	SkillsInstall string            `json:"skills_install,omitempty"`
-	IdleTimeout   Duration          `json:"idle_timeout,omitempty"`
-	Labels        map[string]string `json:"labels,omitempty"`
+	SkillsInstall string `json:"skills_install,omitempty"`
+	// MCPServers run as sidecar containers of the session; their tools
+	// become the session's, named <name>__<tool>. Their images must be
+	// allowed (serve --allow-image) like the session's.
+	MCPServers  []MCPServer       `json:"mcp_servers,omitempty"`
+	IdleTimeout Duration          `json:"idle_timeout,omitempty"`
+	Labels      map[string]string `json:"labels,omitempty"`
 	// Terminal tunes the session's terminal tool.
 	Terminal *TerminalParams `json:"terminal,omitempty"`
 	// IdempotencyKey makes a retried create return the first create's
@@ -400,4 +404,19 @@ type DownloadResult struct {
 	Offset     int64  `json:"offset"` // of Data in the tar stream
 	Data       []byte `json:"tar_base64"`
 	EOF        bool   `json:"eof"`
+}
+
+// MCPServer declares an MCP server run as a sidecar container of a
+// session (sandbox.MCPServer).
+type MCPServer struct {
+	Name      string            `json:"name"`
+	Image     string            `json:"image"`
+	Command   []string          `json:"command,omitempty"`
+	Args      []string          `json:"args,omitempty"`
+	Env       map[string]string `json:"env,omitempty"`
+	Transport string            `json:"transport,omitempty"` // "stdio" (default), "http" or "sse"
+	Port      int               `json:"port,omitempty"`      // http, sse
+	Path      string            `json:"path,omitempty"`      // http ("/mcp"), sse ("/sse")
+	Start     string            `json:"start,omitempty"`     // "eager" (default) or "lazy"
+	Workspace string            `json:"workspace,omitempty"` // "ro" or "rw": the session's /workspace at /workspace; "": none
 }

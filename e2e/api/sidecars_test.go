@@ -1,0 +1,745 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/network"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/sandboxd/sandboxd/client"
+	"github.com/sandboxd/sandboxd/internal/auth"
+	"github.com/sandboxd/sandboxd/internal/testenv"
+	"github.com/sandboxd/sandboxd/sandbox"
+	"github.com/sandboxd/sandboxd/server/wsproto"
+)
+
+// The sidecar images of `make sidecar-images`: the MCP Go SDK's example
+// servers.
+const (
+	memoryImage     = "sandboxd-mcp-memory:latest"
+	everythingImage = "sandboxd-mcp-everything:latest"
+)
+
+// ensureSidecarImages builds the sidecar images when one is missing (the
+// script skips what is current).
+func ensureSidecarImages(ctx context.Context, t *testing.T) {
+	t.Helper()
+	for _, img := range []string{memoryImage, everythingImage} {
+		if _, err := engine.ImageInspect(ctx, img); err == nil {
+			continue
+		}
+		root, err := testenv.RepoRoot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := exec.CommandContext(ctx, filepath.Join(root, "images", "build-sidecar-images.sh")).CombinedOutput()
+		if err != nil {
+			t.Fatalf("building the sidecar images (make sidecar-images): %v\n%s", err, out)
+		}
+		return
+	}
+}
+
+// sidecarContainers lists this run's sidecar containers of a session.
+func sidecarContainers(ctx context.Context, t *testing.T, session string) []container.Summary {
+	t.Helper()
+	f := filters.NewArgs(filters.Arg("label", labelRun+"="+runID), filters.Arg("label", sandbox.LabelSession+"="+session),
+		filters.Arg("label", sandbox.LabelSidecar))
+	ctrs, err := engine.ContainerList(ctx, container.ListOptions{All: true, Filters: f})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ctrs
+}
+
+func sidecarConfig(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	src := fmt.Sprintf(`profiles:
+  mem:
+    image: %s
+    mcp_servers:
+      - name: memory
+        image: %s
+`, testImage, memoryImage)
+	if err := os.WriteFile(path, []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// MCP servers as sidecar containers, through a real MCP client (the go-sdk)
+// and the WebSocket client: the memory server over stdio, declared in a
+// profile and in session.create, lists its tools as memory__<tool> beside
+// the sandbox's, keeps its state across 20 calls (one daemon-owned MCP
+// session, not a container per call), runs with the sandbox's security
+// settings and no network, and goes with its session. A client's sidecar
+// image must be allowed.
+func TestSidecarsServe(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	ensureSidecarImages(ctx, t)
+	state := t.TempDir()
+	serve := startServe(t, state, "--config", sidecarConfig(t),
+		"--allow-image", testImage, "--allow-image", "sandboxd-mcp-*")
+	token, err := auth.ReadTokenFile(filepath.Join(state, auth.TokenFileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := "http" + strings.TrimSuffix(strings.TrimPrefix(serve.url, "ws"), "/v1/ws")
+
+	// MCP, the profile's sidecar.
+	cs, err := mcpConnectPath(ctx, base, "/mcp/mem", token, "2025-11-25")
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := cs.ListTools(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tools := map[string]*mcp.Tool{}
+	for _, tl := range list.Tools {
+		tools[tl.Name] = tl
+	}
+	for _, want := range []string{"terminal", "memory__create_entities", "memory__read_graph", "memory__search_nodes"} {
+		if tools[want] == nil {
+			t.Fatalf("tools/list lacks %s: %v", want, names2(tools))
+		}
+	}
+	if tools["memory__create_entities"].InputSchema == nil || !strings.Contains(string(mustMarshal(t, tools["memory__create_entities"].InputSchema)), "entities") {
+		t.Fatalf("memory__create_entities lost its schema: %s", mustMarshal(t, tools["memory__create_entities"].InputSchema))
+	}
+	for i := range 20 {
+		mcpText(ctx, t, cs, "memory__create_entities", map[string]any{"entities": []any{
+			map[string]any{"name": fmt.Sprintf("e%02d", i), "entityType": "test", "observations": []string{fmt.Sprintf("call %d", i)}},
+		}})
+	}
+	res, out := callResult(ctx, t, cs, "memory__read_graph", map[string]any{})
+	if res.IsError {
+		t.Fatalf("read_graph: %s", out)
+	}
+	graph := string(mustMarshal(t, res.StructuredContent)) + out
+	for i := range 20 {
+		if !strings.Contains(graph, fmt.Sprintf(`"e%02d"`, i)) {
+			t.Fatalf("the graph lacks e%02d after 20 calls: state was lost\n%s", i, graph)
+		}
+	}
+	// The sandbox's own tools still work beside the sidecar's.
+	wantAll(t, "terminal", mcpText(ctx, t, cs, "terminal", map[string]any{"command": "echo beside"}), "beside")
+
+	// Stateless MCP: the profile's list has the sidecar's tools (learned
+	// at serve's start), without a sandbox; a call by handle reaches it.
+	modern, err := mcpConnectPath(ctx, base, "/mcp/mem", token, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer modern.Close()
+	mlist, err := modern.ListTools(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := map[string]bool{}
+	for _, tl := range mlist.Tools {
+		found[tl.Name] = true
+		if tl.Name == "memory__create_entities" {
+			wantAll(t, "stateless create_entities schema", string(mustMarshal(t, tl.InputSchema)), `"sandbox"`, `"entities"`)
+		}
+	}
+	if !found["memory__read_graph"] || !found["memory__create_entities"] || !found["sandbox_open"] {
+		t.Fatalf("stateless tools/list on /mcp/mem: %v", found)
+	}
+	gc := &goSDKClient{cs: modern}
+	h := openSandbox(ctx, t, gc, 30*time.Minute)
+	mustOK(ctx, t, gc, "memory__create_entities", withHandle(h, map[string]any{"entities": []any{
+		map[string]any{"name": "stateless", "entityType": "t", "observations": []string{"o"}}}}))
+	if r := mustOK(ctx, t, gc, "memory__read_graph", withHandle(h, map[string]any{})); !strings.Contains(r.text+string(mustMarshal(t, r.structured)), "stateless") {
+		t.Fatalf("stateless read_graph: %s", r.text)
+	}
+	closeSandbox(ctx, t, gc, h)
+
+	// WebSocket: a client declares the sidecar in session.create.
+	c, err := client.Dial(ctx, serve.url, token, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.CreateSession(ctx, client.CreateOptions{Image: testImage, MCPServers: []wsproto.MCPServer{{Name: "evil", Image: "evil:latest"}}}); err == nil ||
+		!strings.Contains(err.Error(), `image "evil:latest" is not allowed`) {
+		t.Fatalf("a sidecar of a disallowed image: %v", err)
+	}
+	sess, err := c.CreateSession(ctx, client.CreateOptions{Image: testImage, MCPServers: []wsproto.MCPServer{{Name: "mem", Image: memoryImage, Workspace: "ro"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := sess.ToolsList(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, r := range raw {
+		var d struct{ Name string }
+		if err := json.Unmarshal(r, &d); err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, d.Name)
+	}
+	if got := strings.Join(names, " "); !strings.Contains(got, "mem__create_entities") || !strings.Contains(got, "terminal") {
+		t.Fatalf("tools.list: %s", got)
+	}
+	for i := range 20 {
+		obs, err := sess.Call(ctx, "mem__create_entities", map[string]any{"entities": []any{
+			map[string]any{"name": fmt.Sprintf("ws%02d", i), "entityType": "test", "observations": []string{"x"}},
+		}}, nil)
+		if err != nil || obs.IsError {
+			t.Fatalf("create_entities %d: %v %s", i, err, obs.Text())
+		}
+	}
+	obs, err := sess.Call(ctx, "mem__search_nodes", map[string]any{"query": "ws19"}, nil)
+	if err != nil || obs.IsError || !strings.Contains(obs.Text()+string(mustMarshal(t, obs.Structured)), "ws19") {
+		t.Fatalf("search_nodes after 20 calls: %v %s %s", err, obs.Text(), mustMarshal(t, obs.Structured))
+	}
+	if _, err := sess.Call(ctx, "mem__no_such_tool", map[string]any{}, nil); err == nil || !strings.Contains(err.Error(), "no such tool") {
+		t.Fatalf("an unknown sidecar tool: %v", err)
+	}
+
+	// One container per sidecar, with the sandbox's settings and no network.
+	ctrs := sidecarContainers(ctx, t, sess.ID)
+	if len(ctrs) != 1 {
+		t.Fatalf("session %s has %d sidecar containers, want 1", sess.ID, len(ctrs))
+	}
+	ins, err := engine.ContainerInspect(ctx, ctrs[0].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc := ins.HostConfig
+	switch {
+	case ins.Config.User != "1000:1000":
+		t.Errorf("sidecar user %q", ins.Config.User)
+	case len(hc.CapDrop) != 1 || hc.CapDrop[0] != "ALL":
+		t.Errorf("sidecar cap-drop %v", hc.CapDrop)
+	case !hc.ReadonlyRootfs:
+		t.Error("sidecar root is writable")
+	case string(hc.NetworkMode) != "none":
+		t.Errorf("stdio sidecar network %q", hc.NetworkMode)
+	case hc.Init == nil || !*hc.Init:
+		t.Error("sidecar without init")
+	case hc.PidsLimit == nil || *hc.PidsLimit <= 0 || hc.Memory <= 0 || hc.NanoCPUs <= 0:
+		t.Errorf("sidecar limits: pids %v memory %d cpus %d", hc.PidsLimit, hc.Memory, hc.NanoCPUs)
+	case !strings.Contains(strings.Join(hc.SecurityOpt, " "), "no-new-privileges"):
+		t.Errorf("sidecar security options %v", hc.SecurityOpt)
+	}
+	// The sidecar sees the session's workspace, read-only.
+	if obs, err := term(ctx, sess, "echo from-sandbox > /workspace/shared.txt"); err != nil || obs.IsError {
+		t.Fatalf("writing in the sandbox: %v %s", err, obs.Text())
+	}
+	if out, code := execIn(ctx, t, ctrs[0].ID, "cat", "/workspace/shared.txt"); code != 0 || !strings.Contains(out, "from-sandbox") {
+		t.Fatalf("the sidecar does not see the workspace: exit %d %s", code, out)
+	}
+	if out, code := execIn(ctx, t, ctrs[0].ID, "touch", "/workspace/from-sidecar"); code == 0 || !strings.Contains(out, "Read-only") {
+		t.Fatalf("the sidecar wrote to a read-only workspace: exit %d %s", code, out)
+	}
+	if err := sess.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if left := sidecarContainers(ctx, t, sess.ID); len(left) != 0 {
+		t.Fatalf("%d sidecar containers left after close", len(left))
+	}
+	if err := cs.Close(); err != nil {
+		t.Fatal(err)
+	}
+	serve.stop(t)
+	waitNoContainers(t, "after the sidecar sessions")
+}
+
+// The three transports in one session: memory over stdio, everything over
+// streamable HTTP and the sse example over legacy HTTP+SSE, each on its
+// own; the HTTP ones on the session's internal sidecar network. Names the
+// everything server gives with spaces and parentheses are exposed within
+// ^[A-Za-z0-9_-]{1,64}$ and still called; structured content passes
+// through. A sidecar that never answers fails the create with its stderr.
+func TestSidecarsTransports(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	ensureSidecarImages(ctx, t)
+	state := t.TempDir()
+	serve := startServe(t, state, "--allow-image", testImage, "--allow-image", "sandboxd-mcp-*")
+	token, err := auth.ReadTokenFile(filepath.Join(state, auth.TokenFileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.Dial(ctx, serve.url, token, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+
+	_, err = c.CreateSession(ctx, client.CreateOptions{Image: testImage, MCPServers: []wsproto.MCPServer{{
+		Name: "broken", Image: memoryImage, Command: []string{"/bin/sh", "-c", "echo missing-config-xyz >&2; exit 3"},
+	}}})
+	if err == nil || !strings.Contains(err.Error(), "missing-config-xyz") || !strings.Contains(err.Error(), `mcp server "broken"`) {
+		t.Fatalf("a sidecar that exits at once: %v", err)
+	}
+
+	sess, err := c.CreateSession(ctx, client.CreateOptions{Image: testImage, MCPServers: []wsproto.MCPServer{
+		{Name: "memory", Image: memoryImage},
+		{Name: "everything", Image: everythingImage, Args: []string{"-http", "0.0.0.0:8080"}, Transport: "http", Port: 8080, Path: "/"},
+		{Name: "old", Image: "sandboxd-mcp-sse:latest", Args: []string{"-host", "0.0.0.0", "-port", "8081"}, Transport: "sse", Port: 8081, Path: "/greeter1"},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lctx, lcancel := context.WithTimeout(ctx, time.Minute)
+	raw, err := sess.ToolsList(lctx, "")
+	lcancel()
+	if err != nil {
+		t.Fatalf("tools.list: %v\n%s", err, serve.logs())
+	}
+	var structured string
+	have := map[string]bool{}
+	for _, r := range raw {
+		var d struct{ Name string }
+		if err := json.Unmarshal(r, &d); err != nil {
+			t.Fatal(err)
+		}
+		if len(d.Name) > 64 || strings.Trim(d.Name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") != "" {
+			t.Errorf("tool name %q is not ^[A-Za-z0-9_-]{1,64}$", d.Name)
+		}
+		if strings.HasPrefix(d.Name, "everything__greet__structured_") {
+			structured = d.Name
+		}
+		have[d.Name] = true
+	}
+	for _, want := range []string{"terminal", "memory__read_graph", "everything__greet", "old__greet1"} {
+		if !have[want] {
+			t.Fatalf("tools.list lacks %s: %v", want, have)
+		}
+	}
+	if structured == "" {
+		t.Fatalf("no everything__greet__structured_<hash> among %v", have)
+	}
+	for name, want := range map[string]string{"everything__greet": "Hi sidecar", "old__greet1": "Hi sidecar"} {
+		obs, err := sess.Call(ctx, name, map[string]any{"name": "sidecar"}, nil)
+		if err != nil || obs.IsError || !strings.Contains(obs.Text(), want) {
+			t.Fatalf("%s: %v %q", name, err, obs.Text())
+		}
+	}
+	obs, err := sess.Call(ctx, structured, map[string]any{"name": "sidecar"}, nil)
+	if err != nil || obs.IsError || !strings.Contains(string(mustMarshal(t, obs.Structured)), "sidecar") {
+		t.Fatalf("%s: %v %q %s", structured, err, obs.Text(), mustMarshal(t, obs.Structured))
+	}
+
+	ctrs := sidecarContainers(ctx, t, sess.ID)
+	if len(ctrs) != 3 {
+		t.Fatalf("%d sidecar containers, want 3", len(ctrs))
+	}
+	for _, ctr := range ctrs {
+		ins, err := engine.ContainerInspect(ctx, ctr.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mode := string(ins.HostConfig.NetworkMode)
+		switch ins.Config.Labels[sandbox.LabelSidecar] {
+		case "memory":
+			if mode != "none" {
+				t.Errorf("stdio sidecar on network %q", mode)
+			}
+		default:
+			net, err := engine.NetworkInspect(ctx, mode, networkInspectOptions)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !net.Internal || net.Labels[sandbox.LabelSession] != sess.ID {
+				t.Errorf("HTTP sidecar network %s: internal %v, labels %v", mode, net.Internal, net.Labels)
+			}
+		}
+	}
+	if err := sess.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	serve.stop(t)
+	waitNoContainers(t, "after the transports session")
+}
+
+var networkInspectOptions = network.InspectOptions{}
+
+// Faults and scale: a sidecar killed from outside gives a clear error at
+// once (state lost), the rest of the session works, and it comes back; ten
+// sessions with a sidecar each, created at once and called concurrently,
+// leave exactly one sidecar container per session and no zombie process;
+// two sessions cannot reach each other's HTTP sidecars, tried from inside
+// a sidecar; nothing is left after close.
+func TestSidecarsFaultsAndScale(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	ensureSidecarImages(ctx, t)
+	state := t.TempDir()
+	serve := startServe(t, state, "--allow-image", testImage, "--allow-image", "sandboxd-mcp-*")
+	token, err := auth.ReadTokenFile(filepath.Join(state, auth.TokenFileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.Dial(ctx, serve.url, token, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	entity := func(name string) map[string]any {
+		return map[string]any{"entities": []any{map[string]any{"name": name, "entityType": "t", "observations": []string{"o"}}}}
+	}
+
+	// Ten sessions at once, each with memory (stdio) and everything (HTTP).
+	const n = 10
+	sessions := make([]*client.Session, n)
+	var wg sync.WaitGroup
+	errs := make(chan error, n*6)
+	for i := range n {
+		wg.Go(func() {
+			s, err := c.CreateSession(ctx, client.CreateOptions{Image: testImage, MCPServers: []wsproto.MCPServer{
+				{Name: "memory", Image: memoryImage},
+				{Name: "everything", Image: everythingImage, Args: []string{"-http", "0.0.0.0:8080"}, Transport: "http", Port: 8080, Path: "/"},
+			}})
+			if err != nil {
+				errs <- err
+				return
+			}
+			sessions[i] = s
+			// Five concurrent calls on the one MCP session of each sidecar
+			// (the memory example's knowledge base is not safe for
+			// concurrent writes: its calls go one after the other).
+			var cw sync.WaitGroup
+			for j := range 5 {
+				cw.Go(func() {
+					obs, err := s.Call(ctx, "everything__greet", map[string]any{"name": fmt.Sprintf("g%d", j)}, nil)
+					if err == nil && (obs.IsError || !strings.Contains(obs.Text(), fmt.Sprintf("g%d", j))) {
+						err = fmt.Errorf("greet: %s", obs.Text())
+					}
+					if err != nil {
+						errs <- err
+					}
+				})
+			}
+			for j := range 5 {
+				obs, err := s.Call(ctx, "memory__create_entities", entity(fmt.Sprintf("s%d-%d", i, j)), nil)
+				if err == nil && obs.IsError {
+					err = fmt.Errorf("is_error: %s", obs.Text())
+				}
+				if err != nil {
+					errs <- err
+				}
+			}
+			cw.Wait()
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	for i, s := range sessions {
+		ctrs := sidecarContainers(ctx, t, s.ID)
+		if len(ctrs) != 2 {
+			t.Fatalf("session %d has %d sidecar containers, want 2", i, len(ctrs))
+		}
+		for _, ctr := range ctrs {
+			top, err := engine.ContainerTop(ctx, ctr.ID, []string{"-o", "pid,stat,comm"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range top.Processes {
+				if strings.Contains(strings.Join(p, " "), "Z") && strings.Contains(strings.Join(p, " "), "defunct") {
+					t.Errorf("zombie in %s: %v", ctr.Names, p)
+				}
+			}
+		}
+		obs, err := s.Call(ctx, "memory__read_graph", map[string]any{}, nil)
+		if err != nil || obs.IsError {
+			t.Fatalf("read_graph %d: %v %s", i, err, obs.Text())
+		}
+		got := obs.Text() + string(mustMarshal(t, obs.Structured))
+		for j := range 5 {
+			if !strings.Contains(got, fmt.Sprintf("s%d-%d", i, j)) {
+				t.Fatalf("session %d lacks s%d-%d: %s", i, i, j, got)
+			}
+		}
+		if strings.Contains(got, fmt.Sprintf("s%d-", (i+1)%n)) {
+			t.Fatalf("session %d sees another session's memory: %s", i, got)
+		}
+	}
+
+	// Isolation, tried from inside: session 1's HTTP sidecar cannot reach
+	// session 0's.
+	addr := func(s *client.Session) (string, string) {
+		for _, ctr := range sidecarContainers(ctx, t, s.ID) {
+			if ctr.Labels[sandbox.LabelSidecar] == "everything" {
+				ins, err := engine.ContainerInspect(ctx, ctr.ID)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, ep := range ins.NetworkSettings.Networks {
+					return ctr.ID, ep.IPAddress
+				}
+			}
+		}
+		t.Fatal("no everything sidecar")
+		return "", ""
+	}
+	_, ip0 := addr(sessions[0])
+	id1, ip1 := addr(sessions[1])
+	connect := func(ip string) (string, int) {
+		return execIn(ctx, t, id1, "timeout", "3", "bash", "-c", "exec 3<>/dev/tcp/"+ip+"/8080 && echo connected")
+	}
+	if out, code := connect(ip1); code != 0 { // the probe works: its own server
+		t.Fatalf("session 1's sidecar cannot reach itself at %s: exit %d %s", ip1, code, out)
+	}
+	out, code := connect(ip0)
+	if code == 0 {
+		t.Fatalf("session 1's sidecar reached session 0's at %s: %s", ip0, out)
+	}
+	t.Logf("from session 1's sidecar to session 0's (%s): exit %d: %s", ip0, code, strings.TrimSpace(out))
+
+	// A sidecar killed from outside: a clear error at once, the sandbox
+	// works on, and the sidecar comes back without its state.
+	s := sessions[0]
+	var memID string
+	for _, ctr := range sidecarContainers(ctx, t, s.ID) {
+		if ctr.Labels[sandbox.LabelSidecar] == "memory" {
+			memID = ctr.ID
+		}
+	}
+	if err := engine.ContainerKill(ctx, memID, "KILL"); err != nil {
+		t.Fatal(err)
+	}
+	var down string
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		obs, err := s.Call(ctx, "memory__read_graph", map[string]any{}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if obs.IsError {
+			down = obs.Text()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the killed sidecar still answers")
+		}
+	}
+	if !strings.Contains(down, `mcp server "memory" is down`) || !strings.Contains(down, "state it held is lost") {
+		t.Fatalf("the error of a killed sidecar: %s", down)
+	}
+	obs, err := s.Call(ctx, "everything__greet", map[string]any{"name": "still"}, nil)
+	if err != nil || obs.IsError || !strings.Contains(obs.Text(), "Hi still") {
+		t.Fatalf("the other sidecar while one is down: %v %s", err, obs.Text())
+	}
+	if obs, err := term(ctx, s, "echo alive"); err != nil || !strings.Contains(obs.Text(), "alive") {
+		t.Fatalf("the sandbox while a sidecar is down: %v %s", err, obs.Text())
+	}
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		obs, err := s.Call(ctx, "memory__read_graph", map[string]any{}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !obs.IsError {
+			if strings.Contains(obs.Text(), "s0-0") {
+				t.Fatalf("a restarted sidecar kept its state: %s", obs.Text())
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the killed sidecar did not come back: %s", obs.Text())
+		}
+	}
+	if got := len(sidecarContainers(ctx, t, s.ID)); got != 2 {
+		t.Fatalf("%d sidecar containers after the restart, want 2", got)
+	}
+
+	for _, s := range sessions {
+		if err := s.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if left := sidecarContainers(ctx, t, s.ID); len(left) != 0 {
+			t.Fatalf("%d sidecar containers left after close", len(left))
+		}
+	}
+	serve.stop(t)
+	waitNoContainers(t, "after the ten sidecar sessions")
+}
+
+// execIn runs argv in a container (as the harness, from outside) and
+// returns its output and exit code.
+func execIn(ctx context.Context, t *testing.T, id string, argv ...string) (string, int) {
+	t.Helper()
+	out, err := exec.CommandContext(ctx, "docker", append([]string{"exec", id}, argv...)...).CombinedOutput()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return string(out), 0
+	case errors.As(err, &ee):
+		return string(out), ee.ExitCode()
+	}
+	t.Fatal(err)
+	return "", -1
+}
+
+// A profile's sidecar secret comes from the operator's --secrets-file into
+// the sidecar's environment and into nothing else: no label of the run's
+// containers, volumes or networks, and no log line (at debug level) holds
+// it. A secret the daemon lacks fails the create, naming it.
+func TestSidecarsSecrets(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	ensureSidecarImages(ctx, t)
+	dir := t.TempDir()
+	value := "s3cr3t-" + auth.NewToken()[:16]
+	secrets := filepath.Join(dir, "secrets")
+	if err := os.WriteFile(secrets, []byte("# test\nAPI_TOKEN="+value+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	config := filepath.Join(dir, "config.yaml")
+	src := fmt.Sprintf(`profiles:
+  sec:
+    image: %[1]s
+    mcp_servers:
+      - name: memory
+        image: %[2]s
+        secrets:
+          - name: API_TOKEN
+            env: MEMORY_TOKEN
+  nosec:
+    image: %[1]s
+    mcp_servers:
+      - name: memory
+        image: %[2]s
+        secrets:
+          - name: NOT_THERE
+`, testImage, memoryImage)
+	if err := os.WriteFile(config, []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	state := t.TempDir()
+	serve := startServe(t, state, "--config", config, "--secrets-file", secrets, "--log-level", "debug")
+	token, err := auth.ReadTokenFile(filepath.Join(state, auth.TokenFileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.Dial(ctx, serve.url, token, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.CreateSession(ctx, client.CreateOptions{Profile: "nosec"}); err == nil || !strings.Contains(err.Error(), `no secret "NOT_THERE"`) {
+		t.Fatalf("a missing secret: %v", err)
+	}
+	sess, err := c.CreateSession(ctx, client.CreateOptions{Profile: "sec"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if obs, err := sess.Call(ctx, "memory__read_graph", map[string]any{}, nil); err != nil || obs.IsError {
+		t.Fatalf("read_graph: %v %s", err, obs.Text())
+	}
+	ctrs := sidecarContainers(ctx, t, sess.ID)
+	if len(ctrs) != 1 {
+		t.Fatalf("%d sidecars", len(ctrs))
+	}
+	ins, err := engine.ContainerInspect(ctx, ctrs[0].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(strings.Join(ins.Config.Env, "\n"), "MEMORY_TOKEN="+value) {
+		t.Fatal("the sidecar lacks its secret")
+	}
+	f := filters.NewArgs(filters.Arg("label", labelRun+"="+runID))
+	all, err := engine.ContainerList(ctx, container.ListOptions{All: true, Filters: f})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ctr := range all {
+		if strings.Contains(string(mustMarshal(t, ctr.Labels)), value) {
+			t.Fatalf("container %v carries the secret in a label", ctr.Names)
+		}
+	}
+	nets, err := engine.NetworkList(ctx, network.ListOptions{Filters: f})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nets {
+		if strings.Contains(string(mustMarshal(t, n.Labels)), value) {
+			t.Fatalf("network %s carries the secret in a label", n.Name)
+		}
+	}
+	if err := sess.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	serve.stop(t)
+	if logs := serve.logs(); strings.Contains(logs, value) {
+		t.Fatal("the secret's value is in the daemon's log")
+	} else if !strings.Contains(logs, "sidecar") {
+		t.Fatalf("the debug log says nothing of the sidecar: the check above proves nothing\n%s", logs)
+	}
+	waitNoContainers(t, "after the secrets session")
+}
+
+// Over a daemon restart: with --keep-sessions the sidecars stay with their
+// sandbox; the next daemon adopts the session, and its sidecar starts
+// again at first use (replacing the old container: its state is lost, as
+// said), one container per sidecar. Without --keep-sessions the sidecars
+// are removed with the sandbox at shutdown; nothing is left.
+func TestSidecarsOverRestart(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	ensureSidecarImages(ctx, t)
+	state := t.TempDir()
+	first := startServe(t, state, "--keep-sessions", "--allow-image", testImage, "--allow-image", "sandboxd-mcp-*")
+	token, err := auth.ReadTokenFile(filepath.Join(state, auth.TokenFileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.Dial(ctx, first.url, token, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := c.CreateSession(ctx, client.CreateOptions{Image: testImage, MCPServers: []wsproto.MCPServer{{Name: "memory", Image: memoryImage}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if obs, err := s.Call(ctx, "memory__read_graph", map[string]any{}, nil); err != nil || obs.IsError {
+		t.Fatalf("read_graph: %v %s", err, obs.Text())
+	}
+	c.Close()
+	first.stop(t)
+	if n := len(sidecarContainers(ctx, t, s.ID)); n != 1 {
+		t.Fatalf("%d sidecar containers after a shutdown with --keep-sessions, want 1", n)
+	}
+
+	second := startServe(t, state, "--allow-image", testImage, "--allow-image", "sandboxd-mcp-*")
+	c2, err := client.Dial(ctx, second.url, s.Token, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	s2, err := c2.Attach(ctx, s.ID, s.Token, 0)
+	if err != nil {
+		t.Fatalf("attach after restart: %v\n%s", err, second.logs())
+	}
+	obs, err := s2.Call(ctx, "memory__create_entities", map[string]any{"entities": []any{
+		map[string]any{"name": "after", "entityType": "t", "observations": []string{"o"}}}}, nil)
+	if err != nil || obs.IsError {
+		t.Fatalf("a sidecar call after the restart: %v %s\n%s", err, obs.Text(), second.logs())
+	}
+	if n := len(sidecarContainers(ctx, t, s.ID)); n != 1 {
+		t.Fatalf("%d sidecar containers after the restart, want 1", n)
+	}
+	second.stop(t) // without --keep-sessions: removes the session, sidecars included
+	waitNoContainers(t, "after a shutdown without --keep-sessions")
+}

@@ -1,0 +1,264 @@
+package docker
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"maps"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/mount"
+	"github.com/docker/docker/api/types/network"
+	"github.com/docker/docker/pkg/stdcopy"
+
+	"github.com/sandboxd/sandboxd/sandbox"
+)
+
+// stderrTail bounds what is kept of a sidecar's stderr for errors.
+const stderrTail = 2048
+
+var _ sandbox.SidecarRuntime = (*Runtime)(nil)
+
+// sidecarName is the container name of a session's sidecar.
+func sidecarName(id, server string) string { return "sandboxd-" + id + "-mcp-" + server }
+
+// sidecarNetworkName is the session's network for HTTP sidecars.
+func sidecarNetworkName(id string) string { return "sandboxd-mcp-" + id }
+
+// StartSidecar starts one MCP sidecar of a session: the sandbox's security
+// settings (a non-root user, no capabilities, no-new-privileges and the
+// seccomp profile, a read-only root with a tmpfs /tmp, memory, CPU and pids
+// limits) plus docker-init (a third-party server may not reap), no host
+// port. A stdio sidecar has no network at all and is attached before it
+// starts; an HTTP or SSE one joins the session's sidecar network (internal:
+// no egress; made at the first such sidecar, removed with the session),
+// which the host reaches at the container's address. A container of the
+// same name (an earlier run) is removed first.
+func (r *Runtime) StartSidecar(ctx context.Context, spec sandbox.SidecarSpec) (_ *sandbox.SidecarConn, err error) {
+	id, srv := spec.SessionID, spec.Server
+	name := sidecarName(id, srv.Name)
+	log := r.agentLog(id).With("sidecar", srv.Name)
+	cctx, cancel := r.call(ctx)
+	defer cancel()
+	if err := r.cli.ContainerRemove(cctx, name, container.RemoveOptions{Force: true}); err != nil && !isNotFound(err) {
+		return nil, fmt.Errorf("removing the earlier sidecar %s: %w", name, err)
+	}
+	labels := r.labels(spec.Labels)
+	delete(labels, sandbox.LabelOptions)
+	delete(labels, sandbox.LabelPool)
+	resLabels := maps.Clone(labels)
+	labels[sandbox.LabelSidecar] = srv.Name
+
+	netMode := "none"
+	stdio := srv.Transport == sandbox.TransportStdio
+	if !stdio {
+		netMode = sidecarNetworkName(id)
+		if err := r.ensureSidecarNetwork(cctx, netMode, resLabels); err != nil {
+			return nil, err
+		}
+	}
+	uid, gid, _ := sandbox.ParseUser(sandbox.SidecarUser)
+	env := make([]string, 0, len(spec.Env))
+	for k, v := range spec.Env {
+		env = append(env, k+"="+v)
+	}
+	slices.Sort(env)
+	secOpts, err := securityOpts()
+	if err != nil {
+		return nil, err
+	}
+	pids := int64(sandbox.SidecarPids)
+	init := true
+	cfg := &container.Config{
+		Image:        srv.Image,
+		User:         strconv.Itoa(uid) + ":" + strconv.Itoa(gid),
+		Env:          env,
+		Labels:       labels,
+		Cmd:          srv.Args,
+		OpenStdin:    stdio,
+		StdinOnce:    false,
+		AttachStdin:  stdio,
+		AttachStdout: true,
+		AttachStderr: true,
+	}
+	if len(srv.Command) > 0 {
+		cfg.Entrypoint = srv.Command
+	}
+	host := &container.HostConfig{
+		NetworkMode:    container.NetworkMode(netMode),
+		ReadonlyRootfs: true,
+		CapDrop:        []string{"ALL"},
+		SecurityOpt:    secOpts,
+		Init:           &init,
+		OomScoreAdj:    oomScoreAdj,
+		IpcMode:        container.IPCModePrivate,
+		CgroupnsMode:   container.CgroupnsModePrivate,
+		RestartPolicy:  container.RestartPolicy{Name: container.RestartPolicyDisabled},
+		LogConfig: container.LogConfig{Type: "json-file", Config: map[string]string{
+			"max-size": r.opts.LogMaxSize, "max-file": r.opts.LogMaxFiles,
+		}},
+		Resources: container.Resources{
+			Memory:     sandbox.SidecarMemory,
+			MemorySwap: sandbox.SidecarMemory,
+			NanoCPUs:   int64(sandbox.SidecarCPUs * 1e9),
+			PidsLimit:  &pids,
+			Ulimits: []*container.Ulimit{
+				{Name: "nofile", Soft: nofileSoft, Hard: nofileHard},
+				{Name: "core", Soft: 0, Hard: 0},
+			},
+		},
+		Tmpfs: map[string]string{"/tmp": "rw,nosuid,nodev,mode=1777,size=" + strconv.Itoa(sandbox.SidecarTmpfs)},
+	}
+	if srv.Workspace != "" {
+		// Never let the engine make the volume (unlabelled): it must be
+		// the session's.
+		vol := workspaceVolume(id)
+		if _, err := r.cli.VolumeInspect(cctx, vol); err != nil {
+			return nil, fmt.Errorf("sidecar %s: the session's workspace volume %s: %w", srv.Name, vol, err)
+		}
+		host.Mounts = []mount.Mount{{Type: mount.TypeVolume, Source: vol, Target: sandbox.WorkspaceDir,
+			ReadOnly: srv.Workspace == sandbox.WorkspaceReadOnly, VolumeOptions: &mount.VolumeOptions{NoCopy: true}}}
+	}
+	nctx, ncancel := r.call(context.WithoutCancel(ctx))
+	defer ncancel()
+	created, err := r.cli.ContainerCreate(nctx, cfg, host, &network.NetworkingConfig{}, nil, name)
+	switch {
+	case cerrdefs.IsNotFound(err):
+		return nil, errImageMissing(srv.Image, err)
+	case err != nil:
+		return nil, fmt.Errorf("creating sidecar %s: %w", srv.Name, err)
+	}
+	defer func() {
+		if err != nil {
+			rctx, cancel := r.call(context.WithoutCancel(ctx))
+			defer cancel()
+			_ = r.cli.ContainerRemove(rctx, created.ID, container.RemoveOptions{Force: true})
+		}
+	}()
+	hj, err := r.cli.ContainerAttach(cctx, created.ID, container.AttachOptions{
+		Stream: true, Stdin: stdio, Stdout: true, Stderr: true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("attaching to sidecar %s: %w", srv.Name, err)
+	}
+	if err := r.cli.ContainerStart(cctx, created.ID, container.StartOptions{}); err != nil {
+		hj.Close()
+		return nil, fmt.Errorf("starting sidecar %s: %w", srv.Name, err)
+	}
+	tail := &tailWriter{max: stderrTail, log: &lineLogger{log: log, debug: true}}
+	out := io.Discard // an HTTP server's stdout is only logs
+	var pr *io.PipeReader
+	var pw *io.PipeWriter
+	if stdio {
+		pr, pw = io.Pipe()
+		out = pw
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, err := stdcopy.StdCopy(out, tail, hj.Reader)
+		tail.flush()
+		if err == nil {
+			err = io.EOF
+		}
+		if pw != nil {
+			pw.CloseWithError(err)
+		}
+	}()
+	var once sync.Once
+	closeFn := func() {
+		once.Do(func() {
+			hj.Close()
+			if pr != nil {
+				pr.CloseWithError(net.ErrClosed)
+			}
+		})
+		<-done
+	}
+	conn := &sandbox.SidecarConn{Stderr: tail.String, Close: closeFn}
+	if stdio {
+		conn.Stream = &sidecarStream{r: pr, w: hj.Conn, close: closeFn}
+		log.Debug("sidecar started", "container", created.ID[:12], "transport", srv.Transport)
+		return conn, nil
+	}
+	ins, err := r.cli.ContainerInspect(cctx, created.ID)
+	if err != nil {
+		closeFn()
+		return nil, fmt.Errorf("inspecting sidecar %s: %w", srv.Name, err)
+	}
+	ep := ins.NetworkSettings.Networks[netMode]
+	if ep == nil || ep.IPAddress == "" {
+		closeFn()
+		return nil, fmt.Errorf("sidecar %s has no address on %s", srv.Name, netMode)
+	}
+	conn.URL = "http://" + net.JoinHostPort(ep.IPAddress, strconv.Itoa(srv.Port)) + srv.Path
+	log.Debug("sidecar started", "container", created.ID[:12], "transport", srv.Transport, "url", conn.URL)
+	return conn, nil
+}
+
+// ensureSidecarNetwork makes the session's internal sidecar network unless
+// it exists.
+func (r *Runtime) ensureSidecarNetwork(ctx context.Context, name string, labels map[string]string) error {
+	r.sidecarNetMu.Lock()
+	defer r.sidecarNetMu.Unlock()
+	if _, err := r.cli.NetworkInspect(ctx, name, network.InspectOptions{}); err == nil {
+		return nil
+	} else if !cerrdefs.IsNotFound(err) {
+		return fmt.Errorf("inspecting network %s: %w", name, err)
+	}
+	_, err := r.cli.NetworkCreate(ctx, name, network.CreateOptions{Driver: "bridge", Internal: true, Labels: labels})
+	if err != nil && !cerrdefs.IsConflict(err) {
+		return fmt.Errorf("creating network %s: %w", name, err)
+	}
+	return nil
+}
+
+// sidecarStream is a stdio sidecar's stdin and stdout.
+type sidecarStream struct {
+	r     *io.PipeReader
+	w     io.Writer
+	close func()
+}
+
+func (s *sidecarStream) Read(p []byte) (int, error)  { return s.r.Read(p) }
+func (s *sidecarStream) Write(p []byte) (int, error) { return s.w.Write(p) }
+func (s *sidecarStream) Close() error                { s.close(); return nil }
+
+// tailWriter keeps the last max bytes written and passes them on as log
+// lines.
+type tailWriter struct {
+	max int
+	log *lineLogger
+
+	mu  sync.Mutex
+	buf []byte
+}
+
+func (t *tailWriter) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf = append(t.buf, p...)
+	if len(t.buf) > t.max {
+		t.buf = append(t.buf[:0], t.buf[len(t.buf)-t.max:]...)
+	}
+	return t.log.Write(p)
+}
+
+func (t *tailWriter) flush() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.log.flush()
+}
+
+// String is the kept tail, as valid text.
+func (t *tailWriter) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return strings.ToValidUTF8(strings.TrimSpace(string(t.buf)), "?")
+}

@@ -1,0 +1,224 @@
+package sandbox
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"regexp"
+	"strings"
+)
+
+// Values of MCPServer.Transport and MCPServer.Start.
+const (
+	// TransportStdio speaks MCP over the sidecar's stdin/stdout (the
+	// daemon's attach stream to its main process). The default.
+	TransportStdio = "stdio"
+	// TransportHTTP is streamable HTTP at http://<sidecar>:Port/Path on the
+	// session's sidecar network.
+	TransportHTTP = "http"
+	// TransportSSE is the legacy HTTP+SSE transport (2024-11-05) at
+	// http://<sidecar>:Port/Path.
+	TransportSSE = "sse"
+	// StartEager starts the sidecar with the session, before it is handed
+	// out. The default.
+	StartEager = "eager"
+	// StartLazy starts it at the first listing or call that needs it.
+	StartLazy = "lazy"
+	// WorkspaceReadOnly and WorkspaceReadWrite mount the session's
+	// workspace in a sidecar (MCPServer.Workspace).
+	WorkspaceReadOnly  = "ro"
+	WorkspaceReadWrite = "rw"
+)
+
+// Bounds of MCP sidecars.
+const (
+	// MaxMCPServers bounds the sidecars of one session.
+	MaxMCPServers = 8
+	// MaxToolName is the longest exposed tool name: model APIs refuse
+	// names beyond ^[A-Za-z0-9_-]{1,64}$.
+	MaxToolName = 64
+	// SidecarToolSep joins a sidecar's name and its tool's.
+	SidecarToolSep = "__"
+)
+
+// MCPServer declares an MCP server that runs in a container of its own
+// beside the session's sandbox (a "sidecar"); its tools become the
+// session's, named <Name>__<tool> (ExposedToolName).
+type MCPServer struct {
+	// Name prefixes the server's tools: lower-case letters, digits and
+	// '-', starting with a letter, at most 32 (no '_', so the "__"
+	// separator is unambiguous).
+	Name string `json:"name"`
+	// Image is the sidecar's image (a client's must match --allow-image).
+	Image string `json:"image"`
+	// Command replaces the image's entrypoint; empty keeps it.
+	Command []string `json:"command,omitempty"`
+	// Args replace the image's command (arguments of the entrypoint).
+	Args []string `json:"args,omitempty"`
+	// Env is set in the sidecar.
+	Env map[string]string `json:"env,omitempty"`
+	// Transport is TransportStdio (default), TransportHTTP or TransportSSE.
+	Transport string `json:"transport,omitempty"`
+	// Port and Path locate the HTTP endpoint (http, sse): Port is
+	// required; Path defaults to "/mcp" (http) or "/sse" (sse).
+	Port int    `json:"port,omitempty"`
+	Path string `json:"path,omitempty"`
+	// Start is StartEager (default) or StartLazy.
+	Start string `json:"start,omitempty"`
+	// Workspace mounts the session's /workspace at /workspace in the
+	// sidecar: WorkspaceReadOnly, WorkspaceReadWrite, or "" (not at all,
+	// the default).
+	Workspace string `json:"workspace,omitempty"`
+	// Secrets are set in the sidecar's environment from the daemon's
+	// secrets (ManagerOptions.Secrets), looked up by name when it starts:
+	// only names travel in options, labels and logs. Operator profiles
+	// only: a client's session.create has no way to name them.
+	Secrets []MCPSecret `json:"secrets,omitempty"`
+}
+
+// MCPSecret puts the daemon's secret Name into the sidecar's environment
+// variable Env (default: Name).
+type MCPSecret struct {
+	Name string `json:"name"`
+	Env  string `json:"env,omitempty"`
+}
+
+var (
+	mcpServerNameRe = regexp.MustCompile(`^[a-z][a-z0-9-]{0,31}$`)
+	toolNameBadRe   = regexp.MustCompile(`[^A-Za-z0-9_-]`)
+)
+
+// withDefaults fills an MCPServer's defaults.
+func (s MCPServer) withDefaults() MCPServer {
+	if s.Transport == "" {
+		s.Transport = TransportStdio
+	}
+	if s.Start == "" {
+		s.Start = StartEager
+	}
+	if s.Path == "" {
+		switch s.Transport {
+		case TransportHTTP:
+			s.Path = "/mcp"
+		case TransportSSE:
+			s.Path = "/sse"
+		}
+	}
+	return s
+}
+
+// validateMCPServers checks resolved sidecar declarations.
+func (o SessionOptions) validateMCPServers(p *problems) {
+	if len(o.MCPServers) > MaxMCPServers {
+		p.add("mcp_servers", "%d servers, above the limit of %d", len(o.MCPServers), MaxMCPServers)
+	}
+	seen := map[string]bool{}
+	for i, s := range o.MCPServers {
+		f := fmt.Sprintf("mcp_servers[%d]", i)
+		if !mcpServerNameRe.MatchString(s.Name) {
+			p.add(f+".name", "%q is not a server name (lower-case letters, digits and '-', starting with a letter, at most 32)", s.Name)
+		} else if seen[s.Name] {
+			p.add(f+".name", "%q is declared twice", s.Name)
+		}
+		seen[s.Name] = true
+		if s.Image == "" {
+			p.add(f+".image", "is empty")
+		} else if !imageRe.MatchString(s.Image) {
+			p.add(f+".image", "%q is not an image reference", s.Image)
+		}
+		for k := range s.Env {
+			if !envNameRe.MatchString(k) {
+				p.add(f+".env", "%q is not an environment variable name", k)
+			}
+		}
+		for j, sec := range s.Secrets {
+			switch env := sec.env(); {
+			case !envNameRe.MatchString(sec.Name):
+				p.add(fmt.Sprintf("%s.secrets[%d].name", f, j), "%q is not a secret name (letters, digits and '_', not starting with a digit)", sec.Name)
+			case !envNameRe.MatchString(env):
+				p.add(fmt.Sprintf("%s.secrets[%d].env", f, j), "%q is not an environment variable name", env)
+			case s.Env[env] != "":
+				p.add(fmt.Sprintf("%s.secrets[%d].env", f, j), "%s is set in env too", env)
+			}
+		}
+		for j, a := range append(append([]string(nil), s.Command...), s.Args...) {
+			if strings.ContainsRune(a, 0) {
+				p.add(f+".command", "[%d] contains a NUL byte", j)
+			}
+		}
+		switch s.Transport {
+		case TransportStdio:
+			if s.Port != 0 || s.Path != "" {
+				p.add(f+".port", "port and path are for the http and sse transports, not stdio")
+			}
+		case TransportHTTP, TransportSSE:
+			if s.Port < 1 || s.Port > 65535 {
+				p.add(f+".port", "%d: want the port the server listens on, 1 to 65535", s.Port)
+			}
+			if !strings.HasPrefix(s.Path, "/") || strings.ContainsAny(s.Path, " ?#\x00") {
+				p.add(f+".path", "%q is not an absolute URL path", s.Path)
+			}
+		default:
+			p.add(f+".transport", "%q is not %q, %q or %q", s.Transport, TransportStdio, TransportHTTP, TransportSSE)
+		}
+		switch s.Start {
+		case StartEager, StartLazy:
+		default:
+			p.add(f+".start", "%q is not %q or %q", s.Start, StartEager, StartLazy)
+		}
+		switch s.Workspace {
+		case "", WorkspaceReadOnly, WorkspaceReadWrite:
+		default:
+			p.add(f+".workspace", "%q is not %q (read-only) or %q (read-write); leave it out for none", s.Workspace, WorkspaceReadOnly, WorkspaceReadWrite)
+		}
+	}
+}
+
+// ExposedToolName is the session's name for tool of MCP server server:
+// server__tool with every character outside [A-Za-z0-9_-] replaced by '_',
+// and when that is longer than MaxToolName, cut and ended with '_' and an
+// 8-character hash of the whole uncut name, so that it stays unique.
+func ExposedToolName(server, tool string) string {
+	full := server + SidecarToolSep + tool
+	name := toolNameBadRe.ReplaceAllString(full, "_")
+	if len(name) <= MaxToolName && name == full {
+		return name
+	}
+	sum := sha256.Sum256([]byte(full))
+	suffix := "_" + hex.EncodeToString(sum[:4])
+	if len(name) > MaxToolName-len(suffix) {
+		name = name[:MaxToolName-len(suffix)]
+	}
+	return name + suffix
+}
+
+// env is the variable the secret is set in.
+func (s MCPSecret) env() string {
+	if s.Env == "" {
+		return s.Name
+	}
+	return s.Env
+}
+
+// sidecarEnv is a sidecar's environment: its Env and its secrets' values
+// from lookup. A missing secret is an error that names it (never a value).
+func sidecarEnv(srv MCPServer, lookup func(string) (string, bool)) (map[string]string, error) {
+	if len(srv.Secrets) == 0 {
+		return srv.Env, nil
+	}
+	env := make(map[string]string, len(srv.Env)+len(srv.Secrets))
+	for k, v := range srv.Env {
+		env[k] = v
+	}
+	for _, sec := range srv.Secrets {
+		if lookup == nil {
+			return nil, fmt.Errorf("mcp server %q declares secrets, and this daemon has none (serve --secrets-file, or SANDBOXD_SECRET_<NAME> in its environment)", srv.Name)
+		}
+		v, ok := lookup(sec.Name)
+		if !ok {
+			return nil, fmt.Errorf("mcp server %q: the daemon has no secret %q (serve --secrets-file, or SANDBOXD_SECRET_%s in its environment)", srv.Name, sec.Name, sec.Name)
+		}
+		env[sec.env()] = v
+	}
+	return env, nil
+}

@@ -1,0 +1,84 @@
+package sandbox
+
+import (
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestExposedToolName(t *testing.T) {
+	re := regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+	assert.Equal(t, "memory__create_entities", ExposedToolName("memory", "create_entities"))
+
+	long := strings.Repeat("x", 90)
+	got := ExposedToolName("memory", long)
+	assert.Len(t, got, MaxToolName)
+	assert.Regexp(t, re, got)
+	assert.True(t, strings.HasPrefix(got, "memory__xxx"))
+	assert.NotEqual(t, got, ExposedToolName("memory", long+"y"), "the hash keeps cut names apart")
+	assert.Equal(t, got, ExposedToolName("memory", long), "and is stable")
+
+	dotted := ExposedToolName("db", "a.b")
+	assert.Regexp(t, re, dotted)
+	assert.True(t, strings.HasPrefix(dotted, "db__a_b_"))
+	assert.NotEqual(t, "db__a_b", dotted, "a changed name is told apart from a tool really named a_b")
+}
+
+func TestMCPServersValidate(t *testing.T) {
+	o := SessionOptions{MCPServers: []MCPServer{
+		{Name: "memory", Image: "sandboxd-mcp-memory"},
+		{Name: "web", Image: "x", Transport: "http", Port: 8080},
+		{Name: "old", Image: "x", Transport: "sse", Port: 80, Start: "lazy"},
+	}}
+	r, err := o.Resolve(SessionOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, MCPServer{Name: "memory", Image: "sandboxd-mcp-memory", Transport: TransportStdio, Start: StartEager}, r.MCPServers[0])
+	assert.Equal(t, "/mcp", r.MCPServers[1].Path)
+	assert.Equal(t, "/sse", r.MCPServers[2].Path)
+	assert.Empty(t, o.MCPServers[0].Transport, "Resolve does not write through to the caller's slice")
+
+	bad := SessionOptions{MCPServers: []MCPServer{
+		{Name: "Mem_ory", Image: ""},
+		{Name: "a", Image: "x", Transport: "http"},
+		{Name: "a", Image: "x", Transport: "ws", Start: "soon", Env: map[string]string{"1X": "y"}},
+		{Name: "b", Image: "x", Port: 80, Workspace: "yes"},
+	}}
+	_, err = bad.Resolve(SessionOptions{})
+	require.ErrorIs(t, err, ErrInvalidOptions)
+	for _, want := range []string{
+		`mcp_servers[0].name: "Mem_ory" is not a server name`,
+		`mcp_servers[0].image: is empty`,
+		`mcp_servers[1].port: 0: want the port the server listens on`,
+		`mcp_servers[2].name: "a" is declared twice`,
+		`mcp_servers[2].transport: "ws" is not "stdio", "http" or "sse"`,
+		`mcp_servers[2].start: "soon" is not "eager" or "lazy"`,
+		`mcp_servers[2].env: "1X" is not an environment variable name`,
+		`mcp_servers[3].port: port and path are for the http and sse transports, not stdio`,
+		`mcp_servers[3].workspace: "yes" is not "ro" (read-only) or "rw" (read-write)`,
+	} {
+		assert.Contains(t, err.Error(), want)
+	}
+}
+
+func TestSidecarSecrets(t *testing.T) {
+	srv := MCPServer{Name: "m", Env: map[string]string{"A": "1"}, Secrets: []MCPSecret{{Name: "TOKEN", Env: "B"}, {Name: "C"}}}
+	env, err := sidecarEnv(srv, func(n string) (string, bool) { return "v-" + n, n != "missing" })
+	require.NoError(t, err)
+	assert.Equal(t, map[string]string{"A": "1", "B": "v-TOKEN", "C": "v-C"}, env)
+	assert.Equal(t, map[string]string{"A": "1"}, srv.Env, "the declaration is not written to")
+
+	srv.Secrets = []MCPSecret{{Name: "missing"}}
+	_, err = sidecarEnv(srv, func(n string) (string, bool) { return "", false })
+	require.ErrorContains(t, err, `no secret "missing"`)
+	_, err = sidecarEnv(srv, nil)
+	require.ErrorContains(t, err, "declares secrets, and this daemon has none")
+
+	bad := SessionOptions{MCPServers: []MCPServer{{Name: "m", Image: "x", Env: map[string]string{"A": "1"},
+		Secrets: []MCPSecret{{Name: "1x"}, {Name: "ok", Env: "A"}}}}}
+	_, err = bad.Resolve(SessionOptions{})
+	require.ErrorContains(t, err, `mcp_servers[0].secrets[0].name: "1x" is not a secret name`)
+	require.ErrorContains(t, err, `mcp_servers[0].secrets[1].env: A is set in env too`)
+}

@@ -1,0 +1,181 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sandboxd/sandboxd/tools"
+)
+
+// fakeSidecars runs each sidecar as an in-process go-sdk server over a pipe.
+type fakeSidecars struct {
+	mu     sync.Mutex
+	starts int
+	kill   func() // ends the running server's connection, as a killed container would
+	total  atomic.Int64
+}
+
+const longTool = "a_tool_name_of_ninety_characters_that_no_model_api_accepts_as_it_is_written_by_its_server__"
+
+func (f *fakeSidecars) StartSidecar(ctx context.Context, spec SidecarSpec) (*SidecarConn, error) {
+	client, server := net.Pipe()
+	srv := mcp.NewServer(&mcp.Implementation{Name: spec.Server.Name}, nil)
+	var count int // the server's state: lost with its "container"
+	mcp.AddTool(srv, &mcp.Tool{Name: "count"}, func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
+		count++
+		f.total.Add(1)
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprint(count)}}}, nil, nil
+	})
+	mcp.AddTool(srv, &mcp.Tool{Name: longTool}, func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "long ok"}}}, nil, nil
+	})
+	mcp.AddTool(srv, &mcp.Tool{Name: "rich", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
+		return &mcp.CallToolResult{IsError: true, StructuredContent: map[string]any{"k": "v"},
+			Content: []mcp.Content{&mcp.TextContent{Text: "t"}, &mcp.ImageContent{Data: []byte{1, 2}, MIMEType: "image/png"}}}, nil, nil
+	})
+	ss, err := srv.Connect(context.Background(), &mcp.IOTransport{Reader: server, Writer: server}, nil)
+	if err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	f.starts++
+	f.kill = func() { _ = ss.Close(); server.Close() }
+	f.mu.Unlock()
+	return &SidecarConn{Stream: client, Stderr: func() string { return "fake stderr" }, Close: func() { client.Close() }}, nil
+}
+
+func newTestSidecars(t *testing.T, f *fakeSidecars) (*sidecars, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.Background())
+	m := &Manager{ctx: ctx, log: slog.New(slog.DiscardHandler)}
+	o := SessionOptions{MCPServers: []MCPServer{{Name: "fake", Image: "x"}}}
+	o, err := o.Resolve(SessionOptions{})
+	require.NoError(t, err)
+	s := newSession(m, "s1", o)
+	set := newSidecars(s, f)
+	return set, cancel
+}
+
+func callText(t *testing.T, set *sidecars, name string) string {
+	t.Helper()
+	c, ok := set.route(name)
+	require.True(t, ok, name)
+	obs, err := c.call(context.Background(), name, json.RawMessage(`{}`))
+	require.NoError(t, err)
+	return obs.Text()
+}
+
+// The tools of a sidecar as the session names them: prefixed, a 90-character
+// name cut to 64 and still called by its original, annotations, results
+// (text, image, structured content, isError) unchanged; one client session
+// keeps the server's state; a clash with the sandbox's tools names both.
+func TestSidecarTools(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeSidecars{}
+		set, cancel := newTestSidecars(t, f)
+		defer cancel()
+		defer set.close()
+		require.NoError(t, set.startEager(context.Background()))
+		defs, err := set.tools(context.Background(), nil)
+		require.NoError(t, err)
+		byName := map[string]bool{}
+		var long string
+		for _, d := range defs {
+			assert.Regexp(t, `^[A-Za-z0-9_-]{1,64}$`, d.Name)
+			byName[d.Name] = true
+			if strings.HasPrefix(d.Name, "fake__a_tool_name") {
+				long = d.Name
+			}
+			if d.Name == "fake__rich" {
+				assert.True(t, d.Annotations.ReadOnlyHint)
+				assert.True(t, d.Annotations.OpenWorldHint, "MCP's default when unset")
+			}
+		}
+		assert.True(t, byName["fake__count"] && byName["fake__rich"], "%v", byName)
+		require.NotEmpty(t, long)
+		assert.Len(t, long, 64)
+		assert.Equal(t, "long ok", callText(t, set, long))
+
+		for i := 1; i <= 20; i++ {
+			assert.Equal(t, fmt.Sprint(i), callText(t, set, "fake__count"))
+		}
+		c, _ := set.route("fake__rich")
+		obs, err := c.call(context.Background(), "fake__rich", nil)
+		require.NoError(t, err)
+		assert.True(t, obs.IsError)
+		assert.Equal(t, map[string]any{"k": "v"}, obs.Structured)
+		require.Len(t, obs.Content, 2)
+		assert.Equal(t, "image", obs.Content[1].Type)
+		assert.Equal(t, []byte{1, 2}, obs.Content[1].Data)
+
+		_, err = set.tools(context.Background(), []tools.Definition{{Name: "fake__count"}})
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), `the sandbox's tool fake__count`)
+		assert.Contains(t, err.Error(), `mcp server "fake"'s tool "count"`)
+		assert.Equal(t, 1, f.starts)
+	})
+}
+
+// A sidecar that dies: its calls fail at once saying so and that its state
+// is lost; it is restarted after a backoff, bounded.
+func TestSidecarRestart(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeSidecars{}
+		set, cancel := newTestSidecars(t, f)
+		defer cancel()
+		defer set.close()
+		require.NoError(t, set.startEager(context.Background()))
+		assert.Equal(t, "1", callText(t, set, "fake__count"))
+		assert.Equal(t, "2", callText(t, set, "fake__count"))
+
+		f.kill()
+		synctest.Wait() // the watcher saw the end; the restart waits for its backoff
+		out := callText(t, set, "fake__count")
+		assert.Contains(t, out, `mcp server "fake" is down`)
+		assert.Contains(t, out, "restart 1 of 3")
+		assert.Contains(t, out, "state it held is lost")
+		assert.Contains(t, out, "fake stderr")
+		defs, err := set.tools(context.Background(), nil)
+		require.NoError(t, err, "a listing does not wait for the restart")
+		assert.NotEmpty(t, defs)
+
+		c, _ := set.route("fake__count")
+		c.mu.Lock()
+		wait := c.starting
+		c.mu.Unlock()
+		<-wait // the backoff passes (fake time) and the restart ends
+		assert.Equal(t, "1", callText(t, set, "fake__count"), "a fresh server: its state was lost")
+		assert.Equal(t, 2, f.starts)
+
+		for range MaxSidecarRestarts {
+			f.mu.Lock()
+			kill := f.kill
+			f.mu.Unlock()
+			kill()
+			synctest.Wait()
+			c.mu.Lock()
+			wait := c.starting
+			c.mu.Unlock()
+			if wait != nil {
+				<-wait
+			}
+		}
+		out = callText(t, set, "fake__count")
+		assert.Contains(t, out, "which is the limit")
+		assert.Equal(t, 1+MaxSidecarRestarts, f.starts)
+	})
+}
+
+var _ io.ReadWriteCloser = net.Conn(nil)
