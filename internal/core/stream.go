@@ -14,9 +14,10 @@ type Chunk struct {
 }
 
 // Subscriber receives a session's live output and its end. The methods run
-// with the session's stream lock held, in seq order, and must not block: a
-// subscriber that cannot keep up drops itself (the WebSocket connection
-// closes with 1008), never the session.
+// with the session's stream lock held, in seq order. Output may wait a
+// bounded time for a slow reader (pacing the session's output to it, so
+// nothing is lost); a subscriber that takes nothing for that long drops
+// itself (the WebSocket connection closes with 1008), never the session.
 type Subscriber interface {
 	Output(sessionID string, c Chunk)
 	Closed(sessionID, reason string)

@@ -38,6 +38,7 @@ type conn struct {
 	cancel context.CancelFunc
 
 	out        chan []byte
+	room       chan struct{} // capacity 1: the writer took a message from out
 	queued     atomic.Int64 // bytes in out
 	inflight   chan struct{}
 	inBytes    atomic.Int64 // bytes of the requests running
@@ -63,6 +64,7 @@ func newConn(h *Handler, ws *websocket.Conn, p core.Principal, remote string) *c
 		ctx:        ctx,
 		cancel:     cancel,
 		out:        make(chan []byte, h.opts.QueueMessages),
+		room:       make(chan struct{}, 1),
 		inflight:   make(chan struct{}, h.opts.MaxInFlight),
 		writerDone: make(chan struct{}),
 		closing:    make(chan struct{}),
@@ -186,6 +188,10 @@ func (c *conn) writeLoop() {
 		_ = c.ws.SetWriteDeadline(time.Now().Add(c.h.opts.WriteTimeout))
 		err := c.ws.WriteMessage(websocket.TextMessage, msg)
 		c.queued.Add(-int64(len(msg)))
+		select {
+		case c.room <- struct{}{}:
+		default:
+		}
 		return err
 	}
 	for {
@@ -242,6 +248,43 @@ func (c *conn) enqueue(msg []byte) {
 	}
 }
 
+// enqueueWait queues session output, waiting while the queue is full for
+// the client to read: output is paced to the slowest reader of the session
+// (the sandbox's command waits, as on a slow pipe) rather than lost. Only a
+// client that takes nothing for WriteTimeout is disconnected (1008).
+func (c *conn) enqueueWait(msg []byte) {
+	n := int64(len(msg))
+	var timer *time.Timer
+	for {
+		if c.ctx.Err() != nil {
+			return
+		}
+		if q := c.queued.Add(n); q <= c.h.opts.QueueBytes || q == n {
+			select {
+			case c.out <- msg:
+				if timer != nil {
+					timer.Stop()
+				}
+				return
+			default:
+			}
+		}
+		c.queued.Add(-n)
+		if timer == nil {
+			timer = time.NewTimer(c.h.opts.WriteTimeout)
+			defer timer.Stop()
+		}
+		select {
+		case <-c.room:
+		case <-c.ctx.Done():
+			return
+		case <-timer.C:
+			c.overloaded()
+			return
+		}
+	}
+}
+
 func (c *conn) overloaded() {
 	c.h.core.Metrics().SlowDisconnects.Inc()
 	c.log.Warn("disconnecting slow client: outbound queue full", "remote", c.remote)
@@ -289,9 +332,14 @@ func (c *conn) replyError(id json.RawMessage, err error) {
 
 // Output implements core.Subscriber.
 func (c *conn) Output(sessionID string, ch core.Chunk) {
-	c.send(&wsproto.Notification{JSONRPC: wsproto.Version, Method: wsproto.NotifyStreamOutput, Params: &wsproto.StreamOutput{
+	b, err := json.Marshal(&wsproto.Notification{JSONRPC: wsproto.Version, Method: wsproto.NotifyStreamOutput, Params: &wsproto.StreamOutput{
 		SessionID: sessionID, CallID: ch.CallID, Seq: ch.Seq, Data: ch.Data,
 	}})
+	if err != nil {
+		c.log.Error("marshal", "err", err)
+		return
+	}
+	c.enqueueWait(b)
 }
 
 // Closed implements core.Subscriber.
