@@ -51,7 +51,7 @@ func TestWSSlowReaderGetsAllOutput(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs Docker")
 	}
-	s := startServerWith(t, func(o *server.Options) { o.WSQueueBytes, o.WSQueueMessages = 64 << 10, 4 })
+	s := startServerWith(t, func(o *server.Options) { o.WSQueueBytes, o.WSQueueMessages = 64<<10, 4 })
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	c, err := client.Dial(ctx, s.ws, s.token, client.Options{})

@@ -39,7 +39,7 @@ type conn struct {
 
 	out        chan []byte
 	room       chan struct{} // capacity 1: the writer took a message from out
-	queued     atomic.Int64 // bytes in out
+	queued     atomic.Int64  // bytes in out
 	inflight   chan struct{}
 	inBytes    atomic.Int64 // bytes of the requests running
 	handlers   sync.WaitGroup
