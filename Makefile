@@ -18,7 +18,7 @@ export GORACE ?= atexit_sleep_ms=0
 # Image targets (image, test-image, images) live in mk/images.mk.
 -include mk/images.mk
 
-.PHONY: help build test unit e2e lint golangci-lint bench run deps clean fuzz runsc
+.PHONY: help build test unit e2e lint golangci-lint bench bench-scale run deps clean fuzz runsc
 
 help: ## list targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -56,6 +56,9 @@ golangci-lint: ## install the pinned golangci-lint into ./bin (only when missing
 
 bench: deps test-image task-image ## benchmarks: a table with ratios against baselines measured in the same run
 	$(GO) run ./bench $(BENCHFLAGS)
+
+bench-scale: test-image ## harness-scale benchmark: time to interactive sequential/staggered/burst, cold and pooled, vs docker run (SCALEFLAGS=-scale-n 20)
+	$(GO) run ./bench -suite scale $(SCALEFLAGS)
 
 run: image build ## build the default image and serve on 127.0.0.1:7070
 	$(BIN) serve

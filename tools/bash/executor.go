@@ -299,7 +299,7 @@ func (e *Executor) Call(ctx context.Context, a Action) (*tools.Observation, erro
 	}
 
 	// Output is streamed from before the command starts until Call returns.
-	s.setSink(tools.StreamFrom(ctx))
+	s.attachSink(tools.StreamFrom(ctx))
 	defer s.setSink(nil)
 	running, done, _ := s.state()
 	switch {

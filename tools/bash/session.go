@@ -60,8 +60,14 @@ type session struct {
 	// unstreamed is output of the running command that arrived while no
 	// call was attached (between two polls); the next call streams it
 	// first, so a client following the stream misses nothing. Bounded by
-	// maxUnstreamed; what is beyond is still in the call's result.
+	// maxUnstreamed. While following (the last call streamed), a full
+	// buffer pauses the reading of the pty, so the command waits for the
+	// next poll as it would for a slow pipe and nothing is lost; without a
+	// follower what is beyond is still in the call's result.
 	unstreamed []byte
+	following  bool
+	stopping   bool       // terminate runs: the reader must not pause
+	room       *sync.Cond // on mu: signalled when a paused reader may read again
 	exited     bool
 	code       int // exit status of the shell once exited
 
@@ -114,6 +120,7 @@ func startSession(cfg sessionConfig) (*session, error) {
 		running:    true, // the init script is "command" 0
 	}
 	s.scanner.codec = s.codec
+	s.room = sync.NewCond(&s.mu)
 	s.acc = output.New(cfg.limit, cfg.outDir, outputPrefix)
 	s.lastOut = time.Now()
 
@@ -270,6 +277,7 @@ func (s *session) readLoop() {
 	defer close(s.readerDone)
 	buf := make([]byte, 64<<10)
 	for {
+		s.waitRoom()
 		n, err := s.master.Read(buf)
 		if n > 0 {
 			s.ingest(buf[:n])
@@ -305,6 +313,8 @@ func (s *session) ingest(p []byte) {
 		case s.done != nil:
 		case s.sink != nil:
 			stream = append(stream, t...)
+		case s.running && s.following:
+			s.unstreamed = append(s.unstreamed, t...) // waitRoom bounds it
 		case s.running && len(s.unstreamed) < maxUnstreamed:
 			s.unstreamed = append(s.unstreamed, t[:min(len(t), maxUnstreamed-len(s.unstreamed))]...)
 		}
@@ -358,9 +368,30 @@ func (s *session) streamLocked(text []byte) {
 	sink(text)
 }
 
+// waitRoom pauses the reader while a follower's unstreamed output is full,
+// until a call takes it (or the session ends).
+func (s *session) waitRoom() {
+	s.mu.Lock()
+	for s.running && s.following && s.sink == nil && !s.stopping && len(s.unstreamed) >= maxUnstreamed {
+		s.room.Wait()
+	}
+	s.mu.Unlock()
+}
+
+// attachSink starts a call: f (nil when the caller does not stream)
+// receives the output until detachSink. A streaming caller is followed
+// between its polls; a caller that does not stream ends the following.
+func (s *session) attachSink(f tools.StreamFunc) {
+	s.mu.Lock()
+	s.following = f != nil
+	s.mu.Unlock()
+	s.setSink(f)
+}
+
 func (s *session) setSink(f tools.StreamFunc) {
 	s.mu.Lock()
 	s.sink = f
+	s.room.Broadcast()
 	if f != nil && len(s.unstreamed) > 0 {
 		pending := s.unstreamed
 		s.unstreamed = nil
@@ -434,6 +465,7 @@ func (s *session) run(command string) error {
 	if s.cfg.tap != nil {
 		s.cfg.tap(commandEcho(command))
 	}
+	s.room.Broadcast()
 	s.mu.Unlock()
 	// eval keeps error messages as at an interactive prompt ("bash: x:
 	// command not found", "sh: 1: eval: x: not found"): they do not name
@@ -506,6 +538,7 @@ func (s *session) takeDone() *completion {
 	d := s.done
 	if d != nil {
 		s.done, s.running = nil, false
+		s.room.Broadcast()
 	}
 	return d
 }
@@ -528,6 +561,10 @@ func (s *session) lastMarker() marker {
 // period, then SIGKILL; then it closes the pty and waits for both
 // goroutines. Safe to call more than once.
 func (s *session) terminate() {
+	s.mu.Lock()
+	s.stopping = true
+	s.room.Broadcast()
+	s.mu.Unlock()
 	sid := s.pid
 	// The shell's pid is signalled directly only until it is reaped: then
 	// the number may belong to another process. (Its session id cannot be

@@ -1,0 +1,242 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	dclient "github.com/docker/docker/client"
+
+	"github.com/sandboxd/sandboxd/client"
+	"github.com/sandboxd/sandboxd/internal/testenv"
+)
+
+var (
+	scaleN       = flag.Int("scale-n", 100, "scale suite: sessions per mode")
+	scaleStagger = flag.Duration("scale-stagger", 200*time.Millisecond, "scale suite: time between launches in staggered mode")
+	scaleJSON    = flag.String("scale-json", "bench-scale.json", "scale suite: where the raw samples go (\"\": nowhere)")
+	scaleModes   = flag.String("scale-modes", "sequential,staggered,burst", "scale suite: modes, comma-separated")
+)
+
+func init() {
+	register(suite{
+		name: "scale",
+		about: "time to interactive as evaluation harnesses measure it (session.create to the first `echo` answered, WebSocket API, one connection per session): " +
+			"sequential, staggered and burst, cold and from a warm pool of -scale-n, beside `docker run --rm IMAGE true` in the same modes; " +
+			"prints its own table (median/p95/p99/success/wall) and writes raw samples to -scale-json",
+		run: runScaleSuite,
+	})
+}
+
+// scaleResult is one mode of one setup: every sample and the failures.
+type scaleResult struct {
+	Setup    string    `json:"setup"` // ws-cold, ws-pool, docker-run
+	Mode     string    `json:"mode"`  // sequential, staggered, burst
+	N        int       `json:"n"`
+	OK       int       `json:"ok"`
+	WallMS   float64   `json:"wall_ms"`
+	Samples  []float64 `json:"samples_ms"` // successful ones, in launch order
+	Errors   []string  `json:"errors,omitempty"`
+	LoadAvg  string    `json:"loadavg"` // /proc/loadavg at the end
+	Finished time.Time `json:"finished"`
+}
+
+// launch runs n attempts of one in the mode and collects their durations.
+func launch(ctx context.Context, mode string, n int, stagger time.Duration, one func(context.Context) (time.Duration, error)) scaleResult {
+	r := scaleResult{Mode: mode, N: n}
+	var mu sync.Mutex
+	samples := make([]float64, n)
+	ok := make([]bool, n)
+	do := func(i int) {
+		d, err := one(ctx)
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			r.Errors = append(r.Errors, err.Error())
+			return
+		}
+		samples[i], ok[i] = float64(d.Microseconds())/1000, true
+	}
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i := range n {
+		switch mode {
+		case "sequential":
+			do(i)
+		case "staggered":
+			if i > 0 {
+				select {
+				case <-ctx.Done():
+				case <-time.After(stagger):
+				}
+			}
+			wg.Add(1)
+			go func() { defer wg.Done(); do(i) }()
+		default: // burst
+			wg.Add(1)
+			go func() { defer wg.Done(); do(i) }()
+		}
+	}
+	wg.Wait()
+	r.WallMS = float64(time.Since(start).Microseconds()) / 1000
+	for i := range n {
+		if ok[i] {
+			r.Samples = append(r.Samples, samples[i])
+		}
+	}
+	r.OK = len(r.Samples)
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		r.LoadAvg = strings.TrimSpace(string(b))
+	}
+	r.Finished = time.Now().UTC()
+	return r
+}
+
+// quantile of the sorted samples (nearest rank).
+func quantile(sorted []float64, q float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(q*float64(len(sorted))+0.5) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
+}
+
+// tti is one session's time to interactive: create, then the first echo
+// answered. The connection is dialled before the clock starts and the
+// session closed after it stops.
+func (s *harnessServer) tti(ctx context.Context) (time.Duration, error) {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	c, err := client.Dial(ctx, s.url, s.token, client.Options{})
+	if err != nil {
+		return 0, fmt.Errorf("dial: %w", err)
+	}
+	defer func() { _ = c.Close() }()
+	start := time.Now()
+	sess, err := c.CreateSession(ctx, client.CreateOptions{})
+	if err != nil {
+		return 0, fmt.Errorf("session.create: %w", err)
+	}
+	defer func() { _ = sess.Close(context.WithoutCancel(ctx)) }()
+	obs, err := sess.Call(ctx, "terminal", map[string]any{"command": "echo ready"}, nil)
+	d := time.Since(start)
+	switch {
+	case err != nil:
+		return 0, fmt.Errorf("echo: %w", err)
+	case obs.IsError || !strings.Contains(obs.Text(), "ready"):
+		return 0, fmt.Errorf("echo: %q", obs.Text())
+	}
+	return d, nil
+}
+
+// dockerTTI is the baseline: `docker run --rm IMAGE true`, created to removed.
+func dockerTTI(cli *dclient.Client, image string, labels map[string]string) func(context.Context) (time.Duration, error) {
+	return func(ctx context.Context) (time.Duration, error) {
+		t := time.Now()
+		err := dockerRun(ctx, cli, image, labels)
+		return time.Since(t), err
+	}
+}
+
+func runScaleSuite(ctx context.Context, e *env) (_ []row, err error) {
+	n := *scaleN
+	if n < 1 {
+		return nil, errors.New("scale: -scale-n must be ≥ 1")
+	}
+	modes := strings.Split(*scaleModes, ",")
+	for _, m := range modes {
+		if !slices.Contains([]string{"sequential", "staggered", "burst"}, m) {
+			return nil, fmt.Errorf("scale: unknown mode %q in -scale-modes (have sequential, staggered, burst)", m)
+		}
+	}
+	bin, err := e.sandboxdBinary()
+	if err != nil {
+		return nil, err
+	}
+	image := os.Getenv("SANDBOXD_TEST_IMAGE")
+	if image == "" {
+		image = testenv.DefaultTestImage
+	}
+	quiet := slog.New(slog.NewTextHandler(e.log, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	const scopeKey, serverKey = "sandboxd.bench.run", "sandboxd.bench.scale"
+	scope := strconv.FormatInt(time.Now().UnixNano(), 36)
+	cli, err := dclient.NewClientWithOpts(dclient.FromEnv, dclient.WithAPIVersionNegotiation())
+	if err != nil {
+		return nil, err
+	}
+	defer cli.Close()
+	if _, err := cli.ImageInspect(ctx, image); err != nil {
+		return nil, fmt.Errorf("scale: image %s (is the engine up? make test-image): %w", image, err)
+	}
+	defer func() {
+		if left := testenv.Leftovers(context.Background(), cli, scopeKey, scope); len(left) > 0 {
+			err = errors.Join(err, fmt.Errorf("scale: left behind (now removed): %s", strings.Join(left, ", ")))
+		}
+	}()
+	var results []scaleResult
+	add := func(setup string, r scaleResult) {
+		r.Setup = setup
+		e.logf("scale: %s %s: %d/%d ok, wall %.0f ms", setup, r.Mode, r.OK, r.N, r.WallMS)
+		results = append(results, r)
+	}
+	labels := map[string]string{scopeKey: scope, serverKey: "docker"}
+	for _, m := range modes {
+		add("docker-run", launch(ctx, m, n, *scaleStagger, dockerTTI(cli, image, labels)))
+	}
+	for _, pool := range []int{0, n} {
+		setup := "ws-cold"
+		if pool > 0 {
+			setup = "ws-pool"
+		}
+		srv, err := startHarnessServer(ctx, bin, image, map[string]string{scopeKey: scope, serverKey: setup}, pool, 0, quiet)
+		if err != nil {
+			return nil, err
+		}
+		for _, m := range modes {
+			if pool > 0 {
+				if _, err := srv.waitPoolFull(ctx, pool); err != nil {
+					srv.stop()
+					return nil, err
+				}
+			}
+			add(setup, launch(ctx, m, n, *scaleStagger, srv.tti))
+		}
+		srv.stop()
+	}
+	printScale(os.Stdout, results)
+	if *scaleJSON != "" {
+		b, err := json.MarshalIndent(results, "", " ")
+		if err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(*scaleJSON, b, 0o644); err != nil {
+			return nil, err
+		}
+		e.logf("scale: raw samples in %s", *scaleJSON)
+	}
+	return nil, nil
+}
+
+func printScale(w *os.File, results []scaleResult) {
+	fmt.Fprintln(w, "time to interactive (ms): create → first echo answered; docker-run: `docker run --rm IMAGE true`")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "setup\tmode\tN\tmedian\tp95\tp99\tsuccess\twall\t")
+	for _, r := range results {
+		s := slices.Clone(r.Samples)
+		slices.Sort(s)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%.1f\t%.1f\t%.1f\t%.0f%%\t%.0f\t\n", r.Setup, r.Mode, r.N,
+			quantile(s, 0.5), quantile(s, 0.95), quantile(s, 0.99), 100*float64(r.OK)/float64(r.N), r.WallMS)
+	}
+	_ = tw.Flush()
+	fmt.Fprintln(w)
+}
