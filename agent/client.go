@@ -351,16 +351,11 @@ func (c *Client) forget(id uint64) {
 	c.mu.Unlock()
 }
 
-// send encodes a frame and queues it for the writer. A frame too large is
-// refused before anything is written (the connection stays usable). It
-// returns once the frame is queued, ctx ends, or the connection ends; a
-// write error later ends the connection, which pending calls see.
-func (c *Client) send(ctx context.Context, f *frame) error {
-	return c.sendTracked(ctx, f, nil)
-}
-
-// sendTracked is send that marks sent (if not nil) once the frame is
-// written.
+// sendTracked encodes a frame and queues it for the writer, and marks sent
+// (if not nil) once the frame is written. A frame too large is refused
+// before anything is written (the connection stays usable). It returns
+// once the frame is queued, ctx ends, or the connection ends; a write
+// error later ends the connection, which pending calls see.
 func (c *Client) sendTracked(ctx context.Context, f *frame, sent *atomic.Bool) error {
 	buf, err := encodeFrame(f)
 	if err != nil {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os/exec"
 	"testing"
-
 )
 
 // seqOutput is what `seq 1 n` prints.
@@ -39,4 +38,3 @@ func TestCLIRunFastOutputByteExact(t *testing.T) {
 		t.Fatalf("run seq 1 %d: %d bytes, want %d, not byte-exact", n, out.Len(), len(want))
 	}
 }
-
