@@ -375,7 +375,7 @@ func TestWorkingDir(t *testing.T) {
 		got, err := workingDir(sandbox.SessionOptions{Cwd: tt.cwd}, imageFacts{workdir: tt.workdir})
 		if tt.err != "" {
 			require.ErrorIs(t, err, sandbox.ErrInvalidOptions, tt.workdir)
-			assert.ErrorContains(t, err, tt.err)
+			require.ErrorContains(t, err, tt.err)
 			continue
 		}
 		require.NoError(t, err)

@@ -3,6 +3,7 @@ package docker
 import (
 	"archive/tar"
 	"bytes"
+	"errors"
 	"io"
 	"testing"
 	"time"
@@ -39,7 +40,7 @@ func readTar(t *testing.T, r io.Reader) []tarEntry {
 	tr := tar.NewReader(r)
 	for {
 		h, err := tr.Next()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			return out
 		}
 		require.NoError(t, err)
@@ -61,7 +62,7 @@ func ownAll(t *testing.T, src io.Reader, base, prefix string) (root *tar.Header,
 	var kept []seedEntry
 	for {
 		hdr, err := nextOwned(tr, base, 1000, 1001)
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
@@ -138,9 +139,9 @@ func TestOwnEntries(t *testing.T) {
 		_, _, err := ownAll(t, tarStream(t, append([]tarEntry{{hdr: tar.Header{Name: "testbed/", Typeflag: tar.TypeDir}}}, entries...)...), "testbed", "")
 		return err
 	}
-	assert.ErrorContains(t, bad(tarEntry{hdr: tar.Header{Name: "other/x", Typeflag: tar.TypeReg}}), `entry "other/x" outside testbed`)
-	assert.ErrorContains(t, bad(tarEntry{hdr: tar.Header{Name: "testbed/h", Typeflag: tar.TypeLink, Linkname: "etc/shadow"}}), "outside testbed")
-	assert.ErrorContains(t, bad(tarEntry{hdr: tar.Header{Name: "testbed", Typeflag: tar.TypeDir}}), "outside testbed", "the folder's entry only once, first")
+	require.ErrorContains(t, bad(tarEntry{hdr: tar.Header{Name: "other/x", Typeflag: tar.TypeReg}}), `entry "other/x" outside testbed`)
+	require.ErrorContains(t, bad(tarEntry{hdr: tar.Header{Name: "testbed/h", Typeflag: tar.TypeLink, Linkname: "etc/shadow"}}), "outside testbed")
+	require.ErrorContains(t, bad(tarEntry{hdr: tar.Header{Name: "testbed", Typeflag: tar.TypeDir}}), "outside testbed", "the folder's entry only once, first")
 	truncated := append(tarStream(t, tarEntry{hdr: tar.Header{Name: "testbed/", Typeflag: tar.TypeDir}},
 		tarEntry{hdr: tar.Header{Name: "testbed/a", Typeflag: tar.TypeReg}}).Bytes()[:1024], make([]byte, 100)...)
 	_, _, err = ownAll(t, bytes.NewReader(truncated), "testbed", "")
@@ -181,9 +182,9 @@ func TestLookupUser(t *testing.T) {
 	}
 	_, _, err := lookupUser("nobody", passwd, group)
 	require.ErrorIs(t, err, sandbox.ErrInvalidOptions)
-	assert.ErrorContains(t, err, `user: the image's USER "nobody" is not in its /etc/passwd`)
+	require.ErrorContains(t, err, `user: the image's USER "nobody" is not in its /etc/passwd`)
 	_, _, err = lookupUser("agent:nogroup", passwd, group)
-	assert.ErrorContains(t, err, "is not in its /etc/group")
+	require.ErrorContains(t, err, "is not in its /etc/group")
 	_, _, err = lookupUser("agent", "", "")
-	assert.ErrorContains(t, err, "is not in its /etc/passwd")
+	require.ErrorContains(t, err, "is not in its /etc/passwd")
 }
