@@ -11,6 +11,9 @@
 //
 //	SANDBOXD_E2E_BINARY   use this static sandboxd binary instead of building one
 //	SANDBOXD_TEST_IMAGE   test image (default sandboxd-test:latest)
+//	SANDBOXD_TASK_IMAGE   benchmark task image of harness_test.go (default
+//	                      sandboxd-task:latest, `make task-image`); its tests
+//	                      skip without it unless SANDBOXD_E2E_REQUIRE_IMAGES
 //	SANDBOXD_E2E_RUNTIME  OCI runtime of every session that names none (e.g.
 //	                      runsc: the suite against gVisor, after `make runsc`;
 //	                      docs/security.md §6 lists what differs there)

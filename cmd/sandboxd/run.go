@@ -122,7 +122,7 @@ func runRun(ctx context.Context, std stdio, args []string) error {
 	fs.StringVar(&image, "image", "", "image of the sandbox (default: the profile's, else the server's)")
 	fs.StringVar(&network, "network", "", "network of the sandbox: none (default), bridge, internal, or the name of a Docker network")
 	fs.Var(&allowHosts, "allow-hosts", "with --network bridge: the only host names, IP addresses or CIDR prefixes the sandbox may reach, repeatable or comma-separated")
-	fs.StringVar(&cwd, "cwd", "", "working directory (default /workspace; one under /workspace is created if missing)")
+	fs.StringVar(&cwd, "cwd", "", "working directory (default: the image's WORKDIR unless it is /, else /workspace; one under /workspace is created if missing)")
 	fs.Var(env, "env", "KEY=VALUE for the command's environment, repeatable")
 	fs.DurationVar(&timeout, "timeout", 0, "give up (Ctrl-C the command, exit 124) after this long; 0: never")
 	fs.BoolVar(&withStdin, "i", false, "give CMD this command's standard input (read to its end first); without it CMD's input is empty")

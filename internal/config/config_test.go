@@ -291,7 +291,9 @@ func TestReadmeExample(t *testing.T) {
 	example = strings.ReplaceAll(example, "/srv/sandboxd/skills", t.TempDir())
 	f, err := Parse("README.md", []byte(example))
 	require.NoError(t, err)
-	assert.Equal(t, []string{"default", "fuzz", "gvisor", "scratch"}, f.Names())
+	assert.Equal(t, []string{"default", "fuzz", "gvisor", "scratch", "swe", "swe-as-image"}, f.Names())
 	require.NoError(t, f.Check(sandbox.SessionOptions{Image: "img", Limits: sandbox.Limits{DiskQuota: 10 << 30}}))
 	assert.Equal(t, 2, f.Profiles["fuzz"].Pool)
+	assert.Equal(t, []string{"/testbed", "/opt/venv"}, f.Profiles["swe"].Options.EditablePaths)
+	assert.Equal(t, sandbox.UserImage, f.Profiles["swe-as-image"].Options.User)
 }

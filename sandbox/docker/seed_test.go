@@ -186,5 +186,5 @@ func TestLookupUser(t *testing.T) {
 	_, _, err = lookupUser("agent:nogroup", passwd, group)
 	require.ErrorContains(t, err, "is not in its /etc/group")
 	_, _, err = lookupUser("agent", "", "")
-	assert.ErrorContains(t, err, "is not in its /etc/passwd")
+	require.ErrorContains(t, err, "is not in its /etc/passwd")
 }
