@@ -23,8 +23,11 @@ export GORACE ?= atexit_sleep_ms=0
 help: ## list targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
+# The commit `sandboxd version` names when Go's own VCS stamp is off.
+COMMIT := $(shell git rev-parse --short=12 HEAD 2>/dev/null)$(shell git diff --quiet HEAD -- 2>/dev/null || echo -modified)
+
 build: ## static binary (CGO off): both roles, serve and agent
-	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN) ./cmd/sandboxd
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-X main.commit=$(COMMIT)' -o $(BIN) ./cmd/sandboxd
 
 deps: ## host packages the tests and benchmarks use (ripgrep for the grep baseline, busybox for the terminal's sh fallback, tmux for the e2e tests of `sandboxd shell`)
 	@command -v rg >/dev/null && command -v busybox >/dev/null && command -v tmux >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ripgrep busybox-static tmux >/dev/null; }

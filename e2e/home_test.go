@@ -169,6 +169,28 @@ func TestHomeInDefaultImage(t *testing.T) {
 	assert.Contains(t, out, "usersite=ok", "pip install --user has somewhere to go")
 }
 
+// The default image has what a coding agent reaches for (README, "What is
+// in the default image"), usable in a session: read-only root, no network,
+// the session user.
+func TestDefaultImageTools(t *testing.T) {
+	t.Parallel()
+	needImage(t, defaultImage)
+	m := newManager(t, newRuntime(t), sandbox.ManagerOptions{Defaults: sandbox.SessionOptions{Image: defaultImage}})
+	s, err := m.Create(ctxT(t), sandbox.SessionOptions{})
+	require.NoError(t, err)
+	out := call(t, s, "terminal", map[string]any{"timeout": 300, "command": `for c in python pip curl cc gcc make less unzip jq file patch vi git rg; do command -v $c >/dev/null && echo "have $c" || echo "MISSING $c"; done; `+
+		`python -c 'print("python=" + __import__("sys").version.split()[0])'; `+
+		`printf '#include <stdio.h>\nint main(void){puts("compiled=ok");return 0;}\n' > /workspace/t.c && cc -o /workspace/t /workspace/t.c && /workspace/t; `+
+		`python -m venv /workspace/venv && /workspace/venv/bin/pip --version >/dev/null && echo venv=ok; `+
+		`printf 'a\n' > /workspace/p && printf -- '--- p\n+++ p\n@@ -1 +1 @@\n-a\n+b\n' | patch -s /workspace/p && cat /workspace/p`}) // venv's ensurepip takes seconds
+	t.Log(out)
+	assert.NotContains(t, out, "MISSING")
+	assert.Contains(t, out, "python=3.")
+	assert.Contains(t, out, "compiled=ok")
+	assert.Contains(t, out, "venv=ok")
+	assert.Contains(t, out, "\nb\n")
+}
+
 // An image that is not sandboxd's, without /workspace, root-owned home,
 // running as root: the session user still owns the workspace and HOME; the
 // home's content and mode are kept; no helper is left behind.

@@ -1,14 +1,20 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/api/types/network"
+	"github.com/docker/docker/api"
+	"github.com/docker/docker/api/types/versions"
 	"github.com/docker/docker/api/types/volume"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -191,4 +197,46 @@ func TestDefaultScopeDoesNotSeeLabelledSessions(t *testing.T) {
 	for _, r := range all {
 		assert.NotEqual(t, s.ID(), r.SessionID, "%s %s is listed outside its scope", r.Kind, r.Name)
 	}
+}
+
+// The start-up log names the API version negotiated with the engine, not
+// the client's maximum.
+func TestStartupLogNegotiatedAPIVersion(t *testing.T) {
+	t.Parallel()
+	var buf syncBuffer
+	newRuntime(t, func(o *sdocker.Options) { o.Logger = slog.New(slog.NewJSONHandler(&buf, nil)) })
+	sv, err := docker.ServerVersion(ctxT(t))
+	require.NoError(t, err)
+	var ready map[string]any
+	for _, line := range strings.Split(buf.String(), "\n") {
+		var rec map[string]any
+		if json.Unmarshal([]byte(line), &rec) == nil && rec["msg"] == "docker runtime ready" {
+			ready = rec
+		}
+	}
+	require.NotNil(t, ready, "no 'docker runtime ready' record in:\n%s", buf.String())
+	assert.Equal(t, sv.APIVersion, ready["engine_api"])
+	want := sv.APIVersion
+	if c := api.DefaultVersion; versions.LessThan(c, want) {
+		want = c
+	}
+	assert.Equal(t, want, ready["api"], "the negotiated version: the lower of the client's and the engine's")
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger's concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

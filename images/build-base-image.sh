@@ -18,6 +18,10 @@
 #                                   machine's apt sources
 #   SANDBOXD_DEBIAN_SECURITY_MIRROR security archive URL; default: from apt sources
 #                                   ("none" skips security updates)
+#   SANDBOXD_IMAGE_CACHE            where downloaded .deb files are kept for the next
+#                                   build (/var/cache/sandboxd/debs; "none": nowhere)
+#   SANDBOXD_IMAGE_TMPFS            "no": build the root filesystem on disk even when
+#                                   4 GiB of memory are free (default: in a 3 GiB tmpfs)
 set -Eeuo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -78,6 +82,7 @@ unmount_all() {
 	local m
 	findmnt -rn -o TARGET | awk -v p="$rootfs/" 'index($0, p) == 1' | sort -r |
 		while IFS= read -r m; do umount -l "$m" || true; done
+	if mountpoint -q "$rootfs"; then umount -l "$rootfs" || true; fi
 }
 cleanup() {
 	local rc=$?
@@ -121,6 +126,24 @@ build_base() {
 	chmod 0755 "$work"
 	rootfs=$work/rootfs
 	local log=$work/debootstrap.log
+	mkdir "$rootfs"
+	# The root filesystem is built in memory when there is room: dpkg syncs every
+	# file it writes, which on a busy disk costs minutes; on tmpfs it costs nothing.
+	local avail_mb
+	avail_mb=$(awk '/^MemAvailable:/ {print int($2 / 1024)}' /proc/meminfo 2>/dev/null || echo 0)
+	if [ "${SANDBOXD_IMAGE_TMPFS:-auto}" != no ] && [ "${avail_mb:-0}" -ge 4096 ]; then
+		mount -t tmpfs -o size=3g,mode=0755 sandboxd-rootfs "$rootfs"
+	fi
+
+	# Downloaded packages are kept for the next build (debootstrap checks them
+	# against the archive's checksums), which then only fetches what changed.
+	local cache=${SANDBOXD_IMAGE_CACHE:-/var/cache/sandboxd/debs}
+	local -a cache_opt=()
+	if [ "$cache" != none ]; then
+		[[ $cache == /* ]] || die "SANDBOXD_IMAGE_CACHE must be an absolute path or none, not '$cache'"
+		mkdir -p "$cache"
+		cache_opt=(--cache-dir="$cache")
+	fi
 
 	step "debootstrap --variant=minbase $suite ($arch, ${#packages[@]} packages + required set) from the machine's apt mirror"
 	local include
@@ -129,7 +152,7 @@ build_base() {
 		echo "${packages[*]}"
 	)
 	# Only phase lines are shown (not one line per package); the mirror is not echoed.
-	if ! debootstrap --variant=minbase --arch="$arch" --components=main \
+	if ! debootstrap --variant=minbase --arch="$arch" --components=main "${cache_opt[@]}" \
 		--include="$include" "$suite" "$rootfs" "$mirror" </dev/null 2>&1 |
 		tee "$log" |
 		{ grep --line-buffered -E '^(I: (Retrieving (InRelease|Release|Packages)$|Valid Release|Resolving|Installing|Unpacking (required|the base)|Configuring (required|the base)|Base system)|[WE]:)' || true; } |
@@ -171,6 +194,8 @@ NODOC
 	printf '#!/bin/sh\nexit 101\n' >"$rootfs/usr/sbin/policy-rc.d"
 	chmod 0755 "$rootfs/usr/sbin/policy-rc.d"
 	mount -t proc proc "$rootfs/proc"
+	# The upgrade's downloads go to (and come from) the same cache.
+	[ "$cache" = none ] || mount --bind "$cache" "$rootfs/var/cache/apt/archives"
 	local -a apt_opts=(-q -y -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold)
 	[ -z "$apt_proxy" ] || apt_opts+=(-o "Acquire::http::Proxy=$apt_proxy")
 	chroot "$rootfs" apt-get "${apt_opts[@]}" update </dev/null >>"$log" 2>&1 ||
@@ -180,6 +205,7 @@ NODOC
 	local upgraded
 	upgraded=$(grep -c '^Unpacking ' "$log" || true)
 	step "  $upgraded package(s) updated from $suite-updates/$suite-security"
+	[ "$cache" = none ] || umount "$rootfs/var/cache/apt/archives"
 	chroot "$rootfs" apt-get -q clean </dev/null >>"$log" 2>&1
 	umount "$rootfs/proc"
 	rm -f "$rootfs/usr/sbin/policy-rc.d"

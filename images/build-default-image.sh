@@ -5,7 +5,7 @@
 #      sandboxd-base:bookworm (skipped when up to date);
 #   2. docker build --network none images/default/Dockerfile FROM that base
 #      (user agent 1000:1000, /workspace, env, labels);
-#   3. a smoke test (git, python3, rg as uid 1000, no network).
+#   3. a smoke test (git, python, pip, rg, curl, a C compiler, vi as uid 1000, no network).
 # Each image is skipped when it exists with the same recipe hash (label
 # sandboxd.image.recipe), so a second run takes well under a second.
 #
@@ -79,10 +79,12 @@ docker build --network none \
 sweep_dangling default
 sweep_dangling base # a replaced base can only go once no image is built on it
 
-step "smoke test: git, python3, rg as uid 1000 with no network"
+step "smoke test: git, python, pip, rg, curl, cc, vi as uid 1000 with no network"
 docker run --rm --network none --cap-drop ALL --security-opt no-new-privileges \
-	--read-only --tmpfs /tmp --user 1000:1000 "$image" \
-	bash -c 'git --version && python3 --version && rg --version | head -n 1' </dev/null |
+	--read-only --tmpfs /tmp:exec --user 1000:1000 "$image" \
+	bash -c 'git --version && python --version && pip --version && rg --version | head -n 1 &&
+		curl --version | head -n 1 && printf "int main(void){return 0;}\n" >/tmp/t.c && cc -o /tmp/t /tmp/t.c && /tmp/t &&
+		echo "cc: ok" && command -v vi jq unzip file patch less make' </dev/null |
 	while IFS= read -r line; do step "  $line"; done
 
 step "done: $image, $(image_size_mb "$image") MB, recipe ${recipe:0:12}"

@@ -1,9 +1,12 @@
 package server_test
 
 import (
+	"bufio"
 	"errors"
 	"io"
+	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -60,6 +63,50 @@ func TestWebSocketHandshakeAuth(t *testing.T) {
 				t.Fatalf("status %d, want %d (err %v)", got, tt.want, err)
 			}
 		})
+	}
+}
+
+// Python's websocket-client (what most Python agent code uses) sends
+// "Origin: http://<host>:<port>" of the server it dials. That same-origin
+// request is accepted without --allow-origin; another origin, another local
+// port's included, is not. The handshake is written byte for byte as that
+// client writes it.
+func TestSameOriginHandshake(t *testing.T) {
+	ts := servertest.Start(t, nil)
+	hostport := strings.TrimPrefix(strings.TrimSuffix(ts.URL, "/v1/ws"), "ws://")
+	handshake := func(origin string) string {
+		conn, err := net.Dial("tcp", hostport)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+		req := "GET /v1/ws HTTP/1.1\r\n" +
+			"Upgrade: websocket\r\n" +
+			"Host: " + hostport + "\r\n" +
+			"Origin: " + origin + "\r\n" +
+			"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n" +
+			"Sec-WebSocket-Version: 13\r\n" +
+			"Connection: Upgrade\r\n" +
+			"Authorization: Bearer " + ts.Token + "\r\n\r\n"
+		if _, err := io.WriteString(conn, req); err != nil {
+			t.Fatal(err)
+		}
+		status, err := bufio.NewReader(conn).ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(status)
+	}
+	if got := handshake("http://" + hostport); got != "HTTP/1.1 101 Switching Protocols" {
+		t.Errorf("same origin: %q, want 101", got)
+	}
+	host, port, _ := net.SplitHostPort(hostport)
+	other, _ := strconv.Atoi(port)
+	for _, origin := range []string{"http://" + net.JoinHostPort(host, strconv.Itoa(other+1)), "http://evil.example:" + port, "null"} {
+		if got := handshake(origin); !strings.HasPrefix(got, "HTTP/1.1 403") {
+			t.Errorf("Origin %s: %q, want 403", origin, got)
+		}
 	}
 }
 

@@ -162,6 +162,7 @@ func TestAbandonedCreate(t *testing.T) {
 		c.send("c1", wsproto.MethodSessionCreate, map[string]any{"idempotency_key": key})
 		waitFor(t, func() bool { return ts.Backend.Held() == 1 }, "the create to reach the backend")
 		c.ws.Close()
+		waitFor(t, func() bool { return metricValue(t, ts, "sandboxd_ws_connections") == 0 }, "the server to see the client leave")
 		release()
 		waitFor(t, func() bool { return ts.Backend.Created() == 1 }, "the create to end")
 		var r wsproto.CreateResult

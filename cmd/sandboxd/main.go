@@ -14,9 +14,12 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // Exit codes.
@@ -68,6 +71,8 @@ func run(args []string, std stdio) int {
 	case "-h", "-help", "--help", "help":
 		printUsage(std.out)
 		return exitOK
+	case "-version", "--version":
+		args = append([]string{"version"}, args[1:]...)
 	}
 	cmd, ok := commands[args[0]]
 	if !ok {
@@ -85,9 +90,7 @@ func run(args []string, std stdio) int {
 	case errors.As(err, &ec):
 		return int(ec)
 	case errors.As(err, &ue):
-		if !ue.printed {
-			say(std.err, "sandboxd %s: %v\nrun 'sandboxd %s -h' for help\n", cmd.name, ue.err, cmd.name)
-		}
+		say(std.err, "sandboxd %s: %v\nrun 'sandboxd %s -h' for help\n", cmd.name, ue.err, cmd.name)
 		return exitUsage
 	default:
 		say(std.err, "sandboxd %s: %v\n", cmd.name, err)
@@ -127,8 +130,7 @@ func (e exitCodeError) Error() string { return fmt.Sprintf("exit code %d", int(e
 
 // usageError is a bad command line (exit code 2).
 type usageError struct {
-	err     error
-	printed bool // the flag package already printed it with the usage
+	err error
 }
 
 func (e *usageError) Error() string { return e.err.Error() }
@@ -139,7 +141,8 @@ func usageErrorf(format string, args ...any) error {
 }
 
 // newFlagSet returns the flag set of a command, printing its help (synopsis,
-// description, flags) to std.err on -h or a parse error.
+// description, flags) to std.err on -h. A bad flag is one line and a hint
+// to -h (see parseArgs), not the whole help.
 func newFlagSet(name string, std stdio, synopsis, description string) *flag.FlagSet {
 	fs := flag.NewFlagSet("sandboxd "+name, flag.ContinueOnError)
 	fs.SetOutput(std.err)
@@ -150,19 +153,63 @@ func newFlagSet(name string, std stdio, synopsis, description string) *flag.Flag
 	return fs
 }
 
-// parseFlags parses args; a parse error (already printed with the usage by
-// the flag package) becomes a usage error, -h becomes flag.ErrHelp.
+// parseFlags parses args, which must all be flags; a parse error becomes a
+// usage error, -h flag.ErrHelp (after printing the help).
 func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := parseArgs(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usageErrorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	}
+	return nil
+}
+
+// parseArgs parses args, leaving the arguments after the flags in
+// fs.Args(). -h prints the help and returns flag.ErrHelp; a bad flag returns
+// a usage error of one line (run prints it with the hint to -h), naming the
+// unit when a duration was given as a bare number.
+func parseArgs(fs *flag.FlagSet, args []string) error {
+	out, usage := fs.Output(), fs.Usage
+	fs.SetOutput(io.Discard) // the flag package prints its error, then the usage
+	fs.Usage = func() {}
 	err := fs.Parse(args)
+	fs.SetOutput(out)
+	fs.Usage = usage
 	switch {
 	case err == nil:
-		if fs.NArg() > 0 {
-			return usageErrorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
-		}
 		return nil
 	case errors.Is(err, flag.ErrHelp):
+		fs.Usage()
 		return err
 	default:
-		return &usageError{err: err, printed: true}
+		return &usageError{err: durationHint(fs, err)}
 	}
+}
+
+// badValueRE matches the flag package's error for a value a flag refused.
+var badValueRE = regexp.MustCompile(`^invalid value "([^"]*)" for flag -([^:]+): `)
+
+// durationHint adds "did you mean 5s?" to the error of a duration flag
+// given a bare number (time.ParseDuration wants a unit).
+func durationHint(fs *flag.FlagSet, err error) error {
+	m := badValueRE.FindStringSubmatch(err.Error())
+	if m == nil {
+		return err
+	}
+	f := fs.Lookup(m[2])
+	if f == nil {
+		return err
+	}
+	g, ok := f.Value.(flag.Getter)
+	if !ok {
+		return err
+	}
+	if _, isDuration := g.Get().(time.Duration); !isDuration {
+		return err
+	}
+	if _, nerr := strconv.ParseFloat(m[1], 64); nerr != nil {
+		return fmt.Errorf("invalid value %q for flag -%s: want a duration such as 90s, 15m or 1h30m", m[1], m[2])
+	}
+	return fmt.Errorf("invalid value %q for flag -%s: a duration needs a unit: did you mean %ss?", m[1], m[2], m[1])
 }

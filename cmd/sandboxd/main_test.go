@@ -66,6 +66,9 @@ func TestDispatch(t *testing.T) {
 		{"shell -h", []string{"shell", "-h"}, exitOK, "", "--follow SESSION"},
 		{"shell --follow without a token", []string{"shell", "--follow", "abc", "--session-token", ""}, exitUsage, "", "--follow needs the session's token"},
 		{"shell --follow and --session", []string{"shell", "--follow", "abc", "--session", "def", "--session-token", "t"}, exitUsage, "", "--follow watches a session: it takes no --session"},
+		{"version", []string{"version"}, exitOK, "sandboxd ", ""},
+		{"--version", []string{"--version"}, exitOK, "go1.", ""},
+		{"version -h", []string{"version", "-h"}, exitOK, "", "usage: sandboxd version"},
 		{"proxy, no agent", []string{"agent-proxy", "--socket", "/nonexistent.sock"}, exitError, "", "no agent socket at /nonexistent.sock"},
 	}
 	for _, c := range cases {
@@ -76,5 +79,28 @@ func TestDispatch(t *testing.T) {
 			assert.Contains(t, out.String(), c.out)
 			assert.Contains(t, errOut.String(), c.errText)
 		})
+	}
+}
+
+// A bad flag is one line and the hint to -h, not the whole help; a
+// duration given as a bare number names the unit it lacks.
+func TestBadFlagIsOneLine(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"tools", "--nope"}, "sandboxd tools: flag provided but not defined: -nope\nrun 'sandboxd tools -h' for help\n"},
+		{[]string{"run", "--timeout", "5", "--", "true"}, "sandboxd run: invalid value \"5\" for flag -timeout: a duration needs a unit: did you mean 5s?\nrun 'sandboxd run -h' for help\n"},
+		{[]string{"run", "--timeout=0.5", "--", "true"}, "did you mean 0.5s?"},
+		{[]string{"run", "--timeout", "soon", "--", "true"}, "sandboxd run: invalid value \"soon\" for flag -timeout: want a duration such as 90s, 15m or 1h30m\n"},
+		{[]string{"serve", "--drain-timeout", "30"}, "for flag -drain-timeout: a duration needs a unit: did you mean 30s?"},
+		{[]string{"tools", "--format"}, "sandboxd tools: flag needs an argument: -format\n"},
+	} {
+		var out, errOut bytes.Buffer
+		code := run(c.args, stdio{in: strings.NewReader(""), out: &out, err: &errOut})
+		assert.Equal(t, exitUsage, code, "%v", c.args)
+		assert.Contains(t, errOut.String(), c.want, "%v", c.args)
+		assert.NotContains(t, errOut.String(), "usage:", "%v: the whole help was printed", c.args)
+		assert.LessOrEqual(t, strings.Count(errOut.String(), "\n"), 2, "%v: %s", c.args, errOut.String())
 	}
 }

@@ -126,11 +126,8 @@ func runRun(ctx context.Context, std stdio, args []string) error {
 	fs.Var(env, "env", "KEY=VALUE for the command's environment, repeatable")
 	fs.DurationVar(&timeout, "timeout", 0, "give up (Ctrl-C the command, exit 124) after this long; 0: never")
 	fs.BoolVar(&withStdin, "i", false, "give CMD this command's standard input (read to its end first); without it CMD's input is empty")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return &usageError{err: err, printed: true}
+	if err := parseArgs(fs, args); err != nil {
+		return err
 	}
 	if fs.NArg() == 0 {
 		return usageErrorf("no command: sandboxd run [flags] -- CMD [ARG...]")

@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -73,11 +71,8 @@ func runSkills(ctx context.Context, std stdio, args []string) error {
 
 func runSkillsValidate(_ context.Context, std stdio, args []string) error {
 	fs := newFlagSet("skills validate", std, "PATH", validateHelp)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return &usageError{err: err, printed: true}
+	if err := parseArgs(fs, args); err != nil {
+		return err
 	}
 	if fs.NArg() != 1 {
 		return usageErrorf("give one PATH: a skill's folder or a root of skills")

@@ -335,6 +335,32 @@ func TestDisconnectedCreateIsClosed(t *testing.T) {
 	waitUntil(t, 30*time.Second, "the abandoned sandbox to be closed", func() bool { return len(s.manager.List()) == 0 })
 }
 
+// Error texts a client reads carry the agent's words, not the host's
+// protocol internals ("agent tools/call: ").
+func TestErrorTextsWithoutAgentMethod(t *testing.T) {
+	s := startServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := client.Dial(ctx, s.ws, s.token, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	sess, err := c.CreateSession(ctx, client.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close(ctx)
+	_, err = sess.Call(ctx, "no_such_tool", map[string]any{}, nil)
+	var rpcErr *client.Error
+	if !errors.As(err, &rpcErr) {
+		t.Fatalf("calling an unknown tool: %v", err)
+	}
+	if strings.Contains(rpcErr.Message, "agent tools/call") || !strings.Contains(rpcErr.Message, "no_such_tool") {
+		t.Fatalf("error text %q", rpcErr.Message)
+	}
+}
+
 // A session that idles out tells its client so, distinctly from a close.
 func TestGoClientIdleTimeoutReason(t *testing.T) {
 	s := startServer(t)

@@ -2,6 +2,8 @@ package apierr
 
 import (
 	"errors"
+	"regexp"
+	"strings"
 
 	"github.com/sandboxd/sandboxd/agent"
 	"github.com/sandboxd/sandboxd/sandbox"
@@ -64,6 +66,15 @@ func FromSandbox(err error) error {
 		return &sandboxError{kind: InvalidParams, msg: oe.Named(wireName).Error(), err: err}
 	}
 	kind := KindOf(err)
+	msg := err.Error()
+	var ae *agent.Error
+	if errors.As(err, &ae) && ae.Message != "" {
+		// The agent's own answer says what went wrong in the client's
+		// terms; what the host wrapped around it names internal methods.
+		msg = ae.Message
+	} else {
+		msg = agentMethodRE.ReplaceAllString(msg, "")
+	}
 	if kind == Internal {
 		for _, row := range sandboxSentinels {
 			if errors.Is(err, row.err) {
@@ -72,8 +83,17 @@ func FromSandbox(err error) error {
 			}
 		}
 	}
-	return &sandboxError{kind: kind, msg: err.Error(), err: err}
+	return &sandboxError{kind: kind, msg: msg, err: err}
 }
+
+// agentMethodRE matches what agent.Client puts before its errors ("agent
+// tools/call: ", "agent tools/call NAME: "): protocol internals, not for
+// clients.
+var agentMethodRE = regexp.MustCompile(`agent (?:` + strings.Join([]string{
+	regexp.QuoteMeta(agent.MethodPing), regexp.QuoteMeta(agent.MethodToolsList), regexp.QuoteMeta(agent.MethodToolsCall),
+	regexp.QuoteMeta(agent.MethodUploadBegin), regexp.QuoteMeta(agent.MethodUploadChunk), regexp.QuoteMeta(agent.MethodUploadEnd),
+	regexp.QuoteMeta(agent.MethodDownload), regexp.QuoteMeta(agent.MethodDownloadRd), regexp.QuoteMeta(agent.MethodShutdown),
+}, "|") + `)(?: [A-Za-z0-9_.-]+)?: `)
 
 // sandboxError is an error from the sandbox side with the kind FromSandbox
 // gave it.

@@ -48,6 +48,25 @@ func TestSandboxErrorsAreClassified(t *testing.T) {
 	}
 }
 
+// Error texts carry the agent's words, not the host's protocol internals
+// ("agent tools/call: ").
+func TestAgentMethodPrefixRemoved(t *testing.T) {
+	for err, want := range map[error]string{
+		fmt.Errorf("agent tools/call: %w", &agent.Error{Code: agent.CodeInvalidParams, Message: `unknown tool "nope"`}): `unknown tool "nope"`,
+		fmt.Errorf("session s: calling x: agent tools/call: %w", &agent.Error{Message: "tool x panicked"}):               "tool x panicked",
+		fmt.Errorf("agent tools/call grep: decoding the observation: %w", errors.New("bad")):                             "decoding the observation: bad",
+		fmt.Errorf("agent fs/upload/begin: %w", agent.ErrOutsideWorkspace):                                               agent.ErrOutsideWorkspace.Error(),
+		errors.New("the agent failed: kept as it is"):                                                                    "the agent failed: kept as it is",
+	} {
+		if got := FromSandbox(err).Error(); got != want {
+			t.Errorf("%q became %q, want %q", err, got, want)
+		}
+		if got := JSONRPC(FromSandbox(err)).Message; strings.Contains(got, "agent tools/call") || strings.Contains(got, "agent fs/") {
+			t.Errorf("JSON-RPC message %q", got)
+		}
+	}
+}
+
 // Invalid options name the API's fields (memory_mb, tmp_mb), not the
 // manager's, and stay invalid-params errors.
 func TestInvalidOptionsUseAPINames(t *testing.T) {

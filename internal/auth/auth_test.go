@@ -2,6 +2,7 @@ package auth
 
 import (
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -165,6 +166,41 @@ func TestOriginPolicy(t *testing.T) {
 		if got := p.Check(origin); got != want {
 			t.Errorf("Origin %q: %v, want %v", origin, got, want)
 		}
+	}
+}
+
+// A same-origin request passes without being listed: the exact Origin
+// Python's websocket-client sends for ws://127.0.0.1:7070; other origins,
+// another port among them, do not.
+func TestOriginPolicySameOrigin(t *testing.T) {
+	p := OriginPolicy{}
+	for _, c := range []struct {
+		origin, host string
+		want         bool
+	}{
+		{"http://127.0.0.1:7070", "127.0.0.1:7070", true},
+		{"https://localhost:7070", "LOCALHOST:7070", true},
+		{"http://[::1]:7070", "[::1]:7070", true},
+		{"", "127.0.0.1:7070", true},
+		{"http://127.0.0.1:8000", "127.0.0.1:7070", false},
+		{"http://127.0.0.1", "127.0.0.1:7070", false},
+		{"http://evil.example:7070", "127.0.0.1:7070", false},
+		{"null", "127.0.0.1:7070", false},
+		{"file://127.0.0.1:7070", "127.0.0.1:7070", false},
+		{"http://127.0.0.1:7070", "", false},
+	} {
+		if got := p.CheckRequest(c.origin, c.host); got != c.want {
+			t.Errorf("Origin %q, Host %q: %v, want %v", c.origin, c.host, got, c.want)
+		}
+	}
+	r := httptest.NewRequest(http.MethodGet, "http://127.0.0.1:7070/v1/ws", nil)
+	r.Header.Set("Origin", "http://127.0.0.1:7070")
+	if code, msg := (RequestPolicy{}).Check(r); code != "" {
+		t.Errorf("same-origin request refused: %s %s", code, msg)
+	}
+	r.Header.Set("Origin", "http://127.0.0.1:7071")
+	if code, _ := (RequestPolicy{}).Check(r); code != "origin_refused" {
+		t.Errorf("another port's origin: %q, want origin_refused", code)
 	}
 }
 

@@ -59,7 +59,7 @@ func (p RequestPolicy) Check(r *http.Request) (code, msg string) {
 	if !viaUnix && !p.Hosts.Check(r.Host) {
 		return "host_refused", "Host " + r.Host + " is not allowed (see --allow-host)"
 	}
-	if !p.Origins.Check(r.Header.Get("Origin")) {
+	if !p.Origins.CheckRequest(r.Header.Get("Origin"), r.Host) {
 		return "origin_refused", "cross-origin requests are not allowed (see --allow-origin)"
 	}
 	return "", ""
@@ -101,13 +101,31 @@ func IsLoopbackName(name string) bool {
 }
 
 // OriginPolicy accepts the Origin header of requests. A request without
-// Origin is not from a browser and passes (it still needs the token). A
-// browser's Origin must be listed exactly (scheme://host[:port]) or "*".
+// Origin is not from a browser and passes (it still needs the token), as
+// does a same-origin one (see CheckRequest). Any other Origin must be
+// listed exactly (scheme://host[:port]) or "*".
 type OriginPolicy struct {
 	Allowed []string
 }
 
-// Check reports whether origin (possibly empty) passes.
+// CheckRequest reports whether a request with this Origin (possibly empty)
+// and Host header passes: Check, or the Origin's host:port equal to the Host
+// (the check gorilla/websocket applies by default). Clients such as
+// Python's websocket-client send "Origin: http://<host>:<port>" of the
+// server they dial. A DNS-rebinding page also sends its own origin as Host,
+// but its name fails the Host check (HostPolicy) before this one matters,
+// and a same-origin request still needs the token.
+func (p OriginPolicy) CheckRequest(origin, host string) bool {
+	if origin != "" && host != "" {
+		if u, err := url.Parse(origin); err == nil && u.Host != "" && (u.Scheme == "http" || u.Scheme == "https") &&
+			strings.EqualFold(u.Host, host) {
+			return true
+		}
+	}
+	return p.Check(origin)
+}
+
+// Check reports whether origin (possibly empty) is listed (or absent).
 func (p OriginPolicy) Check(origin string) bool {
 	if origin == "" {
 		return true

@@ -455,6 +455,19 @@ func (c *Core) Create(wait context.Context, p Principal, api string, req CreateR
 	return CreateResult{Session: s, Token: r.Token}, nil
 }
 
+// AbandonCreate is for an API layer whose client left between Create's
+// return and the answer (idemKey as given to Create): the session is
+// closed as if the client had left during the create.
+func (c *Core) AbandonCreate(p Principal, s *Session, idemKey string) {
+	if idemKey == "" {
+		c.abandoned("", s.id)
+		return
+	}
+	key := hex.EncodeToString(p.digest[:8]) + "/" + idemKey
+	c.creates.unclaim(key)
+	c.abandoned(key, s.id)
+}
+
 // abandoned closes a session whose create's client left before it got the
 // answer, so that it does not hold a slot until its idle timeout: at once
 // when there is no idempotency key (key ""), else after

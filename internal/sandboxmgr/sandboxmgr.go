@@ -54,6 +54,11 @@ func (a *Backend) List() []core.Sandbox {
 // Stats counts sessions by state and warm sandboxes.
 func (a *Backend) Stats() metrics.Stats {
 	st := metrics.Stats{SessionsByState: map[string]int{}}
+	// Every state a listed session can be in, 0 when none is: a gauge that
+	// vanishes with the last session reads as "no data", not as 0.
+	for state := sandbox.StateStarting; state < sandbox.StateClosed; state++ {
+		st.SessionsByState[state.String()] = 0
+	}
 	for _, s := range a.m.List() {
 		st.SessionsByState[s.State().String()]++
 	}

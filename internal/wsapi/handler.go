@@ -134,7 +134,7 @@ func New(c *core.Core, opts Options) *Handler {
 			Subprotocols:     []string{wsproto.Subprotocol},
 			// The server's middleware has already checked Host and Origin
 			// (so has ServeHTTP); gorilla's default check would be weaker.
-			CheckOrigin: func(r *http.Request) bool { return opts.Requests.Origins.Check(r.Header.Get("Origin")) },
+			CheckOrigin: func(r *http.Request) bool { return opts.Requests.Origins.CheckRequest(r.Header.Get("Origin"), r.Host) },
 			// permessage-deflate stays off (CRIME/BREACH-style leaks).
 			EnableCompression: false,
 		},

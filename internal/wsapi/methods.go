@@ -88,6 +88,10 @@ func sessionCreate(c *conn, req *wsproto.Request) (any, error) {
 			Tools: defs, NextSeq: info.NextSeq,
 		})
 	})
+	if c.ctx.Err() != nil {
+		// The client left as the answer was made: it never reads it.
+		c.h.core.AbandonCreate(c.p, r.Session, p.IdempotencyKey)
+	}
 	return nil, errResponded
 }
 

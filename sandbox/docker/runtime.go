@@ -160,10 +160,14 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 	}
 	pctx, cancel := context.WithTimeout(ctx, opts.CallTimeout)
 	defer cancel()
-	if _, err := r.cli.Ping(pctx); err != nil {
+	ping, err := r.cli.Ping(pctx)
+	if err != nil {
 		r.Close()
 		return nil, fmt.Errorf("docker runtime: the engine at %s does not answer: %w", r.cli.DaemonHost(), err)
 	}
+	// Negotiate now, from this ping: otherwise the client negotiates on its
+	// first request and, until then, reports its own maximum version.
+	r.cli.NegotiateAPIVersionPing(ping)
 	if !strings.HasPrefix(r.cli.DaemonHost(), "unix://") {
 		r.opts.CopyAgent = true
 	}
@@ -207,7 +211,7 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 	if r.quota.err != nil {
 		quotas = "unavailable: " + r.quota.err.Error()
 	}
-	r.log.Info("docker runtime ready", "engine", r.cli.DaemonHost(), "api", r.cli.ClientVersion(),
+	r.log.Info("docker runtime ready", "engine", r.cli.DaemonHost(), "api", r.cli.ClientVersion(), "engine_api", ping.APIVersion,
 		"agent", ab.path, "agent_delivery", map[bool]string{true: "copied volume", false: "bind mount"}[r.opts.CopyAgent],
 		"host_firewall", r.fw != nil, "disk_quotas", quotas, "oci_runtimes", r.Runtimes())
 	return r, nil

@@ -94,4 +94,8 @@
 //   - A new command while another call is still in flight is refused at once
 //     with the "NOT executed" text instead of waiting.
 //   - The user's ~/.bashrc is not read (deterministic start).
+//   - `set -x` traces the commands but none of the terminal's plumbing;
+//     bash traces them one level deeper ("++ echo hi") since they run
+//     through eval. With `set -ex` a command's `$?` starts at 0 instead of
+//     the previous command's status.
 package bash

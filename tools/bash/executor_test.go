@@ -894,3 +894,56 @@ func TestBrokenBashFallsBackToSh(t *testing.T) {
 	assert.Equal(t, 0, out.ExitCode)
 	assert.Equal(t, "works", body(text))
 }
+
+// `set -x` traces the model's commands, not the terminal's plumbing (the
+// line that runs each command, the prompt hook); `$?` and `set -e` behave
+// as without it, and xtrace stays on across a command that does not parse
+// and goes off with `set +x`. bash traces the commands one level deeper
+// ("++"): they run through eval.
+func TestSetXShowsNoPlumbing(t *testing.T) {
+	for _, shell := range shells {
+		t.Run(shellName(shell), func(t *testing.T) {
+			e := newExec(t, testOptions(t, shell))
+			trace := "+ "
+			if shell == "bash" {
+				trace = "++ "
+			}
+			noPlumbing := func(text string) {
+				t.Helper()
+				assert.NotContains(t, text, "__sbx")
+				assert.NotRegexp(t, `(?m)^\++ eval`, text)
+			}
+			text, _, _ := do(t, e, cmd("set -x"))
+			noPlumbing(text)
+			assert.Equal(t, "", body(text))
+			text, _, _ = do(t, e, cmd("echo hi"))
+			noPlumbing(text)
+			assert.Equal(t, trace+"echo hi\nhi", body(text))
+
+			do(t, e, cmd("false"))
+			text, _, _ = do(t, e, cmd("echo status=$?"))
+			noPlumbing(text)
+			assert.Contains(t, body(text), "status=1", "$? is the previous command's")
+
+			text, _, _ = do(t, e, cmd(`echo "unterminated`))
+			noPlumbing(text)
+			text, out, _ := do(t, e, cmd("echo after"))
+			noPlumbing(text)
+			assert.Equal(t, trace+"echo after\nafter", body(text), "still on after a command that did not parse")
+			assert.Equal(t, 0, out.ExitCode)
+
+			text, _, _ = do(t, e, cmd("set +x"))
+			noPlumbing(text)
+			text, _, _ = do(t, e, cmd("echo quiet"))
+			assert.Equal(t, "quiet", body(text), "off after set +x")
+
+			// With set -e as well, a failing status does not end the shell.
+			do(t, e, cmd("set -ex"))
+			do(t, e, cmd("(exit 3) || true"))
+			text, out, _ = do(t, e, cmd("echo still-here"))
+			noPlumbing(text)
+			assert.Contains(t, body(text), "still-here")
+			assert.Equal(t, 0, out.ExitCode)
+		})
+	}
+}

@@ -88,7 +88,9 @@ func (c markerCodec) bashPrompt() string {
 	// which would show up as output.
 	args := `'` + format + `' "${__sbx_seq:-}" "$1" "${!:-}" "${PWD:-}" "${PATH:-}"`
 	out := `{ case $- in *m*) jobs -nr >/dev/null; jobs -n;; esac; printf ` + args + `; }`
-	return `__sbx_prompt() { ` + out + ` >/dev/tty || ` + out + `; PS1=''; PS2=''; }`
+	// Last, xtrace goes off until the next command's own prefix turns it
+	// on again (xtraceOff), so the line that runs it is not traced.
+	return `__sbx_prompt() { ` + out + ` >/dev/tty || ` + out + `; PS1=''; PS2=''; case $- in *x*) set +x; __sbx_x=x;; esac; }`
 }
 
 // parse decodes a marker body (between begin and end).

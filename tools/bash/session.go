@@ -197,7 +197,7 @@ func (s *session) initScript() string {
 		// It calls no command a user may redefine as a function (`:` is
 		// the fork bomb's name): the assignment last makes its status 0
 		// although read reports the end of input.
-		`  __sbx_run() { { __sbx_st=$?; __sbx_c=; IFS= read -r -d '' __sbx_c; __sbx_seq=$1; } 2>/dev/null; }`,
+		`  __sbx_run() { { __sbx_st=$?; __sbx_c=; IFS= read -r -d '' __sbx_c; __sbx_seq=$1; ` + xtraceOff + `; } 2>/dev/null; }`,
 		`  PROMPT_COMMAND='{ __sbx_prompt "$?"; } 2>/dev/null'`,
 		"  PS1=''",
 		"else",
@@ -208,7 +208,7 @@ func (s *session) initScript() string {
 		// restores its newlines. PS1 is set again in case a script (a
 		// virtualenv's activate) changed it.
 		`  __sbx_run() { { __sbx_st=$?; __sbx_nl='`,
-		`'; __sbx_c=; IFS= read -r __sbx_c && eval "__sbx_c=$__sbx_c"; __sbx_seq=$1; PS1=$__sbx_ps1; PS2=; } 2>/dev/null; }`,
+		`'; __sbx_c=; IFS= read -r __sbx_c && eval "__sbx_c=$__sbx_c"; __sbx_seq=$1; PS1=$__sbx_ps1; PS2=; ` + xtraceOff + `; } 2>/dev/null; }`,
 		// busybox ash reads its input with fgets when the terminal's echo
 		// is off, and a SIGCHLD (a background job ending) while it waits
 		// there makes fgets fail, which it takes for end of input: it
@@ -224,6 +224,19 @@ func (s *session) initScript() string {
 		"",
 	}, "\n")
 }
+
+// xtraceOff (in __sbx_run, and in bash's prompt function) keeps `set -x`
+// traces of the plumbing out of the output: with xtrace on it turns it off
+// and remembers that in __sbx_x, and the command to run gets a prefix that
+// turns it back on, silently, and gives back the previous command's status
+// for `$?` (not with `set -e`, where a non-zero status there would end the
+// shell: `$?` is then 0). A command whose first line does not parse never
+// runs the prefix; __sbx_x stays set, and the next command gets it. The
+// commands themselves are traced one level deeper than at a terminal
+// ("++ echo hi"): they run through eval.
+const xtraceOff = `case $-$__sbx_x in *x*) set +x; __sbx_x=x; case $- in ` +
+	`*e*) __sbx_c="{ __sbx_x=; set -x; } 2>/dev/null; $__sbx_c";; ` +
+	`*) __sbx_c="{ __sbx_x=; set -x; __sbx_ret; } 2>/dev/null; $__sbx_c";; esac;; esac`
 
 // awaitInit waits for the first marker. A shell that ignored the rc/ENV
 // file gets the init script typed in after a short while.
@@ -478,7 +491,7 @@ func (s *session) run(command string) error {
 	// prints those pending before it runs the file, so a job that ended
 	// after the last prompt would open the command's output; at the
 	// prompt, after the command, they end it, as at a terminal.
-	return s.write(commandLine(seq, s.cmdFile))
+	return s.write(commandLine(seq, s.cmdFile, s.cfg.bash))
 }
 
 // commandLine is the line typed into the shell to run command number seq
@@ -486,11 +499,17 @@ func (s *session) run(command string) error {
 // the command's `$?` (__sbx_run's own status is the guard: a failed
 // redirect must not run the last command again); in an if's condition a
 // non-zero status does not end a shell that has `set -e`, and the braces
-// keep `set -x` traces of __sbx_ret out of the output.
-func commandLine(seq uint64, cmdFile string) []byte {
+// keep `set -x` traces of __sbx_ret out of the output. bash's line starts
+// with __sbx_run, a plain command word (see run), which its prompt function
+// has made sure runs untraced (xtraceOff); a POSIX sh, which has no prompt
+// function, gets __sbx_run in braces that send its trace to /dev/null.
+func commandLine(seq uint64, cmdFile string, bash bool) []byte {
 	run := `eval "$__sbx_c"`
-	return []byte("__sbx_run " + strconv.FormatUint(seq, 10) + " <" + shellQuote(cmdFile) +
-		" && if { __sbx_ret; } 2>/dev/null; then " + run + "; else " + run + "; fi\n")
+	call := "__sbx_run " + strconv.FormatUint(seq, 10) + " <" + shellQuote(cmdFile)
+	if !bash {
+		call = "{ " + call + "; } 2>/dev/null"
+	}
+	return []byte(call + " && if { __sbx_ret; } 2>/dev/null; then " + run + "; else " + run + "; fi\n")
 }
 
 // shCommandLine is the command file of a POSIX sh: one line, a shell word

@@ -92,8 +92,10 @@ type query struct {
 
 func (e *Executor) plan(a Action) (query, error) {
 	pattern := a.Pattern
-	if pattern == "" {
-		pattern = "**/*"
+	if strings.TrimSpace(pattern) == "" {
+		// Upstream lists every file; an empty pattern is far more often a
+		// mistake than a wish for the whole tree, which '**/*' says.
+		return query{searchPath: walk.Resolve(e.opts.Workspace, a.Path)}, fmt.Errorf("Invalid glob pattern %q: the pattern is empty; to list every file, use '**/*'", pattern)
 	}
 	if pattern == "~" || strings.HasPrefix(pattern, "~/") {
 		pattern = walk.Resolve(e.opts.Workspace, pattern[:1]) + pattern[1:]

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sort"
 	"testing"
 	"time"
 
@@ -256,9 +257,14 @@ func TestErrors(t *testing.T) {
 	obs, out := call(t, ex, Action{Pattern: "*.go", Path: "sub"})
 	assert.False(t, obs.IsError)
 	assert.Equal(t, []string{filepath.Join(root, "sub/b.go")}, out.Files)
-	// An empty pattern lists everything, as OpenHands does.
-	_, out = call(t, ex, Action{})
-	assert.Len(t, out.Files, 2)
+	// An empty pattern is an error naming what lists everything (upstream
+	// lists everything, which an empty pattern rarely means).
+	for _, p := range []string{"", "  "} {
+		obs, out = call(t, ex, Action{Pattern: p})
+		assert.True(t, obs.IsError, "pattern %q", p)
+		assert.Contains(t, obs.Text(), "the pattern is empty; to list every file, use '**/*'")
+		assert.Empty(t, out.Files)
+	}
 }
 
 func TestCancellation(t *testing.T) {
@@ -321,4 +327,30 @@ func TestFactoryAndDefinition(t *testing.T) {
 	require.Error(t, err)
 	_, err = Factory(tools.Env{Workspace: root}, json.RawMessage(`null`))
 	assert.NoError(t, err)
+}
+
+// A symlink to a directory named as the path, or as the literal directories
+// of a pattern, is searched like the directory (only symlinks met during
+// the walk are not followed); the paths shown keep the name given.
+func TestSymlinkedDirectoryNamedExplicitly(t *testing.T) {
+	root := tree(t, "real/a.py", "real/sub/b.py")
+	require.NoError(t, os.Symlink("real", filepath.Join(root, "link")))
+	ex := newExec(t, root)
+	want := []string{"link/a.py", "link/sub/b.py"}
+	for _, a := range []Action{
+		{Pattern: "**/*.py", Path: filepath.Join(root, "link")},
+		{Pattern: "**/*.py", Path: "link"},
+		{Pattern: "link/**/*.py"},
+		{Pattern: filepath.Join(root, "link") + "/**/*.py"},
+	} {
+		obs, out := call(t, ex, a)
+		require.False(t, obs.IsError, obs.Text())
+		got := rels(root, out.Files)
+		sort.Strings(got)
+		assert.Equal(t, want, got, "%+v", a)
+	}
+	_, out := call(t, ex, Action{Pattern: "**/*.py"})
+	got := rels(root, out.Files)
+	sort.Strings(got)
+	assert.Equal(t, []string{"real/a.py", "real/sub/b.py"}, got, "met during the walk, it is not followed")
 }

@@ -513,3 +513,21 @@ func TestContentOutputIsCapped(t *testing.T) {
 	assert.False(t, out.OutputCut)
 	assert.Len(t, out.Lines, 30)
 }
+
+// A symlink to a directory named as the path is searched like the directory
+// (only symlinks met during the walk are not followed); the paths shown
+// keep the name given.
+func TestSymlinkedDirectoryNamedExplicitly(t *testing.T) {
+	root := tree(t, map[string]string{"real/a.go": "needle\n", "real/sub/b.go": "needle\n"})
+	require.NoError(t, os.Symlink("real", filepath.Join(root, "link")))
+	ex := newExec(t, root)
+	obs, out := call(t, ex, Action{Pattern: "needle", Path: filepath.Join(root, "link")})
+	require.False(t, obs.IsError, obs.Text())
+	assert.ElementsMatch(t, []string{filepath.Join(root, "link/a.go"), filepath.Join(root, "link/sub/b.go")}, out.Matches)
+	// Relative to the workspace too.
+	_, out = call(t, ex, Action{Pattern: "needle", Path: "link"})
+	assert.Len(t, out.Matches, 2)
+	// Met during a walk of its parent, it is not followed (loops end).
+	_, out = call(t, ex, Action{Pattern: "needle"})
+	assert.ElementsMatch(t, []string{filepath.Join(root, "real/a.go"), filepath.Join(root, "real/sub/b.go")}, out.Matches)
+}
