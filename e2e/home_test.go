@@ -178,10 +178,10 @@ func TestDefaultImageTools(t *testing.T) {
 	m := newManager(t, newRuntime(t), sandbox.ManagerOptions{Defaults: sandbox.SessionOptions{Image: defaultImage}})
 	s, err := m.Create(ctxT(t), sandbox.SessionOptions{})
 	require.NoError(t, err)
-	out := call(t, s, "terminal", map[string]any{"timeout": 300, "command": `for c in python pip curl cc gcc make less unzip jq file patch vi git rg; do command -v $c >/dev/null && echo "have $c" || echo "MISSING $c"; done; `+
-		`python -c 'print("python=" + __import__("sys").version.split()[0])'; `+
-		`printf '#include <stdio.h>\nint main(void){puts("compiled=ok");return 0;}\n' > /workspace/t.c && cc -o /workspace/t /workspace/t.c && /workspace/t; `+
-		`python -m venv /workspace/venv && /workspace/venv/bin/pip --version >/dev/null && echo venv=ok; `+
+	out := call(t, s, "terminal", map[string]any{"timeout": 300, "command": `for c in python pip curl cc gcc make less unzip jq file patch vi git rg; do command -v $c >/dev/null && echo "have $c" || echo "MISSING $c"; done; ` +
+		`python -c 'print("python=" + __import__("sys").version.split()[0])'; ` +
+		`printf '#include <stdio.h>\nint main(void){puts("compiled=ok");return 0;}\n' > /workspace/t.c && cc -o /workspace/t /workspace/t.c && /workspace/t; ` +
+		`python -m venv /workspace/venv && /workspace/venv/bin/pip --version >/dev/null && echo venv=ok; ` +
 		`printf 'a\n' > /workspace/p && printf -- '--- p\n+++ p\n@@ -1 +1 @@\n-a\n+b\n' | patch -s /workspace/p && cat /workspace/p`}) // venv's ensurepip takes seconds
 	t.Log(out)
 	assert.NotContains(t, out, "MISSING")

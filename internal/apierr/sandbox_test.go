@@ -53,10 +53,10 @@ func TestSandboxErrorsAreClassified(t *testing.T) {
 func TestAgentMethodPrefixRemoved(t *testing.T) {
 	for err, want := range map[error]string{
 		fmt.Errorf("agent tools/call: %w", &agent.Error{Code: agent.CodeInvalidParams, Message: `unknown tool "nope"`}): `unknown tool "nope"`,
-		fmt.Errorf("session s: calling x: agent tools/call: %w", &agent.Error{Message: "tool x panicked"}):               "tool x panicked",
-		fmt.Errorf("agent tools/call grep: decoding the observation: %w", errors.New("bad")):                             "decoding the observation: bad",
-		fmt.Errorf("agent fs/upload/begin: %w", agent.ErrOutsideWorkspace):                                               agent.ErrOutsideWorkspace.Error(),
-		errors.New("the agent failed: kept as it is"):                                                                    "the agent failed: kept as it is",
+		fmt.Errorf("session s: calling x: agent tools/call: %w", &agent.Error{Message: "tool x panicked"}):              "tool x panicked",
+		fmt.Errorf("agent tools/call grep: decoding the observation: %w", errors.New("bad")):                            "decoding the observation: bad",
+		fmt.Errorf("agent fs/upload/begin: %w", agent.ErrOutsideWorkspace):                                              agent.ErrOutsideWorkspace.Error(),
+		errors.New("the agent failed: kept as it is"):                                                                   "the agent failed: kept as it is",
 	} {
 		if got := FromSandbox(err).Error(); got != want {
 			t.Errorf("%q became %q, want %q", err, got, want)

@@ -915,7 +915,7 @@ func TestSetXShowsNoPlumbing(t *testing.T) {
 			}
 			text, _, _ := do(t, e, cmd("set -x"))
 			noPlumbing(text)
-			assert.Equal(t, "", body(text))
+			assert.Empty(t, body(text))
 			text, _, _ = do(t, e, cmd("echo hi"))
 			noPlumbing(text)
 			assert.Equal(t, trace+"echo hi\nhi", body(text))

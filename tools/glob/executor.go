@@ -95,7 +95,7 @@ func (e *Executor) plan(a Action) (query, error) {
 	if strings.TrimSpace(pattern) == "" {
 		// Upstream lists every file; an empty pattern is far more often a
 		// mistake than a wish for the whole tree, which '**/*' says.
-		return query{searchPath: walk.Resolve(e.opts.Workspace, a.Path)}, fmt.Errorf("Invalid glob pattern %q: the pattern is empty; to list every file, use '**/*'", pattern)
+		return query{searchPath: walk.Resolve(e.opts.Workspace, a.Path)}, fmt.Errorf("Invalid glob pattern %q: the pattern is empty; to list every file, use '**/*'", pattern) //nolint:staticcheck // the model reads this text; OpenHands' glob errors start with "Invalid"
 	}
 	if pattern == "~" || strings.HasPrefix(pattern, "~/") {
 		pattern = walk.Resolve(e.opts.Workspace, pattern[:1]) + pattern[1:]

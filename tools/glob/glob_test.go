@@ -7,8 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
