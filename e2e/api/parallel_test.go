@@ -477,8 +477,12 @@ func TestHarnessParallelSessionsWarmPool(t *testing.T) {
 	t.Logf("ready: from the pool %v, cold %v", warm, cold)
 	waitNoSessions(t, s)
 
-	// What is left is the refilled pool, nothing of the sessions.
-	ctrs, vols, nets, err := s.resources(ctx)
+	// What is left is the refilled pool, nothing of the sessions. The
+	// listing gets a bound of its own: the one above covered the fill and
+	// the 16 sessions, which a loaded machine can spend almost whole.
+	lctx, lcancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer lcancel()
+	ctrs, vols, nets, err := s.resources(lctx)
 	if err != nil {
 		t.Fatal(err)
 	}
