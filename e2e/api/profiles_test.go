@@ -133,20 +133,11 @@ func mcpConnectPath(ctx context.Context, base, path, token, version string) (*mc
 
 func mcpText(ctx context.Context, t *testing.T, cs *mcp.ClientSession, name string, args map[string]any) string {
 	t.Helper()
-	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args})
-	if err != nil {
-		t.Fatalf("%s: %v", name, err)
-	}
-	var b strings.Builder
-	for _, c := range res.Content {
-		if tc, ok := c.(*mcp.TextContent); ok {
-			b.WriteString(tc.Text)
-		}
-	}
+	res, text := callResult(ctx, t, cs, name, args)
 	if res.IsError {
-		t.Fatalf("%s: %s", name, b.String())
+		t.Fatalf("%s: %s", name, text)
 	}
-	return b.String()
+	return text
 }
 
 // `sandboxd serve --config` with two profiles: /mcp/NAME serves profile

@@ -141,25 +141,9 @@ func TestSidecarsServe(t *testing.T) {
 
 	// Stateless MCP: the profile's list has the sidecar's tools (learned
 	// at serve's start), without a sandbox; a call by handle reaches it.
-	modern, err := mcpConnectPath(ctx, base, "/mcp/mem", token, "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	modern, listed := statelessTools(ctx, t, base, "/mcp/mem", token, "memory__read_graph", "memory__create_entities", "sandbox_open")
 	defer modern.Close()
-	mlist, err := modern.ListTools(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	found := map[string]bool{}
-	for _, tl := range mlist.Tools {
-		found[tl.Name] = true
-		if tl.Name == "memory__create_entities" {
-			wantAll(t, "stateless create_entities schema", string(mustMarshal(t, tl.InputSchema)), `"sandbox"`, `"entities"`)
-		}
-	}
-	if !found["memory__read_graph"] || !found["memory__create_entities"] || !found["sandbox_open"] {
-		t.Fatalf("stateless tools/list on /mcp/mem: %v", found)
-	}
+	wantAll(t, "stateless create_entities schema", string(mustMarshal(t, listed["memory__create_entities"].InputSchema)), `"sandbox"`, `"entities"`)
 	gc := &goSDKClient{cs: modern}
 	h := openSandbox(ctx, t, gc, 30*time.Minute)
 	mustOK(ctx, t, gc, "memory__create_entities", withHandle(h, map[string]any{"entities": []any{

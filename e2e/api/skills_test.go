@@ -209,26 +209,9 @@ func TestSkillsServe(t *testing.T) {
 	}
 
 	// Stateless MCP: the profile's skill tools, without a sandbox.
-	modern, err := mcpConnectPath(ctx, base, "/mcp/skilled", token, "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	modern, listed := statelessTools(ctx, t, base, "/mcp/skilled", token, "touch-file", "load_skill", "sandbox_open")
 	defer modern.Close()
-	mlist, err := modern.ListTools(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	found := map[string]bool{}
-	for _, tl := range mlist.Tools {
-		found[tl.Name] = true
-		if tl.Name == "touch-file" {
-			schema, _ := json.Marshal(tl.InputSchema)
-			wantAll(t, "stateless touch-file schema", string(schema), `"sandbox"`, `"name"`)
-		}
-	}
-	if !found["touch-file"] || !found["load_skill"] || !found["sandbox_open"] {
-		t.Fatalf("stateless tools/list on /mcp/skilled: %v", found)
-	}
+	wantAll(t, "stateless touch-file schema", string(mustMarshal(t, listed["touch-file"].InputSchema)), `"sandbox"`, `"name"`)
 
 	// WebSocket: skills chosen by the request, an eager profile, and a
 	// selection that matches nothing.
@@ -245,10 +228,10 @@ func TestSkillsServe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	listed := string(mustMarshal(t, defs))
-	wantAll(t, "ws tools.list", listed, `"echo-args"`, `"load_skill"`)
-	if strings.Contains(listed, `"touch-file"`) {
-		t.Fatalf("ws tools.list has an unselected skill: %s", listed)
+	wsListed := string(mustMarshal(t, defs))
+	wantAll(t, "ws tools.list", wsListed, `"echo-args"`, `"load_skill"`)
+	if strings.Contains(wsListed, `"touch-file"`) {
+		t.Fatalf("ws tools.list has an unselected skill: %s", wsListed)
 	}
 	obs, err := s.Call(ctx, "echo-args", map[string]any{"text": "a b"}, nil)
 	if err != nil || obs.IsError {
@@ -275,6 +258,30 @@ func TestSkillsServe(t *testing.T) {
 	_ = modern.Close()
 	serve.stop(t)
 	waitNoContainers(t, "after serve with skills stopped")
+}
+
+// statelessTools connects a stateless (2026-07-28) client to path and
+// lists its tools without opening a sandbox; each of want must be there.
+func statelessTools(ctx context.Context, t *testing.T, base, path, token string, want ...string) (*mcp.ClientSession, map[string]*mcp.Tool) {
+	t.Helper()
+	cs, err := mcpConnectPath(ctx, base, path, token, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := cs.ListTools(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tools := map[string]*mcp.Tool{}
+	for _, tl := range list.Tools {
+		tools[tl.Name] = tl
+	}
+	for _, w := range want {
+		if tools[w] == nil {
+			t.Fatalf("stateless tools/list on %s lacks %s: %v", path, w, names2(tools))
+		}
+	}
+	return cs, tools
 }
 
 func names2(m map[string]*mcp.Tool) []string {
