@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -37,16 +38,7 @@ func (r *Runtime) Remove(ctx context.Context, sessionID string) error {
 		return fmt.Errorf("session %s: listing containers: %w", sessionID, err)
 	}
 	for _, c := range ctrs {
-		err := r.cli.ContainerRemove(cctx, c.ID, container.RemoveOptions{Force: true, RemoveVolumes: true})
-		switch {
-		case err == nil, isNotFound(err):
-		case cerrdefs.IsConflict(err):
-			// "removal already in progress": a `docker rm -f` from outside.
-			// Its volumes are in use until it is done, so wait for that.
-			if werr := r.waitRemoved(cctx, c.ID); werr != nil {
-				errs = append(errs, fmt.Errorf("removing container %s: %w (after: %v)", c.ID[:12], werr, err))
-			}
-		default:
+		if err := r.removeContainer(cctx, c.ID); err != nil {
 			errs = append(errs, fmt.Errorf("removing container %s: %w", c.ID[:12], err))
 		}
 	}
@@ -100,6 +92,49 @@ func (r *Runtime) Remove(ctx context.Context, sessionID string) error {
 	}
 	r.log.Debug("sandbox removed", "session", sessionID, "containers", len(ctrs))
 	return nil
+}
+
+// removeAttempts bounds how often removeContainer asks the engine again
+// after an answer that a later try can outlive.
+const removeAttempts = 5
+
+// removeContainer force-removes container id with its anonymous volumes.
+// Docker 20.10 answers "Could not kill running container ..., cannot
+// remove - Container ... is not running" when the container exits on its
+// own while the removal kills it (its processes were ending: the session's
+// shell exited, the OOM killer struck); the next try succeeds, so such an
+// answer is tried again a few times, a moment apart. "Removal already in
+// progress" (a `docker rm -f` from outside) is waited out instead: the
+// volumes are in use until it is done.
+func (r *Runtime) removeContainer(ctx context.Context, id string) error {
+	var err error
+	for attempt := range removeAttempts {
+		err = r.cli.ContainerRemove(ctx, id, container.RemoveOptions{Force: true, RemoveVolumes: true})
+		switch {
+		case err == nil, isNotFound(err):
+			return nil
+		case cerrdefs.IsConflict(err) && strings.Contains(err.Error(), "already in progress"):
+			if werr := r.waitRemoved(ctx, id); werr != nil {
+				return fmt.Errorf("%w (after: %v)", werr, err)
+			}
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(time.Duration(attempt+1) * r.backoff()):
+		}
+	}
+	return err
+}
+
+// backoff is the first pause between removal attempts; each later one is
+// longer by as much.
+func (r *Runtime) backoff() time.Duration {
+	if r.removeBackoff > 0 {
+		return r.removeBackoff
+	}
+	return 100 * time.Millisecond
 }
 
 // waitRemoved polls until the engine no longer knows container id.

@@ -114,6 +114,9 @@ type Runtime struct {
 	skillVols skillVolumes
 	// sidecarNetMu serializes making sessions' sidecar networks.
 	sidecarNetMu sync.Mutex
+	// removeBackoff is the first pause between container removal attempts
+	// (remove.go); zero means 100ms. Tests shorten it.
+	removeBackoff time.Duration
 }
 
 // agentLog is the session's logger for its agent's stderr.
