@@ -151,11 +151,17 @@ exec sleep 600
 	x.waitScreen(pane, "vi's empty buffer", func(s string) bool { return strings.Contains(s, "\n~\n~\n") })
 	x.keys(pane, "i")
 	x.text(pane, "hello from vi")
+	// Each mode change is waited for on the screen before the next keys: on
+	// a loaded machine vi may not have read the last ones yet, and a stale
+	// screen still shows the mode before them.
+	x.waitScreen(pane, "vi's insert mode with the text", func(s string) bool {
+		return strings.Contains(s, "hello from vi") && regexp.MustCompile(`(?m)^I notes\.txt`).MatchString(s)
+	})
 	x.keys(pane, "Escape")
 	// vi takes an Escape followed at once by more keys for an escape
-	// sequence, as at a terminal: type on once it shows command mode (its
-	// status line "- notes.txt").
-	x.waitScreen(pane, "vi's command mode", func(s string) bool { return regexp.MustCompile(`(?m)^- notes\.txt`).MatchString(s) })
+	// sequence, as at a terminal: type on once it shows command mode with
+	// the buffer changed (its status line "- notes.txt [Modified]").
+	x.waitScreen(pane, "vi's command mode", func(s string) bool { return regexp.MustCompile(`(?m)^- notes\.txt \[Modified\]`).MatchString(s) })
 	x.text(pane, ":wq")
 	x.keys(pane, "Enter")
 	x.keys(pane, "C-l") // a fresh screen: what follows is after vi

@@ -365,9 +365,17 @@ func (e *Executor) restart() (*session, error) {
 	return s, err
 }
 
+// interruptGrace bounds how long a cancelled call waits, after SIGINT, for
+// its command to stop (a trap that cleans up, a program that flushes), so
+// the cancel answers once the command has stopped; it ends as soon as the
+// command does. A command that ignores SIGINT is left running past it and
+// the call says so. (It was 250 ms: a 0.2 s cleanup trap outlived it on a
+// loaded machine.)
+const interruptGrace = time.Second
+
 // cancelledGrace bounds how long a new command waits for a cancelled call
-// to finish stopping its command (finishCancelled waits 250 ms for it).
-const cancelledGrace = time.Second
+// to finish stopping its command (finishCancelled waits interruptGrace).
+const cancelledGrace = interruptGrace + time.Second
 
 // busyGrace is how long a new command that finds a call in flight waits for
 // that call to end or be cancelled before it is refused. Clients cancel

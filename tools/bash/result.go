@@ -16,7 +16,7 @@ import (
 // returns promptly with what was printed.
 func (e *Executor) finishCancelled(c *call, s *session) *tools.Observation {
 	s.interrupt()
-	grace := time.NewTimer(250 * time.Millisecond)
+	grace := time.NewTimer(interruptGrace)
 	defer grace.Stop()
 	for {
 		if d := s.takeDone(); d != nil {
