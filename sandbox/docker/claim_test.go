@@ -26,11 +26,12 @@ func claimEngine(t *testing.T, name string) (*Runtime, func() []string) {
 	)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		mu.Lock()
-		got = append(got, req.Method+" "+req.URL.Path[strings.Index(req.URL.Path, "/containers"):])
+		_, path, _ := strings.Cut(req.URL.Path, "/v1.41")
+		got = append(got, req.Method+" "+path)
 		mu.Unlock()
 		switch {
 		case req.Method == http.MethodPost && strings.HasSuffix(req.URL.Path, "/rename"):
-			ref := strings.TrimSuffix(req.URL.Path[strings.Index(req.URL.Path, "/containers/")+len("/containers/"):], "/rename")
+			ref := strings.TrimSuffix(strings.TrimPrefix(path, "/containers/"), "/rename")
 			if ref != name && ref != "c1" {
 				answer(http.StatusNotFound, "No such container: "+ref)(w)
 				return
