@@ -181,13 +181,27 @@ func runServerSuite(ctx context.Context, e *env) ([]row, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The same call asking for progress: the stateless path answers it as
+	// an SSE stream (the only place its progress can go), any other as one
+	// JSON response (decision 0033); this row is the stream's cost beside it.
+	e.logf("MCP 2026-07-28 (handle, progress token: SSE) x%d", n)
+	mcpHP, err := measure(n, 50, func() error {
+		params := &mcp.CallToolParams{Name: "file_editor", Arguments: handleCall}
+		params.SetProgressToken("bench")
+		res, err := ms.CallTool(ctx, params)
+		return check(res != nil && res.IsError, err)
+	})
+	if err != nil {
+		return nil, err
+	}
 	target, met := p50Below(2 * time.Millisecond)
 	const baseline = "in-process sandbox.Session.Call, same sandbox"
 	return []row{
 		{scenario: "server: no-op call, in-process Session.Call (baseline)", s: base},
 		{scenario: "server: no-op call via WebSocket JSON-RPC (Go client)", s: wsS, baseline: baseline, base: base, target: target, met: met},
 		{scenario: "server: MCP no-op (2025-11-25, session)", s: mcpS, baseline: baseline, base: base, target: target, met: met},
-		{scenario: "server: MCP no-op (2026-07-28, handle)", s: mcpH, baseline: baseline, base: base, target: target, met: met},
+		{scenario: "server: MCP no-op (2026-07-28, handle; plain JSON response)", s: mcpH, baseline: baseline, base: base, target: target, met: met},
+		{scenario: "server: MCP no-op (2026-07-28, handle, progress token: SSE stream)", s: mcpHP, baseline: baseline, base: base, target: target, met: met},
 	}, nil
 }
 

@@ -231,3 +231,67 @@ func mcpConnectProgress(t *testing.T, ts *servertest.Server, opts *mcp.ClientSes
 	t.Cleanup(func() { _ = cs.Close() })
 	return cs, func() string { mu.Lock(); defer mu.Unlock(); return got.String() }
 }
+
+// A stateless call that asks for no progress is answered as one JSON
+// response; one with a progress token as an SSE stream that carries the
+// progress before the result.
+func TestMCPStatelessJSONUnlessProgress(t *testing.T) {
+	ts := servertest.Start(t, nil)
+	rec := &contentTypes{next: bearer{ts.Token, http.DefaultTransport}}
+	var mu sync.Mutex
+	var got strings.Builder
+	client := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, &mcp.ClientOptions{
+		ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
+			mu.Lock()
+			got.WriteString(req.Params.Message)
+			mu.Unlock()
+		},
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: ts.Base + "/mcp", HTTPClient: &http.Client{Transport: rec}}, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = cs.Close() })
+	h := openHandle(t, cs)
+
+	rec.reset()
+	res, text := callText(t, cs, "terminal", map[string]any{"command": "echo plain", "sandbox": h})
+	require.False(t, res.IsError, text)
+	assert.Contains(t, text, "plain")
+	assert.Equal(t, []string{"application/json"}, rec.reset(), "no progress asked: one JSON response")
+
+	params := &mcp.CallToolParams{Name: "terminal", Arguments: map[string]any{"command": "echo progress-line", "sandbox": h}}
+	params.SetProgressToken("p1")
+	res, err = cs.CallTool(ctx, params)
+	require.NoError(t, err)
+	require.False(t, res.IsError)
+	assert.Equal(t, []string{"text/event-stream"}, rec.reset(), "progress asked: an SSE stream")
+	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return got.String() == "progress-line\n" },
+		5*time.Second, 5*time.Millisecond, "the output came as progress")
+}
+
+// contentTypes records the Content-Type of every POST's response.
+type contentTypes struct {
+	next http.RoundTripper
+	mu   sync.Mutex
+	got  []string
+}
+
+func (c *contentTypes) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := c.next.RoundTrip(r)
+	if err == nil && r.Method == http.MethodPost {
+		c.mu.Lock()
+		c.got = append(c.got, strings.TrimSpace(strings.Split(resp.Header.Get("Content-Type"), ";")[0]))
+		c.mu.Unlock()
+	}
+	return resp, err
+}
+
+// reset returns what was recorded since the last reset.
+func (c *contentTypes) reset() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := c.got
+	c.got = nil
+	return out
+}

@@ -117,9 +117,13 @@ type endpoint struct {
 	profile string // "" for /mcp: the default profile
 	path    string // for people: /mcp, /mcp/NAME
 	http    *mcp.StreamableHTTPHandler
-	// The stateless path (revision 2026-07-28): its handler and its tool
-	// list (the same for every caller of the endpoint, made once).
+	// The stateless path (revision 2026-07-28): its handlers and its tool
+	// list (the same for every caller of the endpoint, made once). A
+	// request that asks for no progress is answered as plain JSON
+	// (modernJSON); one that does, as an SSE stream (modernHTTP), which
+	// carries the progress notifications before the result.
 	modernHTTP *mcp.StreamableHTTPHandler
+	modernJSON *mcp.StreamableHTTPHandler
 	modern     func() []*mcp.Tool
 }
 
@@ -216,16 +220,21 @@ func (h *Handler) newEndpoint(profile string) *endpoint {
 		Logger:       quiet,
 	})
 	modern.AddReceivingMiddleware(e.modernMiddleware)
-	e.modernHTTP = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return modern }, &mcp.StreamableHTTPOptions{
-		Stateless:           true,
-		MaxRequestBodyBytes: opts.MaxBodyBytes,
-		Logger:              quiet,
-		// Without it a client that gives up (or is cancelled) leaves its
-		// terminal command running: a notifications/cancelled reaches
-		// another request's ephemeral session, never this one.
-		PropagateRequestCancellation: true,
-		DisableLocalhostProtection:   len(opts.Requests.Hosts.Allowed) > 0,
-	})
+	modernOpts := func(jsonResponse bool) *mcp.StreamableHTTPOptions {
+		return &mcp.StreamableHTTPOptions{
+			Stateless:           true,
+			JSONResponse:        jsonResponse,
+			MaxRequestBodyBytes: opts.MaxBodyBytes,
+			Logger:              quiet,
+			// Without it a client that gives up (or is cancelled) leaves its
+			// terminal command running: a notifications/cancelled reaches
+			// another request's ephemeral session, never this one.
+			PropagateRequestCancellation: true,
+			DisableLocalhostProtection:   len(opts.Requests.Hosts.Allowed) > 0,
+		}
+	}
+	e.modernHTTP = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return modern }, modernOpts(false))
+	e.modernJSON = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return modern }, modernOpts(true))
 	return e
 }
 
@@ -251,11 +260,45 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if modernRequest(r) {
-		e.modernHTTP.ServeHTTP(w, r)
+		e.serveModern(w, r)
 		return
 	}
 	e.http.ServeHTTP(w, r)
 }
+
+// serveModern serves a stateless request: as one JSON response unless it
+// asks for progress, which only an SSE stream can carry before the result
+// (with JSONResponse the SDK sends a request's notifications to the
+// standalone stream, which the stateless path has not). The test is on
+// the bytes: "progressToken" anywhere in the body (in the arguments, say)
+// picks the stream, which serves every request right, only slower. A body
+// over MaxBodyBytes goes to the stream handler whole, which refuses it.
+func (e *endpoint) serveModern(w http.ResponseWriter, r *http.Request) {
+	limit := e.h.opts.MaxBodyBytes
+	if limit <= 0 || r.Body == nil {
+		e.modernHTTP.ServeHTTP(w, r)
+		return
+	}
+	head, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	r.Body = readCloser{io.MultiReader(bytes.NewReader(head), r.Body), r.Body}
+	if err != nil || int64(len(head)) > limit || bytes.Contains(head, progressTokenKey) {
+		e.modernHTTP.ServeHTTP(w, r)
+		return
+	}
+	e.modernJSON.ServeHTTP(w, r)
+}
+
+// progressTokenKey marks a request that asks for progress notifications.
+var progressTokenKey = []byte(`"progressToken"`)
+
+// readCloser reads from r and closes c (a request body put back together
+// after serveModern looked at its start).
+type readCloser struct {
+	io.Reader
+	c io.Closer
+}
+
+func (r readCloser) Close() error { return r.c.Close() }
 
 // endpoint is the endpoint of a path: Path, or Path/NAME of a defined
 // profile; nil for any other.
