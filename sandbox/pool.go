@@ -32,7 +32,7 @@ const (
 // slice pop.
 //
 // Its size follows demand between min and max (decision 0034): it aims at
-// target = min + ceil(claim rate × refill latency), capped at max, where
+// target = min + round(claim rate × refill latency), capped at max, where
 // the claim rate counts every create that asked it (handed out or not) in
 // the last demandWindow and the refill latency is a moving average of its
 // own starts; so a burst that drains it grows it, and the growth is what
@@ -112,7 +112,7 @@ func (p *pool) targetLocked(now time.Time) int {
 		return p.min
 	}
 	rate := float64(len(p.demand)) / demandWindow.Seconds()
-	extra := math.Ceil(rate * p.startCost.Seconds())
+	extra := math.Round(rate * p.startCost.Seconds())
 	if extra >= float64(p.max-p.min) {
 		return p.max
 	}

@@ -23,9 +23,13 @@ func TestPoolTarget(t *testing.T) {
 			p.demand = append(p.demand, now)
 		}
 		assert.Equal(t, 4, p.targetLocked(now), "1 claim/s × 2 s refill: 2 more")
-		p.demand = append(p.demand, now.Add(5*time.Second))
-		assert.Equal(t, 5, p.targetLocked(now.Add(5*time.Second)), "1.1 claims/s × 2 s: rounded up")
-		assert.Equal(t, 3, p.targetLocked(now.Add(demandWindow)), "the first ten left the window")
+		for range 3 {
+			p.demand = append(p.demand, now.Add(5*time.Second))
+		}
+		assert.Equal(t, 5, p.targetLocked(now.Add(5*time.Second)), "1.3 claims/s × 2 s = 2.6: rounded to 3")
+		assert.Equal(t, 3, p.targetLocked(now.Add(demandWindow)), "the first ten left the window: 0.3/s × 2 s = 0.6")
+		p.demand = []time.Time{now}
+		assert.Equal(t, 2, p.targetLocked(now), "one claim in 10 s (0.1/s × 2 s = 0.2) does not grow it")
 		assert.Equal(t, 2, p.targetLocked(now.Add(5*time.Second+demandWindow)), "all left: min")
 		assert.Empty(t, p.demand, "forgotten")
 
@@ -48,16 +52,16 @@ func TestPoolGrowsWithDemandAndShrinksBack(t *testing.T) {
 		rt := newFakeRuntime(t)
 		rt.startWait = time.Second
 		const idle = 30 * time.Second
-		m := newTestManager(t, rt, ManagerOptions{Pools: []PoolOptions{{Size: 1, Max: 6, Idle: idle}}, MaxConcurrentStarts: 16})
+		m := newTestManager(t, rt, ManagerOptions{Pools: []PoolOptions{{Size: 1, Max: 6, Idle: idle}}, MaxConcurrentStarts: 32})
 		time.Sleep(time.Second)
 		synctest.Wait()
 		require.Equal(t, PoolStat{Key: m.Pools()[0].Key, Image: "test-image", Size: 1, Min: 1, Max: 6, Ready: 1}, m.Pools()[0])
 
-		// 12 creates at once: 1.2 claims/s × 1 s per refill (no start
-		// waits for a slot): the pool aims at 1+2.
+		// 15 creates at once: 1.5 claims/s × 1 s per refill (no start
+		// waits for a slot) = 1.5: the pool aims at 1+2.
 		var wg sync.WaitGroup
-		sessions := make(chan *Session, 12)
-		for range 12 {
+		sessions := make(chan *Session, 15)
+		for range 15 {
 			wg.Go(func() {
 				s, err := m.Create(context.Background(), SessionOptions{})
 				if assert.NoError(t, err) {
@@ -67,7 +71,7 @@ func TestPoolGrowsWithDemandAndShrinksBack(t *testing.T) {
 		}
 		wg.Wait()
 		close(sessions)
-		require.Len(t, m.List(), 12, "every create of the burst got its sandbox")
+		require.Len(t, m.List(), 15, "every create of the burst got its sandbox")
 		st := m.Pools()[0]
 		assert.Equal(t, 3, st.Size, "grown with the demand")
 		time.Sleep(2 * time.Second) // the refills end
