@@ -72,7 +72,7 @@ func TestProfilePools(t *testing.T) {
 
 // --pool takes N or MIN:MAX.
 func TestPoolFlag(t *testing.T) {
-	for in, want := range map[string]poolFlag{"0": {0, 0}, "4": {4, 4}, "2:20": {2, 20}, " 0 : 5 ": {0, 5}, "3:3": {3, 3}} {
+	for in, want := range map[string]poolFlag{"0": {0, 0}, "4": {4, 4}, "2:20": {2, 20}, "0:5": {0, 5}, "3:3": {3, 3}} {
 		var p poolFlag
 		require.NoError(t, p.Set(in), in)
 		assert.Equal(t, want, p, in)
