@@ -3,6 +3,8 @@ package api
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,7 +20,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/auth"
 )
 
-// A warm pool that follows demand (`pool: {min: 1, max: 4, idle: 3s}` on
+// A warm pool that follows demand (`pool: {min: 1, max: 4, idle: 10s}` on
 // the default profile): the default MCP endpoint /mcp and `sandboxd run`
 // without a profile are handed its sandbox; a burst of creates larger than
 // the pool all succeed and grow it; once the claims stop it shrinks back to
@@ -32,7 +34,7 @@ func TestElasticPoolServe(t *testing.T) {
 	state := t.TempDir()
 	scope := auth.NewToken()[:12]
 	cfg := filepath.Join(t.TempDir(), "config.yaml")
-	src := fmt.Sprintf("profiles:\n  default:\n    image: %s\n    env: {X: from-default}\n    cwd: /tmp\n    pool: {min: 1, max: 4, idle: 3s}\n", testImage)
+	src := fmt.Sprintf("profiles:\n  default:\n    image: %s\n    env: {X: from-default}\n    cwd: /tmp\n    pool: {min: 1, max: 4, idle: 10s}\n", testImage)
 	if err := os.WriteFile(cfg, []byte(src), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -67,6 +69,20 @@ func TestElasticPoolServe(t *testing.T) {
 	}
 
 	// A burst of 8 creates, larger than the pool's max: every one answers.
+	// From its start, /metrics is watched for the pool growing (on a loaded
+	// machine the burst may outlast the growth).
+	grew := make(chan struct{})
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	go func() {
+		for watchCtx.Err() == nil {
+			if v, err := metricValue(watchCtx, base, token, "sandboxd_pool_size"); err == nil && v != "0" && v != "1" {
+				close(grew)
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}()
 	c, err := client.Dial(ctx, serve.url, token, client.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -97,20 +113,23 @@ func TestElasticPoolServe(t *testing.T) {
 		t.FailNow()
 	}
 
-	// The claims grew the pool above its min, then it shrinks back once
-	// they leave the 10 s window and the surplus has been idle for 3 s.
-	waitPool := func(what string, ok func(string) bool) {
-		t.Helper()
-		for !ok(poolReady(ctx, t, base, token)) {
-			select {
-			case <-ctx.Done():
-				t.Fatalf("the pool %s: %v (ready %s)\n%s", what, ctx.Err(), poolReady(context.Background(), t, base, token), serve.logs())
-			case <-time.After(100 * time.Millisecond):
-			}
+	// The claims grew the pool above its min; it shrinks back once they
+	// leave the 10 s window and the surplus has been idle for 10 s.
+	select {
+	case <-grew:
+	case <-ctx.Done():
+		t.Fatalf("the pool did not grow above its min: %v\n%s", ctx.Err(), serve.logs())
+	}
+	for poolReady(ctx, t, base, token) != "1" {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the pool did not shrink back to its min: %v (ready %s)\n%s", ctx.Err(), poolReady(context.Background(), t, base, token), serve.logs())
+		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	waitPool("did not grow", func(v string) bool { return v != "0" && v != "1" })
-	waitPool("did not shrink back to its min", func(v string) bool { return v == "1" })
+	if v, err := metricValue(ctx, base, token, "sandboxd_pool_target"); err != nil || v != "1" {
+		t.Errorf("sandboxd_pool_target %q (%v), want the min 1", v, err)
+	}
 
 	// Nothing leaked: the scope's only container is the pool's one.
 	f := filters.NewArgs(filters.Arg("label", labelTest+"="+scope))
@@ -155,4 +174,28 @@ func pooledContainers(ctx context.Context, t *testing.T, base, token, scope stri
 		}
 	}
 	return pooled
+}
+
+// metricValue is the value of an unlabelled metric in the server's /metrics.
+func metricValue(ctx context.Context, base, token, name string) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", err
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			return v, nil
+		}
+	}
+	return "", fmt.Errorf("no %s in /metrics", name)
 }

@@ -44,7 +44,7 @@ func TestStatsReportZeroSessions(t *testing.T) {
 func TestStatsReportPoolTarget(t *testing.T) {
 	m, err := sandbox.NewManager(context.Background(), noRuntime{}, sandbox.ManagerOptions{
 		Logger: slog.New(slog.DiscardHandler),
-		Pools: []sandbox.PoolOptions{{Size: 2, Max: 5}, {Options: sandbox.SessionOptions{Env: map[string]string{"A": "1"}}, Size: 3}},
+		Pools:  []sandbox.PoolOptions{{Size: 2, Max: 5}, {Options: sandbox.SessionOptions{Env: map[string]string{"A": "1"}}, Size: 3}},
 	})
 	if err != nil {
 		t.Fatal(err)
