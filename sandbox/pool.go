@@ -233,7 +233,7 @@ func (p *pool) fill() time.Duration {
 	if len(p.demand) > 0 { // the target drops as claims leave the window
 		wait = min(wait, demandWindow-now.Sub(p.demand[0]))
 	}
-	if len(p.ready) > p.min { // the oldest may become idle above the target
+	if len(p.ready) > target { // the oldest is above the target, not idle yet
 		wait = min(wait, max(p.idle-now.Sub(p.ready[0].at), time.Millisecond))
 	}
 	if p.closed || missing < 0 {
