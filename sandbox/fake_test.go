@@ -28,6 +28,7 @@ type fakeRuntime struct {
 	onStart   func(Spec)    // called as Start begins (when set)
 	removed   []string
 	claimWait time.Duration // Claim takes this long, like an engine round trip (when set)
+	startWait time.Duration // Start takes this long, like a container start (when set)
 	away      atomic.Bool   // the engine does not answer: Inspect, Connect and Remove fail
 }
 
@@ -80,10 +81,17 @@ func fakeToolset(t *testing.T) *tools.Toolset {
 func (f *fakeRuntime) Start(ctx context.Context, spec Spec) (io.ReadWriteCloser, error) {
 	f.starts.Add(1)
 	f.mu.Lock()
-	hold, startErr, onStart := f.startHold, f.startErr, f.onStart
+	hold, startErr, onStart, wait := f.startHold, f.startErr, f.onStart, f.startWait
 	f.mu.Unlock()
 	if onStart != nil {
 		onStart(spec)
+	}
+	if wait > 0 {
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 	}
 	if hold != nil {
 		select {

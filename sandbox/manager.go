@@ -71,11 +71,19 @@ type ManagerOptions struct {
 	Dial DialFunc
 }
 
-// PoolOptions ask for Size sandboxes with Options to be kept started.
-// Create hands one out when its resolved options equal these resolved ones.
+// PoolOptions ask for sandboxes with Options to be kept started. Create
+// hands one out when its resolved options equal these resolved ones.
 type PoolOptions struct {
 	Options SessionOptions
-	Size    int
+	// Size is how many the pool keeps at least (its min); a fixed pool of
+	// Size when Max is not above it.
+	Size int
+	// Max, when above Size, lets the pool grow with demand up to Max and
+	// shrink back to Size once idle (the policy: pool in pool.go).
+	Max int
+	// Idle is how long a sandbox above the pool's current target waits
+	// ready before it is retired; 0 is DefaultPoolIdle.
+	Idle time.Duration
 }
 
 func (o *ManagerOptions) setDefaults() error {
@@ -134,6 +142,12 @@ func (o *ManagerOptions) setDefaults() error {
 		if po.Size < 0 {
 			p.add(fmt.Sprintf("pools[%d].size", i), "%d is negative", po.Size)
 		}
+		if po.Max != 0 && po.Max < po.Size {
+			p.add(fmt.Sprintf("pools[%d].max", i), "%d is below the size (min) %d", po.Max, po.Size)
+		}
+		if po.Idle < 0 {
+			p.add(fmt.Sprintf("pools[%d].idle", i), "%v is negative", po.Idle)
+		}
 		if _, err := po.Options.Resolve(o.Defaults); err != nil {
 			p.add(fmt.Sprintf("pools[%d].options", i), "%v", err)
 		}
@@ -184,10 +198,12 @@ func NewManager(ctx context.Context, rt Runtime, opts ManagerOptions) (*Manager,
 		o, _ := po.Options.Resolve(opts.Defaults) // validated above
 		key := o.Key()
 		if p, dup := m.pools[key]; dup {
-			p.size += po.Size
+			lo, hi := po.bounds()
+			p.min += lo
+			p.max += hi
 			continue
 		}
-		m.pools[key] = newPool(m, key, o, po.Size)
+		m.pools[key] = newPool(m, key, o, po)
 	}
 	if err := m.reclaim(ctx); err != nil {
 		m.cancel()
@@ -247,6 +263,7 @@ func (m *Manager) CreateWith(ctx context.Context, o SessionOptions, co CreateOpt
 		return nil, err
 	}
 	if p := m.pools[r.Key()]; p != nil {
+		p.claimed()
 		for s := p.take(); s != nil; s = p.take() {
 			// A quarter-millisecond ping guards against handing out a
 			// sandbox that died a moment ago, before its watcher noticed.

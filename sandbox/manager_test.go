@@ -354,7 +354,7 @@ func TestWarmPool(t *testing.T) {
 		require.Equal(t, 2, m.Pools()[0].Ready)
 		p := m.pools[mustKey(t, m, SessionOptions{})]
 		p.mu.Lock()
-		warm := []string{p.ready[0].ID(), p.ready[1].ID()}
+		warm := []string{p.ready[0].s.ID(), p.ready[1].s.ID()}
 		p.mu.Unlock()
 
 		start := time.Now()
@@ -379,7 +379,7 @@ func TestWarmPool(t *testing.T) {
 
 		// A pooled sandbox that dies is replaced.
 		p.mu.Lock()
-		victim := p.ready[0]
+		victim := p.ready[0].s
 		p.mu.Unlock()
 		rt.kill(victim.ID())
 		synctest.Wait()
@@ -407,7 +407,7 @@ func TestCreateWithIdleTimeoutDrawsFromPool(t *testing.T) {
 		p := m.pools[mustKey(t, m, SessionOptions{IdleTimeout: time.Second})]
 		require.NotNil(t, p)
 		p.mu.Lock()
-		warm := p.ready[0].ID()
+		warm := p.ready[0].s.ID()
 		p.mu.Unlock()
 
 		kept, err := m.CreateWith(context.Background(), SessionOptions{IdleTimeout: time.Second}, CreateOptions{IdleTimeout: NoIdleTimeout})

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"log/slog"
+	"math"
 	"sort"
 	"sync"
 	"time"
@@ -11,31 +12,111 @@ import (
 // Refill backoff after failed starts: 1s, 2s, 4s ... up to maxPoolBackoff.
 const maxPoolBackoff = 30 * time.Second
 
-// pool keeps up to size started sandboxes of one options key. A pooled
-// session is fully started (its agent answered a ping), so handing one out
-// costs a slice pop.
-type pool struct {
-	m    *Manager
-	key  string
-	opts SessionOptions
-	size int
-	log  *slog.Logger
-	kick chan struct{}
+// The demand policy of a pool whose Max is above its Min (PoolOptions).
+const (
+	// demandWindow is how far back claims count as demand.
+	demandWindow = 10 * time.Second
+	// maxDemand bounds the claims remembered in the window (a pool never
+	// aims above its Max, so more would change nothing).
+	maxDemand = 10_000
+	// initialStartCost is the refill latency assumed before the pool has
+	// measured one (a cold start on 2 cores takes about that).
+	initialStartCost = time.Second
+	// DefaultPoolIdle is how long a sandbox above the pool's target waits
+	// ready before it is retired (PoolOptions.Idle).
+	DefaultPoolIdle = time.Minute
+)
 
-	mu       sync.Mutex
-	ready    []*Session
-	starting int
-	failures int
-	retryAt  time.Time
-	closed   bool
+// pool keeps started sandboxes of one options key ready. A pooled session
+// is fully started (its agent answered a ping), so handing one out costs a
+// slice pop.
+//
+// Its size follows demand between min and max (decision 0034): it aims at
+// target = min + round(claim rate × refill latency), capped at max, where
+// the claim rate counts every create that asked it (handed out or not) in
+// the last demandWindow and the refill latency is a moving average of its
+// own starts; so a burst that drains it grows it, and the growth is what
+// the claims would have taken while refills ran. A sandbox above the
+// target that has been ready for idle is retired (oldest first), so the
+// pool shrinks back to min once claims stop. With min = max it is a fixed
+// pool of that size, as before. Refills take start slots after every
+// client create waiting for one (startSlots), so a pool growing under a
+// burst never delays the burst's own cold creates.
+type pool struct {
+	m        *Manager
+	key      string
+	opts     SessionOptions
+	min, max int
+	idle     time.Duration
+	log      *slog.Logger
+	kick     chan struct{}
+
+	mu        sync.Mutex
+	ready     []pooled // oldest first
+	starting  int
+	failures  int
+	retryAt   time.Time
+	closed    bool
+	demand    []time.Time   // claims in the last demandWindow, oldest first
+	startCost time.Duration // moving average of a refill's latency
 }
 
-func newPool(m *Manager, key string, o SessionOptions, size int) *pool {
-	return &pool{
-		m: m, key: key, opts: o, size: size,
-		log:  m.log.With("pool", key, "image", o.Image),
-		kick: make(chan struct{}, 1),
+// pooled is a ready sandbox of a pool and since when it waits.
+type pooled struct {
+	s  *Session
+	at time.Time
+}
+
+func newPool(m *Manager, key string, o SessionOptions, po PoolOptions) *pool {
+	lo, hi := po.bounds()
+	idle := po.Idle
+	if idle <= 0 {
+		idle = DefaultPoolIdle
 	}
+	return &pool{
+		m: m, key: key, opts: o, min: lo, max: hi, idle: idle,
+		log:       m.log.With("pool", key, "image", o.Image),
+		kick:      make(chan struct{}, 1),
+		startCost: initialStartCost,
+	}
+}
+
+// bounds are the pool's min and max: Size, and Max when above it.
+func (po PoolOptions) bounds() (lo, hi int) {
+	return po.Size, max(po.Size, po.Max)
+}
+
+// claimed counts one create that asked the pool for a sandbox (the take
+// that follows kicks the pool's loop).
+func (p *pool) claimed() {
+	p.mu.Lock()
+	if p.max > p.min {
+		p.demand = append(p.demand, time.Now())
+		if len(p.demand) > maxDemand {
+			p.demand = p.demand[len(p.demand)-maxDemand:]
+		}
+	}
+	p.mu.Unlock()
+}
+
+// targetLocked is the size the pool aims at now (see pool); it forgets
+// claims older than demandWindow.
+func (p *pool) targetLocked(now time.Time) int {
+	i := 0
+	for i < len(p.demand) && now.Sub(p.demand[i]) >= demandWindow {
+		i++
+	}
+	p.demand = p.demand[i:]
+	if len(p.demand) == 0 {
+		p.demand = nil
+		return p.min
+	}
+	rate := float64(len(p.demand)) / demandWindow.Seconds()
+	extra := math.Round(rate * p.startCost.Seconds())
+	if extra >= float64(p.max-p.min) {
+		return p.max
+	}
+	return p.min + int(extra)
 }
 
 // take hands out the oldest ready session, or nil.
@@ -44,7 +125,7 @@ func (p *pool) take() *Session {
 	var got *Session
 	p.mu.Lock()
 	for len(p.ready) > 0 && got == nil {
-		s := p.ready[0]
+		s := p.ready[0].s
 		p.ready = p.ready[1:]
 		if s.State() == StateReady {
 			got = s
@@ -61,14 +142,14 @@ func (p *pool) take() *Session {
 }
 
 // add puts a started session in the pool; false if the pool is closed or
-// full (then the caller closes it).
+// at its max (then the caller closes it).
 func (p *pool) add(s *Session) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed || len(p.ready) >= p.size {
+	if p.closed || len(p.ready) >= p.max {
 		return false
 	}
-	p.ready = append(p.ready, s)
+	p.ready = append(p.ready, pooled{s, time.Now()})
 	return true
 }
 
@@ -77,7 +158,7 @@ func (p *pool) remove(s *Session) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for i, r := range p.ready {
-		if r == s {
+		if r.s == s {
 			p.ready = append(p.ready[:i], p.ready[i+1:]...)
 			return true
 		}
@@ -85,11 +166,12 @@ func (p *pool) remove(s *Session) bool {
 	return false
 }
 
-// room reports whether the pool wants another sandbox (for adoption).
+// room reports whether the pool wants another sandbox (for adoption): up
+// to its max, as what is above the target is retired once idle.
 func (p *pool) room() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return !p.closed && len(p.ready)+p.starting < p.size
+	return !p.closed && len(p.ready)+p.starting < p.max
 }
 
 // drain closes the pool and returns its sessions for the caller to close.
@@ -97,7 +179,10 @@ func (p *pool) drain() []*Session {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.closed = true
-	out := p.ready
+	out := make([]*Session, len(p.ready))
+	for i, r := range p.ready {
+		out[i] = r.s
+	}
 	p.ready = nil
 	return out
 }
@@ -109,16 +194,12 @@ func (p *pool) signal() {
 	}
 }
 
-// run keeps the pool full until ctx ends.
+// run keeps the pool at its target until ctx ends: it fills and retires,
+// then sleeps until kicked (a claim, a start ended) or until the target or
+// an idle sandbox may have changed.
 func (p *pool) run(ctx context.Context) {
 	for {
-		p.mu.Lock()
-		wait := time.Until(p.retryAt)
-		p.mu.Unlock()
-		if wait <= 0 {
-			p.fill()
-			wait = time.Hour // until kicked
-		}
+		wait := p.fill()
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
@@ -131,17 +212,41 @@ func (p *pool) run(ctx context.Context) {
 	}
 }
 
-// fill starts as many sandboxes as the pool lacks; the manager's start
-// slots bound how many run at once.
-func (p *pool) fill() {
+// fill retires the idle sandboxes above the target and starts as many as
+// the pool lacks (after a failure, not before its backoff); the manager's
+// start slots bound how many run at once. It returns how long the pool
+// may wait before it needs looking at again.
+func (p *pool) fill() time.Duration {
+	now := time.Now()
+	var retire []*Session
 	p.mu.Lock()
-	missing := p.size - len(p.ready) - p.starting
-	if p.closed || missing <= 0 {
-		p.mu.Unlock()
-		return
+	target := p.targetLocked(now)
+	for len(p.ready) > target && now.Sub(p.ready[0].at) >= p.idle {
+		retire = append(retire, p.ready[0].s)
+		p.ready = p.ready[1:]
+	}
+	missing := target - len(p.ready) - p.starting
+	wait := time.Hour // until kicked
+	if backoff := p.retryAt.Sub(now); backoff > 0 {
+		wait, missing = backoff, 0
+	}
+	if len(p.demand) > 0 { // the target drops as claims leave the window
+		wait = min(wait, demandWindow-now.Sub(p.demand[0]))
+	}
+	if len(p.ready) > target { // the oldest is above the target, not idle yet
+		wait = min(wait, max(p.idle-now.Sub(p.ready[0].at), time.Millisecond))
+	}
+	if p.closed || missing < 0 {
+		missing = 0
 	}
 	p.starting += missing
 	p.mu.Unlock()
+	if len(retire) > 0 {
+		p.log.Info("warm pool shrinking: idle sandboxes retired", "retired", len(retire), "target", target)
+	}
+	for _, s := range retire {
+		p.m.closeInBackground(s)
+	}
 	for range missing {
 		if !p.m.goBackground(p.startOne) {
 			p.mu.Lock()
@@ -149,9 +254,11 @@ func (p *pool) fill() {
 			p.mu.Unlock()
 		}
 	}
+	return wait
 }
 
 func (p *pool) startOne(ctx context.Context) {
+	began := time.Now()
 	s, err := p.m.start(ctx, p.opts, p.key, CreateOptions{})
 	p.mu.Lock()
 	p.starting--
@@ -167,6 +274,7 @@ func (p *pool) startOne(ctx context.Context) {
 		return
 	}
 	p.failures = 0
+	p.startCost = (3*p.startCost + time.Since(began)) / 4
 	p.mu.Unlock()
 	if !p.add(s) {
 		_ = s.Close(context.Background()) // the pool closed meanwhile; teardown logs a failed removal
@@ -199,7 +307,9 @@ func (m *Manager) closeInBackground(s *Session) {
 type PoolStat struct {
 	Key      string `json:"key"`
 	Image    string `json:"image"`
-	Size     int    `json:"size"`
+	Size     int    `json:"size"` // what it aims at now, between Min and Max
+	Min      int    `json:"min"`
+	Max      int    `json:"max"`
 	Ready    int    `json:"ready"`
 	Starting int    `json:"starting"`
 }
@@ -207,7 +317,8 @@ type PoolStat struct {
 func (p *pool) stat() PoolStat {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return PoolStat{Key: p.key, Image: p.opts.Image, Size: p.size, Ready: len(p.ready), Starting: p.starting}
+	return PoolStat{Key: p.key, Image: p.opts.Image, Size: p.targetLocked(time.Now()), Min: p.min, Max: p.max,
+		Ready: len(p.ready), Starting: p.starting}
 }
 
 // Pools reports the warm pools (for metrics and readiness checks).

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -69,7 +70,8 @@ type serveConfig struct {
 	image, mcpImage, agentBinary        string
 	runtime                             string
 	mcpIdle, drainTimeout, shutdownTime time.Duration
-	maxSessions, pool, maxStarts        int
+	maxSessions, maxStarts              int
+	pool                                poolFlag
 	diskMB                              int
 	diskQuota                           sizeFlag
 	diskBackend, diskDir                string
@@ -94,6 +96,44 @@ func (l *pathList) Set(v string) error {
 }
 
 // listFlag is a repeatable, comma-separable string flag.
+// poolFlag is --pool: N (a fixed pool) or MIN:MAX (one that follows demand).
+type poolFlag struct{ min, max int }
+
+func (p *poolFlag) String() string {
+	if p.max > p.min {
+		return fmt.Sprintf("%d:%d", p.min, p.max)
+	}
+	return strconv.Itoa(p.min)
+}
+
+func (p *poolFlag) Set(v string) error {
+	lo, hi, elastic := strings.Cut(v, ":")
+	minN, err := strconv.Atoi(strings.TrimSpace(lo))
+	maxN := minN
+	if err == nil && elastic {
+		maxN, err = strconv.Atoi(strings.TrimSpace(hi))
+	}
+	switch {
+	case err != nil:
+		return fmt.Errorf("%q: want N (a fixed pool) or MIN:MAX", v)
+	case minN < 0 || maxN > config.MaxPool:
+		return fmt.Errorf("%q: want sizes from 0 (no warm pool) to %d", v, config.MaxPool)
+	case maxN < minN:
+		return fmt.Errorf("%q: MAX is below MIN", v)
+	}
+	p.min, p.max = minN, maxN
+	return nil
+}
+
+// options are the pool's size as sandbox.PoolOptions (Size is its min).
+func (p poolFlag) options(o sandbox.SessionOptions) sandbox.PoolOptions {
+	po := sandbox.PoolOptions{Options: o, Size: p.min}
+	if p.max > p.min {
+		po.Max = p.max
+	}
+	return po
+}
+
 type listFlag []string
 
 func (l *listFlag) String() string { return strings.Join(*l, ",") }
@@ -139,8 +179,8 @@ func runServe(ctx context.Context, std stdio, args []string) error {
 	fs.StringVar(&cfg.diskDir, "disk-dir", "", "where the sparse files of --disk-backend loop live (default <state-dir>/disks)")
 	fs.IntVar(&cfg.diskMB, "disk-mb", 0, "cap /workspace and the home folder of every session at this many MiB each, as tmpfs charged to the "+
 		"session's memory (they start empty and do not survive an engine restart); 0: no tmpfs (see --disk-quota)")
-	fs.IntVar(&cfg.pool, "pool", 0, "keep this many started sandboxes of the default profile ready (warm pool): the config's default profile, else the flags' defaults; "+
-		"each profile of the config has its own (pool: N)")
+	fs.Var(&cfg.pool, "pool", "warm pool of the default profile (the config's default profile, else the flags' defaults): N keeps N started sandboxes ready; "+
+		"MIN:MAX keeps at least MIN and grows toward MAX while creates drain it, back to MIN once idle; each profile of the config has its own (pool: N, or pool: {min, max})")
 	fs.IntVar(&cfg.maxStarts, "max-concurrent-starts", sandbox.DefaultMaxConcurrentStarts,
 		"sandboxes being started at once (client creates go before pool refills); on 2 cores 4 gave the best ready latency")
 	fs.IntVar(&cfg.maxSessions, "max-sessions", server.DefaultMaxSessions, "cap on live sessions, WebSocket and MCP together (-1: none)")
@@ -161,9 +201,6 @@ func runServe(ctx context.Context, std stdio, args []string) error {
 	}
 	if err := parseFlags(fs, args); err != nil {
 		return err
-	}
-	if cfg.pool < 0 {
-		return usageErrorf("--pool %d: want 0 (no warm pool) or more", cfg.pool)
 	}
 	if cfg.diskMB < 0 {
 		return usageErrorf("--disk-mb %d: want 0 (no limit) or a size in MiB", cfg.diskMB)
@@ -331,30 +368,35 @@ func profileOptions(file *config.File) map[string]sandbox.SessionOptions {
 }
 
 // profilePools are the warm pools: each profile's pool of its options, and
-// --pool N the default profile's (the config's "default", else the
+// --pool N (or MIN:MAX) the default profile's (the config's "default", else the
 // flags' defaults), in place of the one the config gives it.
 func profilePools(file *config.File, cfg serveConfig, log *slog.Logger) []sandbox.PoolOptions {
 	var pools []sandbox.PoolOptions
 	def, hasDefault := file.Profiles[config.DefaultProfile]
 	for _, name := range file.Names() {
 		p := file.Profiles[name]
-		if p.Pool == 0 || (name == config.DefaultProfile && cfg.pool > 0) {
+		if max(p.Pool, p.PoolMax) == 0 || (name == config.DefaultProfile && cfg.pool.max > 0) {
 			continue
 		}
-		pools = append(pools, sandbox.PoolOptions{Options: p.Options, Size: p.Pool})
+		pools = append(pools, sandbox.PoolOptions{Options: p.Options, Size: p.Pool, Max: p.PoolMax, Idle: p.PoolIdle})
 	}
-	if cfg.pool > 0 {
+	if cfg.pool.max > 0 {
 		var o sandbox.SessionOptions
 		if hasDefault {
 			o = def.Options
-			if def.Pool > 0 && def.Pool != cfg.pool {
-				log.Info("--pool sets the default profile's warm pool, in place of the config's", "pool", cfg.pool, "config_pool", def.Pool)
+			if max(def.Pool, def.PoolMax) > 0 && (def.Pool != cfg.pool.min || max(def.Pool, def.PoolMax) != cfg.pool.max) {
+				log.Info("--pool sets the default profile's warm pool, in place of the config's", "pool", cfg.pool.String(),
+					"config_pool_min", def.Pool, "config_pool_max", max(def.Pool, def.PoolMax))
 			}
 		} else if cfg.mcpImage != cfg.image {
 			log.Warn("the warm pool (--pool) holds --image; the MCP endpoint /mcp starts --mcp-image sandboxes cold "+
 				"(give both the same image, or define a default profile)", "image", cfg.image, "mcp_image", cfg.mcpImage)
 		}
-		pools = append(pools, sandbox.PoolOptions{Options: o, Size: cfg.pool})
+		po := cfg.pool.options(o)
+		if hasDefault {
+			po.Idle = def.PoolIdle
+		}
+		pools = append(pools, po)
 	}
 	if hasDefault && cfg.mcpImage != server.DefaultMCPImage {
 		log.Warn("--mcp-image is not used: the config's default profile is what /mcp serves", "mcp_image", cfg.mcpImage)

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -56,9 +57,34 @@ func TestProfilePools(t *testing.T) {
 	assert.Equal(t, []sandbox.PoolOptions{{Options: sandbox.SessionOptions{Image: "d"}, Size: 3}, {Options: sandbox.SessionOptions{Image: "f"}, Size: 2}},
 		profilePools(f, serveConfig{}, quiet()))
 	assert.Equal(t, []sandbox.PoolOptions{{Options: sandbox.SessionOptions{Image: "f"}, Size: 2}, {Options: sandbox.SessionOptions{Image: "d"}, Size: 5}},
-		profilePools(f, serveConfig{pool: 5}, quiet()), "--pool replaces the default profile's")
-	assert.Equal(t, []sandbox.PoolOptions{{Size: 4}}, profilePools(parse(t, ""), serveConfig{pool: 4}, quiet()), "no config: as before")
+		profilePools(f, serveConfig{pool: poolFlag{5, 5}}, quiet()), "--pool replaces the default profile's")
+	assert.Equal(t, []sandbox.PoolOptions{{Size: 4}}, profilePools(parse(t, ""), serveConfig{pool: poolFlag{4, 4}}, quiet()), "no config: as before")
 	assert.Empty(t, profilePools(parse(t, ""), serveConfig{}, quiet()))
+
+	// pool: {min, max, idle} and --pool MIN:MAX follow demand.
+	f = parse(t, "profiles:\n  default:\n    image: d\n    pool: {min: 1, max: 8, idle: 2m}\n  fuzz:\n    image: f\n    pool: {min: 0, max: 3}\n")
+	assert.Equal(t, []sandbox.PoolOptions{{Options: sandbox.SessionOptions{Image: "d"}, Size: 1, Max: 8, Idle: 2 * time.Minute},
+		{Options: sandbox.SessionOptions{Image: "f"}, Max: 3}}, profilePools(f, serveConfig{}, quiet()))
+	assert.Equal(t, []sandbox.PoolOptions{{Options: sandbox.SessionOptions{Image: "f"}, Max: 3},
+		{Options: sandbox.SessionOptions{Image: "d"}, Size: 2, Max: 20, Idle: 2 * time.Minute}},
+		profilePools(f, serveConfig{pool: poolFlag{2, 20}}, quiet()), "--pool MIN:MAX replaces the default profile's bounds, not its idle")
+}
+
+// --pool takes N or MIN:MAX.
+func TestPoolFlag(t *testing.T) {
+	for in, want := range map[string]poolFlag{"0": {0, 0}, "4": {4, 4}, "2:20": {2, 20}, "0:5": {0, 5}, "3:3": {3, 3}} {
+		var p poolFlag
+		require.NoError(t, p.Set(in), in)
+		assert.Equal(t, want, p, in)
+	}
+	for in, msg := range map[string]string{"x": "want N (a fixed pool) or MIN:MAX", "2:": "want N", "-1": "want sizes from 0", "1:1001": "to 1000", "5:2": "MAX is below MIN"} {
+		var p poolFlag
+		err := p.Set(in)
+		require.Error(t, err, in)
+		assert.Contains(t, err.Error(), msg, in)
+	}
+	p := poolFlag{2, 20}
+	assert.Equal(t, "2:20", p.String())
 }
 
 // Every profile is resolved over the flags' defaults at start, and the

@@ -14,7 +14,8 @@ func TestServeRefusesBadNumbers(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--pool", "-1"}, "--pool -1"},
+		{[]string{"--pool", "-1"}, `invalid value "-1" for flag -pool: "-1": want sizes from 0 (no warm pool) to 1000`},
+		{[]string{"--pool", "5:2"}, `"5:2": MAX is below MIN`},
 		{[]string{"--disk-mb", "-1"}, "--disk-mb -1: want 0 (no limit) or a size in MiB"},
 		{[]string{"--max-concurrent-starts", "0"}, "--max-concurrent-starts 0"},
 		{[]string{"--disk-quota", "10"}, "want a size with a unit"},

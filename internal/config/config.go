@@ -24,6 +24,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 
@@ -71,8 +72,14 @@ type Profile struct {
 	// session is created.
 	Options sandbox.SessionOptions
 	// Pool is how many sandboxes of the profile's resolved options to keep
-	// started (a warm pool); 0: none.
+	// started at least (a warm pool); 0: none. `pool: N` is a fixed pool;
+	// `pool: {min: N, max: M}` one that grows with demand up to PoolMax
+	// and shrinks back to Pool after PoolIdle (sandbox.PoolOptions).
 	Pool int
+	// PoolMax is the pool's max when it follows demand; 0: fixed at Pool.
+	PoolMax int
+	// PoolIdle is `pool.idle`; 0: sandbox.DefaultPoolIdle.
+	PoolIdle time.Duration
 
 	// pos is where each option was written: "" is the profile's name,
 	// "image", "limits", "limits.memory", ...
@@ -401,16 +408,50 @@ func (p *parser) profile(prof *Profile, n *yaml.Node, path string) {
 		}
 		switch key {
 		case "pool":
-			if n, ok := p.integer(v, kpath); ok {
-				if n < 0 || n > MaxPool {
-					p.errorf(p.resolve(v), kpath, "%d: want 0 (no warm pool) to %d", n, MaxPool)
-				}
-				prof.Pool = int(n)
-			}
+			p.pool(prof, v, kpath)
 		default:
 			p.unknown(k, path, key, append(slices.Collect(maps.Keys(fields)), profileKeys...)...)
 		}
 	})
+}
+
+// pool reads `pool: N` (a fixed pool) or `pool: {min: N, max: M, idle: D}`.
+func (p *parser) pool(prof *Profile, v *yaml.Node, path string) {
+	size := func(v *yaml.Node, path string) int {
+		n, ok := p.integer(v, path)
+		if ok && (n < 0 || n > MaxPool) {
+			p.errorf(p.resolve(v), path, "%d: want 0 (no warm pool) to %d", n, MaxPool)
+			ok = false
+		}
+		if !ok {
+			return 0
+		}
+		return int(n)
+	}
+	if n := p.resolve(v); n == nil || n.Kind != yaml.MappingNode {
+		prof.Pool = size(v, path)
+		return
+	}
+	var hasMin, hasMax bool
+	p.mapping(v, path, func(key string, k, v *yaml.Node) {
+		kpath := join(path, key)
+		switch key {
+		case "min":
+			prof.Pool, hasMin = size(v, kpath), true
+		case "max":
+			prof.PoolMax, hasMax = size(v, kpath), true
+		case "idle":
+			duration(&prof.PoolIdle)(p, v, kpath, nil, key)
+		default:
+			p.unknown(k, path, key, "min", "max", "idle")
+		}
+	})
+	switch {
+	case !hasMin || !hasMax:
+		p.errorf(p.resolve(v), path, "want both min and max (or pool: N for a fixed pool of N)")
+	case prof.PoolMax < prof.Pool:
+		p.errorf(p.resolve(v), path, "max %d is below min %d", prof.PoolMax, prof.Pool)
+	}
 }
 
 func (p *parser) skillsDirs(n *yaml.Node, path string) []string {

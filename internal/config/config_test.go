@@ -13,6 +13,15 @@ import (
 	"github.com/sandboxd/sandboxd/sandbox"
 )
 
+// pool: N is a fixed pool; pool: {min, max, idle} one that follows demand.
+func TestParsePool(t *testing.T) {
+	f, err := Parse("c.yaml", []byte("profiles:\n  fixed:\n    pool: 3\n  elastic:\n    pool: {min: 2, max: 20, idle: 5m}\n  default_idle:\n    pool:\n      min: 0\n      max: 4\n"))
+	require.NoError(t, err)
+	assert.Equal(t, [3]any{3, 0, time.Duration(0)}, [3]any{f.Profiles["fixed"].Pool, f.Profiles["fixed"].PoolMax, f.Profiles["fixed"].PoolIdle})
+	assert.Equal(t, [3]any{2, 20, 5 * time.Minute}, [3]any{f.Profiles["elastic"].Pool, f.Profiles["elastic"].PoolMax, f.Profiles["elastic"].PoolIdle})
+	assert.Equal(t, [3]any{0, 4, time.Duration(0)}, [3]any{f.Profiles["default_idle"].Pool, f.Profiles["default_idle"].PoolMax, f.Profiles["default_idle"].PoolIdle})
+}
+
 func TestParseValid(t *testing.T) {
 	skillsA, skillsB := t.TempDir(), t.TempDir()
 	src := `# sandboxd serve --config
@@ -143,6 +152,11 @@ func TestParseErrors(t *testing.T) {
 		"idle negative":      {"profiles:\n  a:\n    idle_timeout: -1s\n", `profiles.a.idle_timeout: "-1s" is not a duration`},
 		"pool":               {"profiles:\n  a:\n    pool: -1\n", `config.yaml:3:11: profiles.a.pool: -1: want 0 (no warm pool) to 1000`},
 		"pool type":          {"profiles:\n  a:\n    pool: two\n", `config.yaml:3:11: profiles.a.pool: want a whole number, not "two"`},
+		"pool min only":      {"profiles:\n  a:\n    pool: {min: 2}\n", `config.yaml:3:11: profiles.a.pool: want both min and max (or pool: N for a fixed pool of N)`},
+		"pool max below":     {"profiles:\n  a:\n    pool: {min: 3, max: 2}\n", `config.yaml:3:11: profiles.a.pool: max 2 is below min 3`},
+		"pool max range":     {"profiles:\n  a:\n    pool: {min: 3, max: 5000}\n", `profiles.a.pool.max: 5000: want 0 (no warm pool) to 1000`},
+		"pool idle":          {"profiles:\n  a:\n    pool: {min: 1, max: 2, idle: 5}\n", `profiles.a.pool.idle: "5" is not a duration such as 30s or 2m`},
+		"pool key":           {"profiles:\n  a:\n    pool: {min: 1, max: 2, size: 5}\n", `profiles.a.pool.size: unknown`},
 		"cpus":               {"profiles:\n  a:\n    limits: {cpus: lots}\n", `profiles.a.limits.cpus: want a number, not "lots"`},
 		"cpus nan":           {"profiles:\n  a:\n    limits: {cpus: .nan}\n", `profiles.a.limits.cpus: ".nan" is not a number`},
 		"rootfs":             {"profiles:\n  a:\n    writable_rootfs: yes\n", `profiles.a.writable_rootfs: want true or false, not "yes"`},

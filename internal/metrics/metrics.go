@@ -22,6 +22,7 @@ const (
 type Stats struct {
 	SessionsByState map[string]int
 	PoolSize        int // warm containers ready to become sessions
+	PoolTarget      int // what the pools aim at now (between their min and max)
 }
 
 // Metrics is the set of sandboxd's metrics.
@@ -94,6 +95,7 @@ func (m *Metrics) Handler() http.Handler {
 var (
 	sessionsDesc = prometheus.NewDesc("sandboxd_sessions", "Sessions by state.", []string{"state"}, nil)
 	poolDesc     = prometheus.NewDesc("sandboxd_pool_size", "Warm containers ready to become sessions.", nil, nil)
+	targetDesc   = prometheus.NewDesc("sandboxd_pool_target", "Warm containers the pools aim at now: min, more while creates drain them, at most max.", nil, nil)
 )
 
 // statsCollector asks the manager at scrape time, so the numbers are never
@@ -103,6 +105,7 @@ type statsCollector struct{ stats func() Stats }
 func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- sessionsDesc
 	ch <- poolDesc
+	ch <- targetDesc
 }
 
 func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
@@ -111,4 +114,5 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(sessionsDesc, prometheus.GaugeValue, float64(n), state)
 	}
 	ch <- prometheus.MustNewConstMetric(poolDesc, prometheus.GaugeValue, float64(s.PoolSize))
+	ch <- prometheus.MustNewConstMetric(targetDesc, prometheus.GaugeValue, float64(s.PoolTarget))
 }

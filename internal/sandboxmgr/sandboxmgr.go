@@ -64,6 +64,7 @@ func (a *Backend) Stats() metrics.Stats {
 	}
 	for _, p := range a.m.Pools() {
 		st.PoolSize += p.Ready
+		st.PoolTarget += p.Size
 	}
 	return st
 }

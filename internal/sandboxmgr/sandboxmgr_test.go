@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"testing"
 
 	"github.com/sandboxd/sandboxd/sandbox"
@@ -35,5 +36,21 @@ func TestStatsReportZeroSessions(t *testing.T) {
 		if n, ok := st.SessionsByState[state]; !ok || n != 0 {
 			t.Errorf("state %s: %d (reported: %v), want 0", state, n, ok)
 		}
+	}
+}
+
+// sandboxd_pool_target is what the pools aim at (their min with no
+// demand); sandboxd_pool_size what they hold ready (none: starts fail here).
+func TestStatsReportPoolTarget(t *testing.T) {
+	m, err := sandbox.NewManager(context.Background(), noRuntime{}, sandbox.ManagerOptions{
+		Logger: slog.New(slog.DiscardHandler),
+		Pools:  []sandbox.PoolOptions{{Size: 2, Max: 5}, {Options: sandbox.SessionOptions{Env: map[string]string{"A": "1"}}, Size: 3}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = m.Shutdown(context.Background(), false) }()
+	if st := New(m).Stats(); st.PoolTarget != 5 || st.PoolSize != 0 {
+		t.Errorf("pool target %d, ready %d: want 5 (2 + 3) and 0", st.PoolTarget, st.PoolSize)
 	}
 }

@@ -1,0 +1,152 @@
+package sandbox
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The target: min plus the claims of the last demandWindow times the
+// measured refill latency, capped at max; back to min once the claims
+// leave the window.
+func TestPoolTarget(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := &pool{min: 2, max: 20, startCost: 2 * time.Second}
+		now := time.Now()
+		assert.Equal(t, 2, p.targetLocked(now), "no demand: min")
+		for range 10 {
+			p.demand = append(p.demand, now)
+		}
+		assert.Equal(t, 4, p.targetLocked(now), "1 claim/s × 2 s refill: 2 more")
+		for range 3 {
+			p.demand = append(p.demand, now.Add(5*time.Second))
+		}
+		assert.Equal(t, 5, p.targetLocked(now.Add(5*time.Second)), "1.3 claims/s × 2 s = 2.6: rounded to 3")
+		assert.Equal(t, 3, p.targetLocked(now.Add(demandWindow)), "the first ten left the window: 0.3/s × 2 s = 0.6")
+		p.demand = []time.Time{now}
+		assert.Equal(t, 2, p.targetLocked(now), "one claim in 10 s (0.1/s × 2 s = 0.2) does not grow it")
+		assert.Equal(t, 2, p.targetLocked(now.Add(5*time.Second+demandWindow)), "all left: min")
+		assert.Empty(t, p.demand, "forgotten")
+
+		for range 1000 {
+			p.demand = append(p.demand, now)
+		}
+		assert.Equal(t, 20, p.targetLocked(now), "capped at max")
+
+		fixed := &pool{min: 3, max: 3, startCost: time.Minute}
+		fixed.claimed()
+		assert.Empty(t, fixed.demand, "a fixed pool counts no demand")
+		assert.Equal(t, 3, fixed.targetLocked(now))
+	})
+}
+
+// A burst larger than the pool grows it toward max while refills run, and
+// once the claims stop it shrinks back to min after idle; nothing leaks.
+func TestPoolGrowsWithDemandAndShrinksBack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt := newFakeRuntime(t)
+		rt.startWait = time.Second
+		const idle = 30 * time.Second
+		m := newTestManager(t, rt, ManagerOptions{Pools: []PoolOptions{{Size: 1, Max: 6, Idle: idle}}, MaxConcurrentStarts: 32})
+		time.Sleep(time.Second)
+		synctest.Wait()
+		require.Equal(t, PoolStat{Key: m.Pools()[0].Key, Image: "test-image", Size: 1, Min: 1, Max: 6, Ready: 1}, m.Pools()[0])
+
+		// 15 creates at once: 1.5 claims/s × 1 s per refill (no start
+		// waits for a slot) = 1.5: the pool aims at 1+2.
+		var wg sync.WaitGroup
+		sessions := make(chan *Session, 15)
+		for range 15 {
+			wg.Go(func() {
+				s, err := m.Create(context.Background(), SessionOptions{})
+				if assert.NoError(t, err) {
+					sessions <- s
+				}
+			})
+		}
+		wg.Wait()
+		close(sessions)
+		require.Len(t, m.List(), 15, "every create of the burst got its sandbox")
+		st := m.Pools()[0]
+		assert.Equal(t, 3, st.Size, "grown with the demand")
+		time.Sleep(2 * time.Second) // the refills end
+		synctest.Wait()
+		st = m.Pools()[0]
+		assert.Equal(t, 3, st.Ready, "filled to the grown target")
+
+		// A second burst of 3 is served from the pool at once.
+		began := time.Now()
+		for range 3 {
+			s, err := m.Create(context.Background(), SessionOptions{})
+			require.NoError(t, err)
+			require.NoError(t, s.Close(context.Background()))
+		}
+		assert.Equal(t, began, time.Now(), "handed out without waiting for a start")
+
+		// The claims leave the window: the target falls back to min, and
+		// the surplus is retired once it has waited idle.
+		time.Sleep(demandWindow)
+		synctest.Wait()
+		st = m.Pools()[0]
+		assert.Equal(t, 1, st.Size, "no demand: back to min")
+		assert.Greater(t, st.Ready, 1, "not idle long enough yet to be retired")
+		time.Sleep(idle)
+		synctest.Wait()
+		assert.Equal(t, 1, m.Pools()[0].Ready, "shrunk back to min")
+
+		for s := range sessions {
+			require.NoError(t, s.Close(context.Background()))
+		}
+		synctest.Wait()
+		assert.Empty(t, m.List())
+		assert.Equal(t, 1, rt.count(), "only the pool's one sandbox is left in the runtime")
+
+		// A burst whose demand × refill latency passes max grows it to max only.
+		p := m.pools[m.Pools()[0].Key]
+		for range 60 {
+			p.claimed()
+		}
+		p.signal() // as a take does
+		synctest.Wait()
+		assert.Equal(t, 6, m.Pools()[0].Size, "capped at max")
+		time.Sleep(time.Second)
+		synctest.Wait()
+		assert.Equal(t, 6, m.Pools()[0].Ready)
+		assert.Equal(t, 6, rt.count())
+	})
+}
+
+// With Max equal to Size (or unset) the pool keeps a fixed size, whatever
+// the demand.
+func TestPoolFixedSizeIgnoresDemand(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt := newFakeRuntime(t)
+		rt.startWait = time.Second
+		m := newTestManager(t, rt, ManagerOptions{Pools: []PoolOptions{{Size: 2}}, MaxConcurrentStarts: 8})
+		time.Sleep(time.Second)
+		synctest.Wait()
+		for range 20 {
+			s, err := m.Create(context.Background(), SessionOptions{})
+			require.NoError(t, err)
+			require.NoError(t, s.Close(context.Background()))
+		}
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		assert.Equal(t, PoolStat{Key: m.Pools()[0].Key, Image: "test-image", Size: 2, Min: 2, Max: 2, Ready: 2}, m.Pools()[0])
+		assert.Equal(t, 2, rt.count())
+	})
+}
+
+// Invalid bounds are refused, each named.
+func TestPoolOptionsValidated(t *testing.T) {
+	_, err := NewManager(context.Background(), newFakeRuntime(t), ManagerOptions{Defaults: SessionOptions{Image: "i"},
+		Pools: []PoolOptions{{Size: 3, Max: 2}, {Size: 1, Idle: -time.Second}}})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "pools[0].max: 2 is below the size (min) 3")
+	assert.Contains(t, err.Error(), "pools[1].idle: -1s is negative")
+}
