@@ -20,11 +20,14 @@ type sidecarToolCache struct {
 	defs map[string][]tools.Definition
 }
 
-// sidecarKey identifies a declaration with its defaults filled (and
-// without its workspace mount, which a probe has none of).
+// sidecarKey identifies a declaration with its defaults filled, without
+// what does not change its tools: its workspace mount (a probe has none)
+// and its limits (a probe's are the defaults).
 func sidecarKey(s MCPServer) string {
 	s.Workspace = ""
-	b, _ := json.Marshal(s.withDefaults())
+	s = s.withDefaults(Limits{})
+	s.Limits = SidecarLimits{}
+	b, _ := json.Marshal(s)
 	return string(b)
 }
 
@@ -62,9 +65,10 @@ func (m *Manager) LearnSidecarTools(ctx context.Context, servers []MCPServer) er
 	if !ok {
 		return errors.New("this runtime cannot run MCP sidecars")
 	}
+	lim := m.opts.Defaults.Limits.withDefaults(builtinDefaults.Limits)
 	resolved := make([]MCPServer, len(servers))
 	for i, s := range servers {
-		resolved[i] = s.withDefaults()
+		resolved[i] = s.withDefaults(lim)
 		resolved[i].Workspace = "" // a probe has no workspace
 	}
 	o := SessionOptions{MCPServers: resolved}

@@ -64,6 +64,36 @@ func sidecarContainers(ctx context.Context, t *testing.T, session string) []cont
 	return ctrs
 }
 
+// sidecarRig is a daemon for a sidecar test, the sidecar images built,
+// and a WebSocket client dialled to it.
+type sidecarRig struct {
+	serve *serveProc
+	token string
+	base  string // http://host:port, for the MCP endpoints
+	c     *client.Client
+}
+
+// startSidecarServe builds the sidecar images if needed, starts serve with
+// extra flags in a fresh state folder, and dials it; the client closes
+// with the test.
+func startSidecarServe(ctx context.Context, t *testing.T, extra ...string) *sidecarRig {
+	t.Helper()
+	ensureSidecarImages(ctx, t)
+	state := t.TempDir()
+	serve := startServe(t, state, extra...)
+	token, err := auth.ReadTokenFile(filepath.Join(state, auth.TokenFileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.Dial(ctx, serve.url, token, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	base := "http" + strings.TrimSuffix(strings.TrimPrefix(serve.url, "ws"), "/v1/ws")
+	return &sidecarRig{serve: serve, token: token, base: base, c: c}
+}
+
 func sidecarConfig(t *testing.T) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "config.yaml")
@@ -90,15 +120,9 @@ func sidecarConfig(t *testing.T) string {
 func TestSidecarsServe(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	ensureSidecarImages(ctx, t)
-	state := t.TempDir()
-	serve := startServe(t, state, "--config", sidecarConfig(t),
+	rig := startSidecarServe(ctx, t, "--config", sidecarConfig(t),
 		"--allow-image", testImage, "--allow-image", "sandboxd-mcp-*")
-	token, err := auth.ReadTokenFile(filepath.Join(state, auth.TokenFileName))
-	if err != nil {
-		t.Fatal(err)
-	}
-	base := "http" + strings.TrimSuffix(strings.TrimPrefix(serve.url, "ws"), "/v1/ws")
+	serve, token, base, c := rig.serve, rig.token, rig.base, rig.c
 
 	// MCP, the profile's sidecar.
 	cs, err := mcpConnectPath(ctx, base, "/mcp/mem", token, "2025-11-25")
@@ -154,11 +178,6 @@ func TestSidecarsServe(t *testing.T) {
 	closeSandbox(ctx, t, gc, h)
 
 	// WebSocket: a client declares the sidecar in session.create.
-	c, err := client.Dial(ctx, serve.url, token, client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
 	if _, err := c.CreateSession(ctx, client.CreateOptions{Image: testImage, MCPServers: []wsproto.MCPServer{{Name: "evil", Image: "evil:latest"}}}); err == nil ||
 		!strings.Contains(err.Error(), `image "evil:latest" is not allowed`) {
 		t.Fatalf("a sidecar of a disallowed image: %v", err)
@@ -256,20 +275,10 @@ func TestSidecarsServe(t *testing.T) {
 func TestSidecarsTransports(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	ensureSidecarImages(ctx, t)
-	state := t.TempDir()
-	serve := startServe(t, state, "--allow-image", testImage, "--allow-image", "sandboxd-mcp-*")
-	token, err := auth.ReadTokenFile(filepath.Join(state, auth.TokenFileName))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := client.Dial(ctx, serve.url, token, client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	rig := startSidecarServe(ctx, t, "--allow-image", testImage, "--allow-image", "sandboxd-mcp-*")
+	serve, c := rig.serve, rig.c
 
-	_, err = c.CreateSession(ctx, client.CreateOptions{Image: testImage, MCPServers: []wsproto.MCPServer{{
+	_, err := c.CreateSession(ctx, client.CreateOptions{Image: testImage, MCPServers: []wsproto.MCPServer{{
 		Name: "broken", Image: memoryImage, Command: []string{"/bin/sh", "-c", "echo missing-config-xyz >&2; exit 3"},
 	}}})
 	if err == nil || !strings.Contains(err.Error(), "missing-config-xyz") || !strings.Contains(err.Error(), `mcp server "broken"`) {
@@ -367,18 +376,8 @@ var networkInspectOptions = network.InspectOptions{}
 func TestSidecarsFaultsAndScale(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
-	ensureSidecarImages(ctx, t)
-	state := t.TempDir()
-	serve := startServe(t, state, "--allow-image", testImage, "--allow-image", "sandboxd-mcp-*")
-	token, err := auth.ReadTokenFile(filepath.Join(state, auth.TokenFileName))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := client.Dial(ctx, serve.url, token, client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	rig := startSidecarServe(ctx, t, "--allow-image", testImage, "--allow-image", "sandboxd-mcp-*")
+	serve, c := rig.serve, rig.c
 	entity := func(name string) map[string]any {
 		return map[string]any{"entities": []any{map[string]any{"name": name, "entityType": "t", "observations": []string{"o"}}}}
 	}
@@ -583,7 +582,6 @@ func execIn(ctx context.Context, t *testing.T, id string, argv ...string) (strin
 func TestSidecarsSecrets(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	ensureSidecarImages(ctx, t)
 	dir := t.TempDir()
 	value := "s3cr3t-" + auth.NewToken()[:16]
 	secrets := filepath.Join(dir, "secrets")
@@ -611,17 +609,8 @@ func TestSidecarsSecrets(t *testing.T) {
 	if err := os.WriteFile(config, []byte(src), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	state := t.TempDir()
-	serve := startServe(t, state, "--config", config, "--secrets-file", secrets, "--log-level", "debug")
-	token, err := auth.ReadTokenFile(filepath.Join(state, auth.TokenFileName))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := client.Dial(ctx, serve.url, token, client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	rig := startSidecarServe(ctx, t, "--config", config, "--secrets-file", secrets, "--log-level", "debug")
+	serve, c := rig.serve, rig.c
 	if _, err := c.CreateSession(ctx, client.CreateOptions{Profile: "nosec"}); err == nil || !strings.Contains(err.Error(), `no secret "NOT_THERE"`) {
 		t.Fatalf("a missing secret: %v", err)
 	}
@@ -726,4 +715,142 @@ func TestSidecarsOverRestart(t *testing.T) {
 	}
 	second.stop(t) // without --keep-sessions: removes the session, sidecars included
 	waitNoContainers(t, "after a shutdown without --keep-sessions")
+}
+
+// rootSidecarImage builds, for this run, the memory server's image with
+// USER root (the sidecar images run as uid 1000), labelled with the run
+// and removed after the test.
+func rootSidecarImage(ctx context.Context, t *testing.T) string {
+	t.Helper()
+	tag := "sandboxd-e2e-mcp-root:" + runID
+	cmd := exec.CommandContext(ctx, "docker", "build", "-q", "-t", tag, "--label", labelRun+"="+runID, "-")
+	cmd.Stdin = strings.NewReader("FROM " + memoryImage + "\nUSER 0:0\n")
+	cmd.Env = append(os.Environ(), "DOCKER_BUILDKIT=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building %s: %v\n%s", tag, err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("docker", "image", "rm", "-f", tag).CombinedOutput(); err != nil {
+			t.Errorf("removing %s: %v\n%s", tag, err, out)
+		}
+	})
+	return tag
+}
+
+// A profile's sidecar limits and user: declared memory, CPU and pids are
+// what the engine enforces, undeclared ones are the sandbox's; a sidecar
+// runs as uid 1000 unless its profile says `user: image`, and then as its
+// image's user, root here, still without capabilities, with
+// no-new-privileges and a read-only root with a tmpfs /tmp. A sidecar that
+// starts but never answers initialize fails the create after
+// SidecarReadyTimeout with its stderr tail, and leaves nothing behind.
+func TestSidecarsLimitsUserReadiness(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	ensureSidecarImages(ctx, t)
+	rootImage := rootSidecarImage(ctx, t)
+	config := filepath.Join(t.TempDir(), "config.yaml")
+	src := fmt.Sprintf(`profiles:
+  lim:
+    image: %[1]s
+    limits:
+      memory: 384MiB
+      cpus: 0.75
+      pids: 200
+    mcp_servers:
+      - name: small
+        image: %[2]s
+        limits:
+          memory: 96MiB
+          cpus: 0.5
+          pids: 64
+      - name: plain
+        image: %[2]s
+      - name: rooted
+        image: %[3]s
+        user: image
+  silent:
+    image: %[1]s
+    mcp_servers:
+      - name: mute
+        image: %[2]s
+        command: ["/bin/sh", "-c", "echo never-ready-xyz >&2; exec sleep 600"]
+`, testImage, memoryImage, rootImage)
+	if err := os.WriteFile(config, []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rig := startSidecarServe(ctx, t, "--config", config)
+	sess, err := rig.c.CreateSession(ctx, client.CreateOptions{Profile: "lim"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"small__read_graph", "plain__read_graph", "rooted__read_graph"} {
+		if obs, err := sess.Call(ctx, name, map[string]any{}, nil); err != nil || obs.IsError {
+			t.Fatalf("%s: %v %s", name, err, obs.Text())
+		}
+	}
+	ctrs := sidecarContainers(ctx, t, sess.ID)
+	if len(ctrs) != 3 {
+		t.Fatalf("%d sidecar containers, want 3", len(ctrs))
+	}
+	type want struct {
+		memory, cpus, pids int64
+		user, uid          string
+	}
+	wants := map[string]want{
+		"small":  {96 << 20, 5e8, 64, "1000:1000", "1000"},
+		"plain":  {384 << 20, 75e7, 200, "1000:1000", "1000"},
+		"rooted": {384 << 20, 75e7, 200, "0:0", "0"}, // the image's USER
+	}
+	for _, ctr := range ctrs {
+		name := ctr.Labels[sandbox.LabelSidecar]
+		w, ok := wants[name]
+		if !ok {
+			t.Fatalf("an unexpected sidecar %q", name)
+		}
+		ins, err := engine.ContainerInspect(ctx, ctr.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hc := ins.HostConfig
+		if hc.Memory != w.memory || hc.MemorySwap != w.memory || hc.NanoCPUs != w.cpus || hc.PidsLimit == nil || *hc.PidsLimit != w.pids {
+			t.Errorf("%s: memory %d swap %d cpus %d pids %v, want %d, %d, %d", name, hc.Memory, hc.MemorySwap, hc.NanoCPUs, hc.PidsLimit, w.memory, w.cpus, w.pids)
+		}
+		if ins.Config.User != w.user {
+			t.Errorf("%s: user %q, want %q", name, ins.Config.User, w.user)
+		}
+		if out, code := execIn(ctx, t, ctr.ID, "id", "-u"); code != 0 || strings.TrimSpace(out) != w.uid {
+			t.Errorf("%s runs as uid %q (exit %d), want %s", name, strings.TrimSpace(out), code, w.uid)
+		}
+		if len(hc.CapDrop) != 1 || hc.CapDrop[0] != "ALL" || !hc.ReadonlyRootfs || hc.Tmpfs["/tmp"] == "" ||
+			!strings.Contains(strings.Join(hc.SecurityOpt, " "), "no-new-privileges") {
+			t.Errorf("%s: cap-drop %v, read-only root %v, tmpfs %v, security options %v", name, hc.CapDrop, hc.ReadonlyRootfs, hc.Tmpfs, hc.SecurityOpt)
+		}
+	}
+	// Root in the sidecar is root without capabilities: it cannot write
+	// the read-only root, nor change a file's owner.
+	for _, ctr := range ctrs {
+		if ctr.Labels[sandbox.LabelSidecar] != "rooted" {
+			continue
+		}
+		if out, code := execIn(ctx, t, ctr.ID, "touch", "/etc/rooted"); code == 0 {
+			t.Errorf("root in a sidecar wrote to the read-only root: %s", out)
+		}
+		if out, code := execIn(ctx, t, ctr.ID, "sh", "-c", "touch /tmp/f && chown 1:1 /tmp/f"); code == 0 || !strings.Contains(out, "ermitted") {
+			t.Errorf("root in a sidecar changed a file's owner (CAP_CHOWN kept?): exit %d %s", code, out)
+		}
+	}
+	if err := sess.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	began := time.Now()
+	_, err = rig.c.CreateSession(ctx, client.CreateOptions{Profile: "silent"})
+	took := time.Since(began)
+	if err == nil || !strings.Contains(err.Error(), `mcp server "mute" did not answer within`) || !strings.Contains(err.Error(), "never-ready-xyz") {
+		t.Fatalf("a sidecar that never answers initialize: %v", err)
+	}
+	t.Logf("a sidecar that never answers failed the create after %v: %v", took.Round(time.Millisecond), err)
+	rig.serve.stop(t)
+	waitNoContainers(t, "after the limits, user and readiness sessions")
 }
