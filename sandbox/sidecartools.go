@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/google/uuid"
 
@@ -18,6 +19,7 @@ import (
 type sidecarToolCache struct {
 	mu   sync.Mutex
 	defs map[string][]tools.Definition
+	ver  atomic.Uint64 // counts changes of defs
 }
 
 // sidecarKey identifies a declaration with its defaults filled, without
@@ -37,8 +39,17 @@ func (m *Manager) learnedTools(s MCPServer, defs []tools.Definition) {
 	if m.sidecarTools.defs == nil {
 		m.sidecarTools.defs = map[string][]tools.Definition{}
 	}
-	m.sidecarTools.defs[sidecarKey(s)] = defs
+	key := sidecarKey(s)
+	if prev, ok := m.sidecarTools.defs[key]; ok && sameTools(prev, defs) {
+		return
+	}
+	m.sidecarTools.defs[key] = defs
+	m.sidecarTools.ver.Add(1)
 }
+
+// SidecarToolsVersion changes whenever what SidecarTools returns may have:
+// a sidecar's tools were learned, or changed (list_changed, a restart).
+func (m *Manager) SidecarToolsVersion() uint64 { return m.sidecarTools.ver.Load() }
 
 // SidecarTools returns the tools of servers as sessions name them, as last
 // learned (LearnSidecarTools, or any session's sidecar); a server not

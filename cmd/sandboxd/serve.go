@@ -261,6 +261,7 @@ func runServe(ctx context.Context, std stdio, args []string) error {
 			defs := append(mcpapi.BuiltinTools(profile, o), skillSrc.Definitions(o.Skills)...)
 			return append(defs, m.SidecarTools(o.MCPServers)...)
 		},
+		MCPToolsVersion: m.SidecarToolsVersion,
 		KeepSessions: cfg.keepSessions, DrainTimeout: cfg.drainTimeout,
 		Logger: log, Version: version(),
 	})

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -30,13 +31,16 @@ import (
 const (
 	memoryImage     = "sandboxd-mcp-memory:latest"
 	everythingImage = "sandboxd-mcp-everything:latest"
+	// testserverImage is e2e/mcptestserver: its tool list changes, and it
+	// counts the cancellations it receives.
+	testserverImage = "sandboxd-mcp-testserver:latest"
 )
 
 // ensureSidecarImages builds the sidecar images when one is missing (the
 // script skips what is current).
 func ensureSidecarImages(ctx context.Context, t *testing.T) {
 	t.Helper()
-	for _, img := range []string{memoryImage, everythingImage} {
+	for _, img := range []string{memoryImage, everythingImage, testserverImage} {
 		if _, err := engine.ImageInspect(ctx, img); err == nil {
 			continue
 		}
@@ -853,4 +857,148 @@ func TestSidecarsLimitsUserReadiness(t *testing.T) {
 	t.Logf("a sidecar that never answers failed the create after %v: %v", took.Round(time.Millisecond), err)
 	rig.serve.stop(t)
 	waitNoContainers(t, "after the limits, user and readiness sessions")
+}
+
+// A sidecar's tool list changes and cancellations, with e2e/mcptestserver:
+// its add_tool makes the server send notifications/tools/list_changed; the
+// daemon reads the list again and tells the legacy MCP client with
+// notifications/tools/list_changed (the new tool is listed and called), a
+// stateless client's list of the profile has it too, and a restart after
+// a kill (which loses the added tool) is announced the same way. A call
+// cancelled by the client, through MCP (the go-sdk client's context) and
+// through WebSocket (tools.cancel), is cancelled in the sidecar: the
+// server counts it.
+func TestSidecarsListChangedAndCancel(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	config := filepath.Join(t.TempDir(), "config.yaml")
+	src := fmt.Sprintf("profiles:\n  ts:\n    image: %s\n    mcp_servers:\n      - name: ts\n        image: %s\n", testImage, testserverImage)
+	if err := os.WriteFile(config, []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rig := startSidecarServe(ctx, t, "--config", config)
+
+	changed := make(chan struct{}, 16)
+	mc := mcp.NewClient(&mcp.Implementation{Name: "e2e-sidecars", Version: "1"}, &mcp.ClientOptions{
+		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) { changed <- struct{}{} },
+	})
+	cs, err := mc.Connect(ctx, &mcp.StreamableClientTransport{
+		Endpoint: rig.base + "/mcp/ts", HTTPClient: &http.Client{Transport: bearer{rig.token, http.DefaultTransport}}, MaxRetries: -1,
+	}, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	listed := func() map[string]bool {
+		t.Helper()
+		list, err := cs.ListTools(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		have := map[string]bool{}
+		for _, tl := range list.Tools {
+			have[tl.Name] = true
+		}
+		return have
+	}
+	awaitChanged := func(why string) {
+		t.Helper()
+		select {
+		case <-changed:
+		case <-time.After(time.Minute):
+			t.Fatalf("no notifications/tools/list_changed after %s\n%s", why, rig.serve.logs())
+		}
+	}
+	if have := listed(); !have["ts__wait"] || !have["ts__add_tool"] || have["ts__extra1"] {
+		t.Fatalf("tools/list: %v", have)
+	}
+	wantAll(t, "add_tool", mcpText(ctx, t, cs, "ts__add_tool", map[string]any{"name": "extra1"}), "added extra1")
+	awaitChanged("the sidecar added a tool")
+	if have := listed(); !have["ts__extra1"] {
+		t.Fatalf("tools/list after list_changed lacks ts__extra1: %v", have)
+	}
+	wantAll(t, "extra1", mcpText(ctx, t, cs, "ts__extra1", map[string]any{}), "I am extra1")
+	modern, _ := statelessTools(ctx, t, rig.base, "/mcp/ts", rig.token, "ts__extra1", "ts__wait")
+	_ = modern.Close()
+
+	// Cancelled through MCP: the go-sdk client sends notifications/cancelled.
+	cancelled := func(call func(context.Context, string, map[string]any) (string, error)) {
+		t.Helper()
+		cctx, ccancel := context.WithCancel(ctx)
+		timer := time.AfterFunc(time.Second, ccancel)
+		defer timer.Stop()
+		began := time.Now()
+		out, err := call(cctx, "ts__wait", map[string]any{"seconds": 120})
+		if err == nil {
+			t.Fatalf("a cancelled wait returned %q", out)
+		}
+		t.Logf("the cancelled call returned after %v: %v", time.Since(began).Round(time.Millisecond), err)
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			n, err := call(ctx, "ts__cancelled", map[string]any{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.TrimSpace(n) == "1" {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the sidecar counted %s cancellations, want 1\n%s", n, rig.serve.logs())
+			}
+		}
+	}
+	cancelled(func(ctx context.Context, name string, args map[string]any) (string, error) {
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args})
+		if err != nil {
+			return "", err
+		}
+		if res.IsError || len(res.Content) == 0 {
+			return "", fmt.Errorf("%s: is_error %v", name, res.IsError)
+		}
+		return res.Content[0].(*mcp.TextContent).Text, nil
+	})
+	// Cancelled through WebSocket: tools.cancel.
+	ws, err := rig.c.CreateSession(ctx, client.CreateOptions{Profile: "ts"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancelled(func(ctx context.Context, name string, args map[string]any) (string, error) {
+		obs, err := ws.Call(ctx, name, args, nil)
+		if err != nil {
+			return "", err
+		}
+		if obs.IsError {
+			return "", fmt.Errorf("%s: %s", name, obs.Text())
+		}
+		return obs.Text(), nil
+	})
+	if err := ws.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// A restart lists other tools (the added one is gone): announced too.
+	for len(changed) > 0 {
+		<-changed
+	}
+	// The WebSocket session is closed: the run's one ts sidecar is the MCP
+	// session's.
+	ctrs, err := engine.ContainerList(ctx, container.ListOptions{Filters: filters.NewArgs(
+		filters.Arg("label", labelRun+"="+runID), filters.Arg("label", sandbox.LabelSidecar+"=ts"))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ctrs) != 1 {
+		t.Fatalf("%d ts sidecars, want the MCP session's one", len(ctrs))
+	}
+	if err := engine.ContainerKill(ctx, ctrs[0].ID, "KILL"); err != nil {
+		t.Fatal(err)
+	}
+	awaitChanged("the sidecar restarted without its added tool")
+	if have := listed(); have["ts__extra1"] || !have["ts__wait"] {
+		t.Fatalf("tools/list after the restart: %v", have)
+	}
+	if err := cs.Close(); err != nil {
+		t.Fatal(err)
+	}
+	rig.serve.stop(t)
+	waitNoContainers(t, "after the list_changed and cancel sessions")
 }
