@@ -104,6 +104,10 @@ type MCPSecret struct {
 	Env  string `json:"env,omitempty"`
 }
 
+// leastSidecarMemory is the smallest MCPServer.Limits.Memory: a shell's
+// minimum, and twice its /tmp.
+const leastSidecarMemory = max(MinMemory, 2*SidecarTmpfs)
+
 var (
 	mcpServerNameRe = regexp.MustCompile(`^[a-z][a-z0-9-]{0,31}$`)
 	toolNameBadRe   = regexp.MustCompile(`[^A-Za-z0-9_-]`)
@@ -205,8 +209,8 @@ func (o SessionOptions) validateMCPServers(p *problems) {
 		if s.User != "" && s.User != UserImage {
 			p.add(f+".user", "%q: want %q (the image's user, root included) or nothing (%s)", s.User, UserImage, SidecarUser)
 		}
-		if least := int64(max(MinMemory, 2*SidecarTmpfs)); s.Limits.Memory < least {
-			p.add(f+".limits.memory", "%s is below the minimum of %d MiB", mib(s.Limits.Memory), least>>20)
+		if s.Limits.Memory < leastSidecarMemory {
+			p.add(f+".limits.memory", "%s is below the minimum of %d MiB", mib(s.Limits.Memory), leastSidecarMemory>>20)
 		}
 		if s.Limits.CPUs < MinCPUs {
 			p.add(f+".limits.cpus", "%g is below the minimum of %g", s.Limits.CPUs, MinCPUs)

@@ -25,7 +25,7 @@ import (
 type fakeSidecars struct {
 	mu     sync.Mutex
 	starts int
-	kill   func() // ends the running server's connection, as a killed container would
+	kill   func()      // ends the running server's connection, as a killed container would
 	srv    *mcp.Server // the running server
 	total  atomic.Int64
 }

@@ -262,7 +262,7 @@ func runServe(ctx context.Context, std stdio, args []string) error {
 			return append(defs, m.SidecarTools(o.MCPServers)...)
 		},
 		MCPToolsVersion: m.SidecarToolsVersion,
-		KeepSessions: cfg.keepSessions, DrainTimeout: cfg.drainTimeout,
+		KeepSessions:    cfg.keepSessions, DrainTimeout: cfg.drainTimeout,
 		Logger: log, Version: version(),
 	})
 	if err != nil {
