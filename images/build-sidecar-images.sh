@@ -7,6 +7,9 @@
 #   sandboxd-mcp-memory:latest       memory (knowledge graph; stdio, or -http ADDR)
 #   sandboxd-mcp-everything:latest   everything (stdio, or -http ADDR)
 #   sandboxd-mcp-sse:latest          sse (legacy HTTP+SSE; -host, -port)
+#   sandboxd-mcp-testserver:latest   e2e/mcptestserver of this repository (stdio): a
+#                                    go-sdk server whose tool list changes and that
+#                                    counts cancellations (go build, no registry)
 # An image whose recipe (this script, the version, the base image's id) is current
 # is skipped.
 #
@@ -37,7 +40,7 @@ done
 step "checking prerequisites"
 need_docker
 command -v go >/dev/null 2>&1 || die "go not found in PATH"
-servers=(memory everything sse)
+servers=(memory everything sse testserver)
 module=github.com/modelcontextprotocol/go-sdk
 version=$(cd "$here/.." && go list -m -f '{{.Version}}' "$module")
 [ -n "$version" ] || die "no $module in go.mod"
@@ -58,21 +61,29 @@ for name in "${servers[@]}"; do
 	recipe=$({
 		cat "$0"
 		printf '%s\n' "image=$image" "server=$name" "version=$version" "base=$base_id"
+		if [ "$name" = testserver ]; then cat "$here/../e2e/mcptestserver/main.go"; fi
 	} | sha256_of)
 	if [ "$force" -eq 0 ] && [ "$(image_label "$image" "$SANDBOXD_LABEL_RECIPE")" = "$recipe" ]; then
 		step "$image is up to date (recipe ${recipe:0:12}); nothing to do (--force rebuilds)"
 		continue
 	fi
-	step "go install $module/examples/server/$name@$version"
 	mkdir -p "$work/$name"
-	CGO_ENABLED=0 GOBIN="$work/$name" GOFLAGS=-trimpath go install "$module/examples/server/$name@$version"
+	source=$module/examples/server/$name@$version
+	if [ "$name" = testserver ]; then
+		source="sandboxd e2e/mcptestserver (go-sdk $version)"
+		step "go build ./e2e/mcptestserver"
+		(cd "$here/.." && CGO_ENABLED=0 go build -trimpath -o "$work/$name/$name" ./e2e/mcptestserver)
+	else
+		step "go install $source"
+		CGO_ENABLED=0 GOBIN="$work/$name" GOFLAGS=-trimpath go install "$source"
+	fi
 	cat >"$work/$name/Dockerfile" <<DOCKERFILE
 FROM $base_id
 COPY --chown=0:0 $name /usr/local/bin/$name
 USER 1000:1000
 ENTRYPOINT ["/usr/local/bin/$name"]
 CMD []
-LABEL $SANDBOXD_LABEL_RECIPE=$recipe $SANDBOXD_LABEL_KIND=sidecar sandboxd.image.mcp-server="$module/examples/server/$name@$version"
+LABEL $SANDBOXD_LABEL_RECIPE=$recipe $SANDBOXD_LABEL_KIND=sidecar sandboxd.image.mcp-server="$source"
 DOCKERFILE
 	step "docker build $image"
 	if ! DOCKER_BUILDKIT=0 docker build -q -t "$image" "$work/$name" >"$work/build.log" 2>&1; then

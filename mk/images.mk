@@ -42,6 +42,6 @@ task-image: image ## benchmark task image (/testbed git repo with a bug, /opt/ve
 	  '$(IMAGES_DIR)/build-task-image.sh' $(IMAGES_FLAGS)
 
 .PHONY: sidecar-images
-sidecar-images: test-image ## MCP sidecar test images (the go-sdk's example servers memory, everything, sse) FROM the test image
+sidecar-images: test-image ## MCP sidecar test images (the go-sdk's example servers memory, everything, sse; e2e/mcptestserver) FROM the test image
 	SANDBOXD_TEST_IMAGE='$(SANDBOXD_TEST_IMAGE)' \
 	  '$(IMAGES_DIR)/build-sidecar-images.sh' $(IMAGES_FLAGS)

@@ -74,6 +74,27 @@ type MCPServer struct {
 	// only names travel in options, labels and logs. Operator profiles
 	// only: a client's session.create has no way to name them.
 	Secrets []MCPSecret `json:"secrets,omitempty"`
+	// Limits bound the sidecar's memory, CPU and processes; a field left
+	// zero takes the sandbox's (SessionOptions.Limits) in Resolve.
+	Limits SidecarLimits `json:"limits,omitzero"`
+	// User is who the sidecar runs as: "" (the default) is SidecarUser,
+	// never root; UserImage runs it as its image's USER, root included,
+	// for a server image that needs it. Operator profiles only, as
+	// secrets: a client's session.create has no way to name it. Every
+	// capability stays dropped, no-new-privileges and the read-only root
+	// stay either way.
+	User string `json:"user,omitempty"`
+}
+
+// SidecarLimits bound one sidecar. Zero fields take the sandbox's limits.
+type SidecarLimits struct {
+	// Memory in bytes; swap is limited to the same amount (no swap). The
+	// sidecar's /tmp (SidecarTmpfs) counts against it.
+	Memory int64 `json:"memory,omitempty"`
+	// CPUs, fractional.
+	CPUs float64 `json:"cpus,omitempty"`
+	// Pids caps processes and threads.
+	Pids int64 `json:"pids,omitempty"`
 }
 
 // MCPSecret puts the daemon's secret Name into the sidecar's environment
@@ -83,13 +104,27 @@ type MCPSecret struct {
 	Env  string `json:"env,omitempty"`
 }
 
+// leastSidecarMemory is the smallest MCPServer.Limits.Memory: a shell's
+// minimum, and twice its /tmp.
+const leastSidecarMemory = max(MinMemory, 2*SidecarTmpfs)
+
 var (
 	mcpServerNameRe = regexp.MustCompile(`^[a-z][a-z0-9-]{0,31}$`)
 	toolNameBadRe   = regexp.MustCompile(`[^A-Za-z0-9_-]`)
 )
 
-// withDefaults fills an MCPServer's defaults.
-func (s MCPServer) withDefaults() MCPServer {
+// withDefaults fills an MCPServer's defaults; its limits come from the
+// sandbox's, l.
+func (s MCPServer) withDefaults(l Limits) MCPServer {
+	if s.Limits.Memory == 0 {
+		s.Limits.Memory = l.Memory
+	}
+	if s.Limits.CPUs == 0 {
+		s.Limits.CPUs = l.CPUs
+	}
+	if s.Limits.Pids == 0 {
+		s.Limits.Pids = l.Pids
+	}
 	if s.Transport == "" {
 		s.Transport = TransportStdio
 	}
@@ -170,6 +205,18 @@ func (o SessionOptions) validateMCPServers(p *problems) {
 		case "", WorkspaceReadOnly, WorkspaceReadWrite:
 		default:
 			p.add(f+".workspace", "%q is not %q (read-only) or %q (read-write); leave it out for none", s.Workspace, WorkspaceReadOnly, WorkspaceReadWrite)
+		}
+		if s.User != "" && s.User != UserImage {
+			p.add(f+".user", "%q: want %q (the image's user, root included) or nothing (%s)", s.User, UserImage, SidecarUser)
+		}
+		if s.Limits.Memory < leastSidecarMemory {
+			p.add(f+".limits.memory", "%s is below the minimum of %d MiB", mib(s.Limits.Memory), leastSidecarMemory>>20)
+		}
+		if s.Limits.CPUs < MinCPUs {
+			p.add(f+".limits.cpus", "%g is below the minimum of %g", s.Limits.CPUs, MinCPUs)
+		}
+		if s.Limits.Pids < MinPids {
+			p.add(f+".limits.pids", "%d is below the minimum of %d", s.Limits.Pids, MinPids)
 		}
 	}
 }

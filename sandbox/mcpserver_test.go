@@ -35,16 +35,26 @@ func TestMCPServersValidate(t *testing.T) {
 	}}
 	r, err := o.Resolve(SessionOptions{})
 	require.NoError(t, err)
-	assert.Equal(t, MCPServer{Name: "memory", Image: "sandboxd-mcp-memory", Transport: TransportStdio, Start: StartEager}, r.MCPServers[0])
+	assert.Equal(t, MCPServer{Name: "memory", Image: "sandboxd-mcp-memory", Transport: TransportStdio, Start: StartEager,
+		Limits: SidecarLimits{Memory: DefaultMemory, CPUs: DefaultCPUs, Pids: DefaultPids}}, r.MCPServers[0],
+		"a sidecar's limits default to the sandbox's")
 	assert.Equal(t, "/mcp", r.MCPServers[1].Path)
 	assert.Equal(t, "/sse", r.MCPServers[2].Path)
 	assert.Empty(t, o.MCPServers[0].Transport, "Resolve does not write through to the caller's slice")
+	own := SessionOptions{Limits: Limits{Memory: 512 << 20, Pids: 100}, MCPServers: []MCPServer{
+		{Name: "m", Image: "x", Limits: SidecarLimits{Memory: 128 << 20, CPUs: 0.5}},
+	}}
+	r, err = own.Resolve(SessionOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, SidecarLimits{Memory: 128 << 20, CPUs: 0.5, Pids: 100}, r.MCPServers[0].Limits,
+		"declared limits are kept, the rest are the sandbox's")
 
 	bad := SessionOptions{MCPServers: []MCPServer{
 		{Name: "Mem_ory", Image: ""},
 		{Name: "a", Image: "x", Transport: "http"},
 		{Name: "a", Image: "x", Transport: "ws", Start: "soon", Env: map[string]string{"1X": "y"}},
 		{Name: "b", Image: "x", Port: 80, Workspace: "yes"},
+		{Name: "c", Image: "x", User: "root", Limits: SidecarLimits{Memory: 16 << 20, CPUs: 0.001, Pids: 2}},
 	}}
 	_, err = bad.Resolve(SessionOptions{})
 	require.ErrorIs(t, err, ErrInvalidOptions)
@@ -58,6 +68,10 @@ func TestMCPServersValidate(t *testing.T) {
 		`mcp_servers[2].env: "1X" is not an environment variable name`,
 		`mcp_servers[3].port: port and path are for the http and sse transports, not stdio`,
 		`mcp_servers[3].workspace: "yes" is not "ro" (read-only) or "rw" (read-write)`,
+		`mcp_servers[4].user: "root": want "image" (the image's user, root included) or nothing (1000:1000)`,
+		`mcp_servers[4].limits.memory: 16 MiB is below the minimum of 64 MiB`,
+		`mcp_servers[4].limits.cpus: 0.001 is below the minimum of 0.01`,
+		`mcp_servers[4].limits.pids: 2 is below the minimum of 32`,
 	} {
 		assert.Contains(t, err.Error(), want)
 	}

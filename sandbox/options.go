@@ -316,6 +316,20 @@ func (o SessionOptions) withDefaults(d SessionOptions) SessionOptions {
 	return o
 }
 
+// withDefaults fills l's zero memory, CPU and pids limits from d.
+func (l Limits) withDefaults(d Limits) Limits {
+	if l.Memory == 0 {
+		l.Memory = d.Memory
+	}
+	if l.CPUs == 0 {
+		l.CPUs = d.CPUs
+	}
+	if l.Pids == 0 {
+		l.Pids = d.Pids
+	}
+	return l
+}
+
 // builtinDefaults are the last layer of defaults. Tmpfs is not among
 // them: it follows Memory (see defaultTmpfs).
 var builtinDefaults = SessionOptions{
@@ -341,7 +355,7 @@ func (o SessionOptions) Resolve(defaults SessionOptions) (SessionOptions, error)
 	if len(r.MCPServers) > 0 {
 		servers := make([]MCPServer, len(r.MCPServers))
 		for i, s := range r.MCPServers {
-			servers[i] = s.withDefaults()
+			servers[i] = s.withDefaults(r.Limits)
 		}
 		r.MCPServers = servers
 	}

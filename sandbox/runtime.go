@@ -184,12 +184,11 @@ type SidecarConn struct {
 	Close func()
 }
 
-// Sidecar limits, the same for every sidecar for now.
+// Sidecar settings that MCPServer does not declare.
 const (
-	SidecarMemory = 256 << 20
-	SidecarCPUs   = 1.0
-	SidecarPids   = 256
-	SidecarTmpfs  = 16 << 20
-	// SidecarUser is the user a sidecar runs as: never root.
+	// SidecarTmpfs is the size of a sidecar's /tmp.
+	SidecarTmpfs = 16 << 20
+	// SidecarUser is the user a sidecar runs as unless its profile says
+	// UserImage: never root.
 	SidecarUser = DefaultUser
 )

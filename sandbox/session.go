@@ -156,6 +156,18 @@ func (s *Session) InstallSkills(ctx context.Context) error {
 	return s.callErr(ctx, "skills/install", c.InstallSkills(ctx))
 }
 
+// WatchTools calls fn (which must not block) whenever the session's tool
+// list changes after it started: one of its MCP sidecars announced
+// notifications/tools/list_changed (the list is read again first), or came
+// back from a restart listing other tools. stop ends the watch. Without
+// sidecars the tools never change and fn is never called.
+func (s *Session) WatchTools(fn func()) (stop func()) {
+	if s.sidecars == nil {
+		return func() {}
+	}
+	return s.sidecars.watch(fn)
+}
+
 // Tools lists the tools the session's agent serves.
 func (s *Session) Tools(ctx context.Context) ([]tools.Definition, error) {
 	c, err := s.begin()

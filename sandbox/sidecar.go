@@ -45,6 +45,10 @@ type sidecars struct {
 
 	closeOnce sync.Once
 	closed    chan struct{}
+
+	watchMu   sync.Mutex
+	watchNext int
+	watchers  map[int]func() // WatchTools's
 }
 
 // sidecar is one MCP server of a session.
@@ -89,6 +93,43 @@ func (set *sidecars) startEager(ctx context.Context) error {
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// watch calls fn whenever a sidecar's tools change; stop ends it.
+func (set *sidecars) watch(fn func()) (stop func()) {
+	set.watchMu.Lock()
+	defer set.watchMu.Unlock()
+	if set.watchers == nil {
+		set.watchers = map[int]func(){}
+	}
+	id := set.watchNext
+	set.watchNext++
+	set.watchers[id] = fn
+	return func() {
+		set.watchMu.Lock()
+		defer set.watchMu.Unlock()
+		delete(set.watchers, id)
+	}
+}
+
+// changed tells the watchers that a sidecar's tools changed.
+func (set *sidecars) changed() {
+	set.watchMu.Lock()
+	fns := make([]func(), 0, len(set.watchers))
+	for _, fn := range set.watchers {
+		fns = append(fns, fn)
+	}
+	set.watchMu.Unlock()
+	for _, fn := range fns {
+		fn()
+	}
+}
+
+// sameTools reports whether two lists of definitions are the same.
+func sameTools(a, b []tools.Definition) bool {
+	ja, err1 := json.Marshal(a)
+	jb, err2 := json.Marshal(b)
+	return err1 == nil && err2 == nil && string(ja) == string(jb)
 }
 
 // needWorkspace reports whether a sidecar mounts the session's workspace.
@@ -277,6 +318,9 @@ func (c *sidecar) start(ctx context.Context) (err error) {
 	}
 	c.gen++
 	gen := c.gen
+	// A restart (or reconnect) whose server lists other tools than before
+	// is a change the session's clients are told of.
+	changed := c.defs != nil && !sameTools(c.defs, defs)
 	c.cs, c.conn, c.defs, c.orig, c.err = cs, conn, defs, orig, nil
 	c.down = make(chan struct{})
 	down := c.down
@@ -284,6 +328,9 @@ func (c *sidecar) start(ctx context.Context) (err error) {
 	s.m.learnedTools(c.srv, defs)
 	c.log.Info("mcp sidecar ready", "tools", len(defs), "took", time.Since(began).Round(time.Millisecond))
 	go c.watch(cs, gen, down)
+	if changed {
+		c.set.changed()
+	}
 	return nil
 }
 
@@ -352,12 +399,20 @@ func (c *sidecar) relist() {
 			return
 		}
 		c.mu.Lock()
-		if c.cs == cs {
+		current := c.cs == cs
+		changed := current && !sameTools(c.defs, defs)
+		if current {
 			c.defs, c.orig = defs, orig
 		}
 		c.mu.Unlock()
+		if !current {
+			return
+		}
 		c.set.s.m.learnedTools(c.srv, defs)
 		c.log.Info("mcp sidecar tools changed", "tools", len(defs))
+		if changed {
+			c.set.changed()
+		}
 	}()
 }
 

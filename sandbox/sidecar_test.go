@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/assert"
@@ -24,7 +25,8 @@ import (
 type fakeSidecars struct {
 	mu     sync.Mutex
 	starts int
-	kill   func() // ends the running server's connection, as a killed container would
+	kill   func()      // ends the running server's connection, as a killed container would
+	srv    *mcp.Server // the running server
 	total  atomic.Int64
 }
 
@@ -53,6 +55,7 @@ func (f *fakeSidecars) StartSidecar(ctx context.Context, spec SidecarSpec) (*Sid
 	f.mu.Lock()
 	f.starts++
 	f.kill = func() { _ = ss.Close(); server.Close() }
+	f.srv = srv
 	f.mu.Unlock()
 	return &SidecarConn{Stream: client, Stderr: func() string { return "fake stderr" }, Close: func() { client.Close() }}, nil
 }
@@ -65,6 +68,7 @@ func newTestSidecars(t *testing.T, f *fakeSidecars) (*sidecars, context.CancelFu
 	require.NoError(t, err)
 	s := newSession(m, "s1", o)
 	set := newSidecars(s, f)
+	s.sidecars = set
 	return set, cancel
 }
 
@@ -176,6 +180,73 @@ func TestSidecarRestart(t *testing.T) {
 		assert.Contains(t, out, "which is the limit")
 		assert.Equal(t, 1+MaxSidecarRestarts, f.starts)
 	})
+}
+
+// A server's notifications/tools/list_changed: the list is read again, the
+// session's watchers are told, the manager's cache changes its version; a
+// restart whose server lists other tools (the added one is gone) is told
+// too; a stopped watch is not.
+func TestSidecarToolsChanged(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeSidecars{}
+		set, cancel := newTestSidecars(t, f)
+		defer cancel()
+		defer set.close()
+		require.NoError(t, set.startEager(context.Background()))
+		m := set.s.m
+		v0 := m.SidecarToolsVersion()
+		told := make(chan struct{}, 4)
+		stop := set.s.WatchTools(func() { told <- struct{}{} })
+		awaitTold := func(what string) {
+			t.Helper()
+			select {
+			case <-told:
+			case <-time.After(time.Minute): // fake time: passes only if nothing else can run
+				t.Fatalf("the watcher was not told of %s", what)
+			}
+		}
+		var other atomic.Int64
+		stopOther := set.s.WatchTools(func() { other.Add(1) })
+		stopOther()
+
+		f.mu.Lock()
+		srv := f.srv
+		f.mu.Unlock()
+		mcp.AddTool(srv, &mcp.Tool{Name: "added"}, func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "new"}}}, nil, nil
+		})
+		awaitTold("the added tool") // the SDK sends list_changed 10 ms (fake) after the change
+		assert.Zero(t, other.Load(), "a stopped watch is not told")
+		assert.Greater(t, m.SidecarToolsVersion(), v0)
+		assert.Equal(t, "new", callText(t, set, "fake__added"))
+		defs, err := set.tools(context.Background(), nil)
+		require.NoError(t, err)
+		assert.True(t, slicesContainsName(defs, "fake__added"))
+
+		f.kill()
+		synctest.Wait()
+		c, _ := set.route("fake__count")
+		c.mu.Lock()
+		wait := c.starting
+		c.mu.Unlock()
+		<-wait // the restart: a fresh server without the added tool
+		awaitTold("a restart with other tools")
+		synctest.Wait()
+		assert.Empty(t, told, "told once each time")
+		defs, err = set.tools(context.Background(), nil)
+		require.NoError(t, err)
+		assert.False(t, slicesContainsName(defs, "fake__added"))
+		stop()
+	})
+}
+
+func slicesContainsName(defs []tools.Definition, name string) bool {
+	for _, d := range defs {
+		if d.Name == name {
+			return true
+		}
+	}
+	return false
 }
 
 var _ io.ReadWriteCloser = net.Conn(nil)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/google/uuid"
 
@@ -18,13 +19,17 @@ import (
 type sidecarToolCache struct {
 	mu   sync.Mutex
 	defs map[string][]tools.Definition
+	ver  atomic.Uint64 // counts changes of defs
 }
 
-// sidecarKey identifies a declaration with its defaults filled (and
-// without its workspace mount, which a probe has none of).
+// sidecarKey identifies a declaration with its defaults filled, without
+// what does not change its tools: its workspace mount (a probe has none)
+// and its limits (a probe's are the defaults).
 func sidecarKey(s MCPServer) string {
 	s.Workspace = ""
-	b, _ := json.Marshal(s.withDefaults())
+	s = s.withDefaults(Limits{})
+	s.Limits = SidecarLimits{}
+	b, _ := json.Marshal(s)
 	return string(b)
 }
 
@@ -34,8 +39,17 @@ func (m *Manager) learnedTools(s MCPServer, defs []tools.Definition) {
 	if m.sidecarTools.defs == nil {
 		m.sidecarTools.defs = map[string][]tools.Definition{}
 	}
-	m.sidecarTools.defs[sidecarKey(s)] = defs
+	key := sidecarKey(s)
+	if prev, ok := m.sidecarTools.defs[key]; ok && sameTools(prev, defs) {
+		return
+	}
+	m.sidecarTools.defs[key] = defs
+	m.sidecarTools.ver.Add(1)
 }
+
+// SidecarToolsVersion changes whenever what SidecarTools returns may have:
+// a sidecar's tools were learned, or changed (list_changed, a restart).
+func (m *Manager) SidecarToolsVersion() uint64 { return m.sidecarTools.ver.Load() }
 
 // SidecarTools returns the tools of servers as sessions name them, as last
 // learned (LearnSidecarTools, or any session's sidecar); a server not
@@ -62,9 +76,10 @@ func (m *Manager) LearnSidecarTools(ctx context.Context, servers []MCPServer) er
 	if !ok {
 		return errors.New("this runtime cannot run MCP sidecars")
 	}
+	lim := m.opts.Defaults.Limits.withDefaults(builtinDefaults.Limits)
 	resolved := make([]MCPServer, len(servers))
 	for i, s := range servers {
-		resolved[i] = s.withDefaults()
+		resolved[i] = s.withDefaults(lim)
 		resolved[i].Workspace = "" // a probe has no workspace
 	}
 	o := SessionOptions{MCPServers: resolved}

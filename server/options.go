@@ -82,6 +82,10 @@ type Options struct {
 	// sandbox yet (revision 2026-07-28); nil: the built-in tools
 	// (mcpapi.Options.Tools).
 	MCPTools func(profile string, opts sandbox.SessionOptions) []tools.Definition
+	// MCPToolsVersion changes whenever what MCPTools returns may have
+	// changed (an MCP sidecar's tools did); the stateless MCP path lists
+	// again then. nil: MCPTools's answer never changes.
+	MCPToolsVersion func() uint64
 	// MCPSessionTimeout ends an MCP session (and its sandbox), and closes a
 	// sandbox a 2026-07-28 client opened by handle, after this long without
 	// a request (a tool call, for a handle).

@@ -86,6 +86,7 @@ func New(opts Options) (*Server, error) {
 		Requests:       opts.requestPolicy(),
 		SessionTimeout: opts.MCPSessionTimeout,
 		Tools:          opts.MCPTools,
+		ToolsVersion:   opts.MCPToolsVersion,
 		MaxBodyBytes:   opts.MaxMessageBytes,
 		Version:        opts.Version,
 	})

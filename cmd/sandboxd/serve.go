@@ -298,7 +298,8 @@ func runServe(ctx context.Context, std stdio, args []string) error {
 			defs := append(mcpapi.BuiltinTools(profile, o), skillSrc.Definitions(o.Skills)...)
 			return append(defs, m.SidecarTools(o.MCPServers)...)
 		},
-		KeepSessions: cfg.keepSessions, DrainTimeout: cfg.drainTimeout,
+		MCPToolsVersion: m.SidecarToolsVersion,
+		KeepSessions:    cfg.keepSessions, DrainTimeout: cfg.drainTimeout,
 		Logger: log, Version: version(),
 	})
 	if err != nil {

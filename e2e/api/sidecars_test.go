@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -30,13 +31,16 @@ import (
 const (
 	memoryImage     = "sandboxd-mcp-memory:latest"
 	everythingImage = "sandboxd-mcp-everything:latest"
+	// testserverImage is e2e/mcptestserver: its tool list changes, and it
+	// counts the cancellations it receives.
+	testserverImage = "sandboxd-mcp-testserver:latest"
 )
 
 // ensureSidecarImages builds the sidecar images when one is missing (the
 // script skips what is current).
 func ensureSidecarImages(ctx context.Context, t *testing.T) {
 	t.Helper()
-	for _, img := range []string{memoryImage, everythingImage} {
+	for _, img := range []string{memoryImage, everythingImage, testserverImage} {
 		if _, err := engine.ImageInspect(ctx, img); err == nil {
 			continue
 		}
@@ -62,6 +66,36 @@ func sidecarContainers(ctx context.Context, t *testing.T, session string) []cont
 		t.Fatal(err)
 	}
 	return ctrs
+}
+
+// sidecarRig is a daemon for a sidecar test, the sidecar images built,
+// and a WebSocket client dialled to it.
+type sidecarRig struct {
+	serve *serveProc
+	token string
+	base  string // http://host:port, for the MCP endpoints
+	c     *client.Client
+}
+
+// startSidecarServe builds the sidecar images if needed, starts serve with
+// extra flags in a fresh state folder, and dials it; the client closes
+// with the test.
+func startSidecarServe(ctx context.Context, t *testing.T, extra ...string) *sidecarRig {
+	t.Helper()
+	ensureSidecarImages(ctx, t)
+	state := t.TempDir()
+	serve := startServe(t, state, extra...)
+	token, err := auth.ReadTokenFile(filepath.Join(state, auth.TokenFileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.Dial(ctx, serve.url, token, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	base := "http" + strings.TrimSuffix(strings.TrimPrefix(serve.url, "ws"), "/v1/ws")
+	return &sidecarRig{serve: serve, token: token, base: base, c: c}
 }
 
 func sidecarConfig(t *testing.T) string {
@@ -90,15 +124,9 @@ func sidecarConfig(t *testing.T) string {
 func TestSidecarsServe(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	ensureSidecarImages(ctx, t)
-	state := t.TempDir()
-	serve := startServe(t, state, "--config", sidecarConfig(t),
+	rig := startSidecarServe(ctx, t, "--config", sidecarConfig(t),
 		"--allow-image", testImage, "--allow-image", "sandboxd-mcp-*")
-	token, err := auth.ReadTokenFile(filepath.Join(state, auth.TokenFileName))
-	if err != nil {
-		t.Fatal(err)
-	}
-	base := "http" + strings.TrimSuffix(strings.TrimPrefix(serve.url, "ws"), "/v1/ws")
+	serve, token, base, c := rig.serve, rig.token, rig.base, rig.c
 
 	// MCP, the profile's sidecar.
 	cs, err := mcpConnectPath(ctx, base, "/mcp/mem", token, "2025-11-25")
@@ -154,11 +182,6 @@ func TestSidecarsServe(t *testing.T) {
 	closeSandbox(ctx, t, gc, h)
 
 	// WebSocket: a client declares the sidecar in session.create.
-	c, err := client.Dial(ctx, serve.url, token, client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
 	if _, err := c.CreateSession(ctx, client.CreateOptions{Image: testImage, MCPServers: []wsproto.MCPServer{{Name: "evil", Image: "evil:latest"}}}); err == nil ||
 		!strings.Contains(err.Error(), `image "evil:latest" is not allowed`) {
 		t.Fatalf("a sidecar of a disallowed image: %v", err)
@@ -256,20 +279,10 @@ func TestSidecarsServe(t *testing.T) {
 func TestSidecarsTransports(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	ensureSidecarImages(ctx, t)
-	state := t.TempDir()
-	serve := startServe(t, state, "--allow-image", testImage, "--allow-image", "sandboxd-mcp-*")
-	token, err := auth.ReadTokenFile(filepath.Join(state, auth.TokenFileName))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := client.Dial(ctx, serve.url, token, client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	rig := startSidecarServe(ctx, t, "--allow-image", testImage, "--allow-image", "sandboxd-mcp-*")
+	serve, c := rig.serve, rig.c
 
-	_, err = c.CreateSession(ctx, client.CreateOptions{Image: testImage, MCPServers: []wsproto.MCPServer{{
+	_, err := c.CreateSession(ctx, client.CreateOptions{Image: testImage, MCPServers: []wsproto.MCPServer{{
 		Name: "broken", Image: memoryImage, Command: []string{"/bin/sh", "-c", "echo missing-config-xyz >&2; exit 3"},
 	}}})
 	if err == nil || !strings.Contains(err.Error(), "missing-config-xyz") || !strings.Contains(err.Error(), `mcp server "broken"`) {
@@ -367,18 +380,8 @@ var networkInspectOptions = network.InspectOptions{}
 func TestSidecarsFaultsAndScale(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
-	ensureSidecarImages(ctx, t)
-	state := t.TempDir()
-	serve := startServe(t, state, "--allow-image", testImage, "--allow-image", "sandboxd-mcp-*")
-	token, err := auth.ReadTokenFile(filepath.Join(state, auth.TokenFileName))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := client.Dial(ctx, serve.url, token, client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	rig := startSidecarServe(ctx, t, "--allow-image", testImage, "--allow-image", "sandboxd-mcp-*")
+	serve, c := rig.serve, rig.c
 	entity := func(name string) map[string]any {
 		return map[string]any{"entities": []any{map[string]any{"name": name, "entityType": "t", "observations": []string{"o"}}}}
 	}
@@ -583,7 +586,6 @@ func execIn(ctx context.Context, t *testing.T, id string, argv ...string) (strin
 func TestSidecarsSecrets(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	ensureSidecarImages(ctx, t)
 	dir := t.TempDir()
 	value := "s3cr3t-" + auth.NewToken()[:16]
 	secrets := filepath.Join(dir, "secrets")
@@ -611,17 +613,8 @@ func TestSidecarsSecrets(t *testing.T) {
 	if err := os.WriteFile(config, []byte(src), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	state := t.TempDir()
-	serve := startServe(t, state, "--config", config, "--secrets-file", secrets, "--log-level", "debug")
-	token, err := auth.ReadTokenFile(filepath.Join(state, auth.TokenFileName))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := client.Dial(ctx, serve.url, token, client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	rig := startSidecarServe(ctx, t, "--config", config, "--secrets-file", secrets, "--log-level", "debug")
+	serve, c := rig.serve, rig.c
 	if _, err := c.CreateSession(ctx, client.CreateOptions{Profile: "nosec"}); err == nil || !strings.Contains(err.Error(), `no secret "NOT_THERE"`) {
 		t.Fatalf("a missing secret: %v", err)
 	}
@@ -726,4 +719,286 @@ func TestSidecarsOverRestart(t *testing.T) {
 	}
 	second.stop(t) // without --keep-sessions: removes the session, sidecars included
 	waitNoContainers(t, "after a shutdown without --keep-sessions")
+}
+
+// rootSidecarImage builds, for this run, the memory server's image with
+// USER root (the sidecar images run as uid 1000), labelled with the run
+// and removed after the test.
+func rootSidecarImage(ctx context.Context, t *testing.T) string {
+	t.Helper()
+	tag := "sandboxd-e2e-mcp-root:" + runID
+	cmd := exec.CommandContext(ctx, "docker", "build", "-q", "-t", tag, "--label", labelRun+"="+runID, "-")
+	cmd.Stdin = strings.NewReader("FROM " + memoryImage + "\nUSER 0:0\n")
+	cmd.Env = append(os.Environ(), "DOCKER_BUILDKIT=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building %s: %v\n%s", tag, err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("docker", "image", "rm", "-f", tag).CombinedOutput(); err != nil {
+			t.Errorf("removing %s: %v\n%s", tag, err, out)
+		}
+	})
+	return tag
+}
+
+// A profile's sidecar limits and user: declared memory, CPU and pids are
+// what the engine enforces, undeclared ones are the sandbox's; a sidecar
+// runs as uid 1000 unless its profile says `user: image`, and then as its
+// image's user, root here, still without capabilities, with
+// no-new-privileges and a read-only root with a tmpfs /tmp. A sidecar that
+// starts but never answers initialize fails the create after
+// SidecarReadyTimeout with its stderr tail, and leaves nothing behind.
+func TestSidecarsLimitsUserReadiness(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	ensureSidecarImages(ctx, t)
+	rootImage := rootSidecarImage(ctx, t)
+	config := filepath.Join(t.TempDir(), "config.yaml")
+	src := fmt.Sprintf(`profiles:
+  lim:
+    image: %[1]s
+    limits:
+      memory: 384MiB
+      cpus: 0.75
+      pids: 200
+    mcp_servers:
+      - name: small
+        image: %[2]s
+        limits:
+          memory: 96MiB
+          cpus: 0.5
+          pids: 64
+      - name: plain
+        image: %[2]s
+      - name: rooted
+        image: %[3]s
+        user: image
+  silent:
+    image: %[1]s
+    mcp_servers:
+      - name: mute
+        image: %[2]s
+        command: ["/bin/sh", "-c", "echo never-ready-xyz >&2; exec sleep 600"]
+`, testImage, memoryImage, rootImage)
+	if err := os.WriteFile(config, []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rig := startSidecarServe(ctx, t, "--config", config)
+	sess, err := rig.c.CreateSession(ctx, client.CreateOptions{Profile: "lim"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"small__read_graph", "plain__read_graph", "rooted__read_graph"} {
+		if obs, err := sess.Call(ctx, name, map[string]any{}, nil); err != nil || obs.IsError {
+			t.Fatalf("%s: %v %s", name, err, obs.Text())
+		}
+	}
+	ctrs := sidecarContainers(ctx, t, sess.ID)
+	if len(ctrs) != 3 {
+		t.Fatalf("%d sidecar containers, want 3", len(ctrs))
+	}
+	type want struct {
+		memory, cpus, pids int64
+		user, uid          string
+	}
+	wants := map[string]want{
+		"small":  {96 << 20, 5e8, 64, "1000:1000", "1000"},
+		"plain":  {384 << 20, 75e7, 200, "1000:1000", "1000"},
+		"rooted": {384 << 20, 75e7, 200, "0:0", "0"}, // the image's USER
+	}
+	for _, ctr := range ctrs {
+		name := ctr.Labels[sandbox.LabelSidecar]
+		w, ok := wants[name]
+		if !ok {
+			t.Fatalf("an unexpected sidecar %q", name)
+		}
+		ins, err := engine.ContainerInspect(ctx, ctr.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hc := ins.HostConfig
+		if hc.Memory != w.memory || hc.MemorySwap != w.memory || hc.NanoCPUs != w.cpus || hc.PidsLimit == nil || *hc.PidsLimit != w.pids {
+			t.Errorf("%s: memory %d swap %d cpus %d pids %v, want %d, %d, %d", name, hc.Memory, hc.MemorySwap, hc.NanoCPUs, hc.PidsLimit, w.memory, w.cpus, w.pids)
+		}
+		if ins.Config.User != w.user {
+			t.Errorf("%s: user %q, want %q", name, ins.Config.User, w.user)
+		}
+		if out, code := execIn(ctx, t, ctr.ID, "id", "-u"); code != 0 || strings.TrimSpace(out) != w.uid {
+			t.Errorf("%s runs as uid %q (exit %d), want %s", name, strings.TrimSpace(out), code, w.uid)
+		}
+		if len(hc.CapDrop) != 1 || hc.CapDrop[0] != "ALL" || !hc.ReadonlyRootfs || hc.Tmpfs["/tmp"] == "" ||
+			!strings.Contains(strings.Join(hc.SecurityOpt, " "), "no-new-privileges") {
+			t.Errorf("%s: cap-drop %v, read-only root %v, tmpfs %v, security options %v", name, hc.CapDrop, hc.ReadonlyRootfs, hc.Tmpfs, hc.SecurityOpt)
+		}
+	}
+	// Root in the sidecar is root without capabilities: it cannot write
+	// the read-only root, nor change a file's owner.
+	for _, ctr := range ctrs {
+		if ctr.Labels[sandbox.LabelSidecar] != "rooted" {
+			continue
+		}
+		if out, code := execIn(ctx, t, ctr.ID, "touch", "/etc/rooted"); code == 0 {
+			t.Errorf("root in a sidecar wrote to the read-only root: %s", out)
+		}
+		if out, code := execIn(ctx, t, ctr.ID, "sh", "-c", "touch /tmp/f && chown 1:1 /tmp/f"); code == 0 || !strings.Contains(out, "ermitted") {
+			t.Errorf("root in a sidecar changed a file's owner (CAP_CHOWN kept?): exit %d %s", code, out)
+		}
+	}
+	if err := sess.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	began := time.Now()
+	_, err = rig.c.CreateSession(ctx, client.CreateOptions{Profile: "silent"})
+	took := time.Since(began)
+	if err == nil || !strings.Contains(err.Error(), `mcp server "mute" did not answer within`) || !strings.Contains(err.Error(), "never-ready-xyz") {
+		t.Fatalf("a sidecar that never answers initialize: %v", err)
+	}
+	t.Logf("a sidecar that never answers failed the create after %v: %v", took.Round(time.Millisecond), err)
+	rig.serve.stop(t)
+	waitNoContainers(t, "after the limits, user and readiness sessions")
+}
+
+// A sidecar's tool list changes and cancellations, with e2e/mcptestserver:
+// its add_tool makes the server send notifications/tools/list_changed; the
+// daemon reads the list again and tells the legacy MCP client with
+// notifications/tools/list_changed (the new tool is listed and called), a
+// stateless client's list of the profile has it too, and a restart after
+// a kill (which loses the added tool) is announced the same way. A call
+// cancelled by the client, through MCP (the go-sdk client's context) and
+// through WebSocket (tools.cancel), is cancelled in the sidecar: the
+// server counts it.
+func TestSidecarsListChangedAndCancel(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	config := filepath.Join(t.TempDir(), "config.yaml")
+	src := fmt.Sprintf("profiles:\n  ts:\n    image: %s\n    mcp_servers:\n      - name: ts\n        image: %s\n", testImage, testserverImage)
+	if err := os.WriteFile(config, []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rig := startSidecarServe(ctx, t, "--config", config)
+
+	changed := make(chan struct{}, 16)
+	mc := mcp.NewClient(&mcp.Implementation{Name: "e2e-sidecars", Version: "1"}, &mcp.ClientOptions{
+		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) { changed <- struct{}{} },
+	})
+	cs, err := mc.Connect(ctx, &mcp.StreamableClientTransport{
+		Endpoint: rig.base + "/mcp/ts", HTTPClient: &http.Client{Transport: bearer{rig.token, http.DefaultTransport}}, MaxRetries: -1,
+	}, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	listed := func() map[string]bool {
+		t.Helper()
+		list, err := cs.ListTools(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		have := map[string]bool{}
+		for _, tl := range list.Tools {
+			have[tl.Name] = true
+		}
+		return have
+	}
+	awaitChanged := func(why string) {
+		t.Helper()
+		select {
+		case <-changed:
+		case <-time.After(time.Minute):
+			t.Fatalf("no notifications/tools/list_changed after %s\n%s", why, rig.serve.logs())
+		}
+	}
+	if have := listed(); !have["ts__wait"] || !have["ts__add_tool"] || have["ts__extra1"] {
+		t.Fatalf("tools/list: %v", have)
+	}
+	wantAll(t, "add_tool", mcpText(ctx, t, cs, "ts__add_tool", map[string]any{"name": "extra1"}), "added extra1")
+	awaitChanged("the sidecar added a tool")
+	if have := listed(); !have["ts__extra1"] {
+		t.Fatalf("tools/list after list_changed lacks ts__extra1: %v", have)
+	}
+	wantAll(t, "extra1", mcpText(ctx, t, cs, "ts__extra1", map[string]any{}), "I am extra1")
+	modern, _ := statelessTools(ctx, t, rig.base, "/mcp/ts", rig.token, "ts__extra1", "ts__wait")
+	_ = modern.Close()
+
+	// Cancelled through MCP: the go-sdk client sends notifications/cancelled.
+	cancelled := func(call func(context.Context, string, map[string]any) (string, error)) {
+		t.Helper()
+		cctx, ccancel := context.WithCancel(ctx)
+		timer := time.AfterFunc(time.Second, ccancel)
+		defer timer.Stop()
+		began := time.Now()
+		out, err := call(cctx, "ts__wait", map[string]any{"seconds": 120})
+		if err == nil {
+			t.Fatalf("a cancelled wait returned %q", out)
+		}
+		t.Logf("the cancelled call returned after %v: %v", time.Since(began).Round(time.Millisecond), err)
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			n, err := call(ctx, "ts__cancelled", map[string]any{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.TrimSpace(n) == "1" {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the sidecar counted %s cancellations, want 1\n%s", n, rig.serve.logs())
+			}
+		}
+	}
+	cancelled(func(ctx context.Context, name string, args map[string]any) (string, error) {
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args})
+		if err != nil {
+			return "", err
+		}
+		if res.IsError || len(res.Content) == 0 {
+			return "", fmt.Errorf("%s: is_error %v", name, res.IsError)
+		}
+		return res.Content[0].(*mcp.TextContent).Text, nil
+	})
+	// Cancelled through WebSocket: tools.cancel.
+	ws, err := rig.c.CreateSession(ctx, client.CreateOptions{Profile: "ts"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancelled(func(ctx context.Context, name string, args map[string]any) (string, error) {
+		obs, err := ws.Call(ctx, name, args, nil)
+		if err != nil {
+			return "", err
+		}
+		if obs.IsError {
+			return "", fmt.Errorf("%s: %s", name, obs.Text())
+		}
+		return obs.Text(), nil
+	})
+	if err := ws.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// A restart lists other tools (the added one is gone): announced too.
+	for len(changed) > 0 {
+		<-changed
+	}
+	// The WebSocket session is closed: the run's one ts sidecar is the MCP
+	// session's.
+	ctrs, err := engine.ContainerList(ctx, container.ListOptions{Filters: filters.NewArgs(
+		filters.Arg("label", labelRun+"="+runID), filters.Arg("label", sandbox.LabelSidecar+"=ts"))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ctrs) != 1 {
+		t.Fatalf("%d ts sidecars, want the MCP session's one", len(ctrs))
+	}
+	if err := engine.ContainerKill(ctx, ctrs[0].ID, "KILL"); err != nil {
+		t.Fatal(err)
+	}
+	awaitChanged("the sidecar restarted without its added tool")
+	if have := listed(); have["ts__extra1"] || !have["ts__wait"] {
+		t.Fatalf("tools/list after the restart: %v", have)
+	}
+	if err := cs.Close(); err != nil {
+		t.Fatal(err)
+	}
+	rig.serve.stop(t)
+	waitNoContainers(t, "after the list_changed and cancel sessions")
 }

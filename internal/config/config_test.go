@@ -138,7 +138,7 @@ func TestParseErrors(t *testing.T) {
 		"unknown in limits":  {"profiles:\n  a:\n    limits:\n      mem: 1GiB\n", `config.yaml:4:7: profiles.a.limits.mem: unknown key (known here: cpus, disk, disk_quota, memory, pids, tmpfs)`},
 		"profile name":       {"profiles:\n  Fuzz: {}\n", `config.yaml:2:3: profiles.Fuzz: "Fuzz" is not a profile name`},
 		"profile name slash": {"profiles:\n  a/b: {}\n", `config.yaml:2:3: profiles.a/b: "a/b" is not a profile name`},
-		"mcp server key":     {"profiles:\n  a:\n    mcp_servers:\n      - name: m\n        imagee: x\n", `config.yaml:5:9: profiles.a.mcp_servers[0].imagee: unknown key (known here: args, command, env, image, name, path, port, secrets, start, transport, workspace)`},
+		"mcp server key":     {"profiles:\n  a:\n    mcp_servers:\n      - name: m\n        imagee: x\n", `config.yaml:5:9: profiles.a.mcp_servers[0].imagee: unknown key (known here: args, command, env, image, limits, name, path, port, secrets, start, transport, user, workspace)`},
 		"mcp server port":    {"profiles:\n  a:\n    mcp_servers:\n      - name: m\n        port: 70000\n", `config.yaml:5:15: profiles.a.mcp_servers[0].port: 70000: want 1 to 65535`},
 		"twice":              {"profiles:\n  a: {}\n  a: {}\n", `config.yaml:3:3: profiles.a: given twice`},
 		"env list":           {"profiles:\n  a:\n    env: [A=1]\n", `config.yaml:3:10: profiles.a.env: want a mapping of keys to values, not a list`},

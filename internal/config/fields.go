@@ -244,6 +244,12 @@ func mcpServers(dst *[]sandbox.MCPServer) decoder {
 				"path":      str(&s.Path),
 				"start":     str(&s.Start),
 				"workspace": str(&s.Workspace),
+				"user":      str(&s.User),
+				"limits": section(map[string]decoder{
+					"memory": size(&s.Limits.Memory),
+					"cpus":   number(&s.Limits.CPUs),
+					"pids":   whole(&s.Limits.Pids),
+				}),
 			}
 			p.mapping(item, ipath, func(k string, kn, val *yaml.Node) {
 				kpath := join(ipath, k)

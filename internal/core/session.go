@@ -61,6 +61,17 @@ func (s *Session) Tools(ctx context.Context) ([]tools.Definition, error) {
 	return s.sb.Tools(ctx)
 }
 
+// WatchTools calls fn (which must not block) whenever the sandbox's tool
+// list changes after it started: an MCP sidecar announced a change, or
+// came back from a restart with other tools. stop ends the watch. A
+// sandbox whose tools cannot change never calls fn.
+func (s *Session) WatchTools(fn func()) (stop func()) {
+	if w, ok := s.sb.(interface{ WatchTools(func()) func() }); ok {
+		return w.WatchTools(fn)
+	}
+	return func() {}
+}
+
 // Idempotent runs fn once per request id: see idempotency. method and
 // params fingerprint the request, so a reused id with other content is a
 // Conflict instead of a wrong answer.

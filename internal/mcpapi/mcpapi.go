@@ -83,6 +83,10 @@ type Options struct {
 	// profile's options as written. nil: BuiltinTools. The seam for tools
 	// that come with a profile (skills).
 	Tools func(profile string, opts sandbox.SessionOptions) []tools.Definition
+	// ToolsVersion changes whenever Tools's answer may have changed (an MCP
+	// sidecar's tools did): the stateless list is made again then. nil:
+	// it never changes.
+	ToolsVersion func() uint64
 	// MaxBodyBytes bounds a request body (a file_editor call carries up to
 	// 10 MiB of file text).
 	MaxBodyBytes int64
@@ -125,6 +129,9 @@ type endpoint struct {
 	modernHTTP *mcp.StreamableHTTPHandler
 	modernJSON *mcp.StreamableHTTPHandler
 	modern     func() []*mcp.Tool
+	// send is the legacy server's sending method handler, to tell one
+	// MCP session that its tools changed.
+	send mcp.MethodHandler
 }
 
 // BuiltinTools are the built-in tools that a profile's options select
@@ -144,6 +151,8 @@ type mcpSandbox struct {
 	ep     *endpoint          // the endpoint of its initialize
 	ready  chan struct{}      // closed when the first create has ended
 	cancel context.CancelFunc // cancels the first create
+	// unwatch stops telling the MCP session of its sandbox's tool changes.
+	unwatch func()
 
 	mu    sync.Mutex // held by a create retry, so there is one at a time
 	sess  *core.Session
@@ -185,18 +194,37 @@ func (h *Handler) newEndpoint(profile string) *endpoint {
 		e.path += "/" + profile
 		of = " (session profile " + profile + ")"
 	}
-	e.modern = sync.OnceValue(func() []*mcp.Tool {
-		o, _ := h.core.Profile(core.APIMCP, profile) // defined: the endpoint exists for it
-		return modernTools(h.opts.Tools(profile, o), h.opts.SessionTimeout)
-	})
+	var (
+		modernMu  sync.Mutex
+		modernVer uint64
+		listed    []*mcp.Tool
+	)
+	e.modern = func() []*mcp.Tool {
+		var ver uint64
+		if h.opts.ToolsVersion != nil {
+			ver = h.opts.ToolsVersion()
+		}
+		modernMu.Lock()
+		defer modernMu.Unlock()
+		if listed == nil || ver != modernVer {
+			o, _ := h.core.Profile(core.APIMCP, profile) // defined: the endpoint exists for it
+			listed, modernVer = modernTools(h.opts.Tools(profile, o), h.opts.SessionTimeout), ver
+		}
+		return listed
+	}
 	opts := h.opts
 	srv := mcp.NewServer(&mcp.Implementation{Name: "sandboxd", Title: "sandboxd", Version: opts.Version}, &mcp.ServerOptions{
 		Instructions: "Each MCP session of this server is one sandbox" + of + " (a Linux container) with a persistent terminal, " +
 			"a file editor, grep and glob. Files live under /workspace; the sandbox ends with the session.",
-		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}},
+		// listChanged: a session's tools change when an MCP sidecar's do.
+		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: true}},
 		Logger:       h.log,
 	})
 	srv.AddReceivingMiddleware(e.middleware)
+	srv.AddSendingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+		e.send = next
+		return next
+	})
 	e.http = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, &mcp.StreamableHTTPOptions{
 		SessionTimeout:      opts.SessionTimeout,
 		MaxRequestBodyBytes: opts.MaxBodyBytes,
@@ -455,6 +483,9 @@ func (h *Handler) start(e *endpoint, ss *mcp.ServerSession) {
 		sb.mu.Lock() // waits for a create retry in progress
 		sb.ended = true
 		sess := sb.sess
+		if sb.unwatch != nil {
+			sb.unwatch()
+		}
 		sb.mu.Unlock()
 		if sess != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -488,7 +519,21 @@ func (h *Handler) create(ctx context.Context, ss *mcp.ServerSession, sb *mcpSand
 		return
 	}
 	sb.sess, sb.err = r.Session, nil
+	sb.unwatch = r.Session.WatchTools(func() { go sb.ep.toolsChanged(ss) })
 	h.log.Info("mcp session started", "mcp_session", ss.ID(), "session", r.Session.ID(), "endpoint", sb.ep.path)
+}
+
+// toolsChanged sends notifications/tools/list_changed to ss, whose
+// sandbox's tools changed (an MCP sidecar's did); the client lists again.
+func (e *endpoint) toolsChanged(ss *mcp.ServerSession) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req := &mcp.ServerRequest[*mcp.ToolListChangedParams]{Session: ss, Params: &mcp.ToolListChangedParams{}}
+	if _, err := e.send(ctx, "notifications/tools/list_changed", req); err != nil {
+		e.h.log.Debug("telling an mcp session its tools changed", "mcp_session", ss.ID(), "err", err)
+		return
+	}
+	e.h.log.Info("told an mcp session its tools changed", "mcp_session", ss.ID())
 }
 
 // sandboxOf waits for the sandbox of ss; if its create failed, it tries

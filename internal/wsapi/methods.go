@@ -105,11 +105,18 @@ func createOptions(p wsproto.CreateParams) (sandbox.SessionOptions, error) {
 		AllowHosts: p.AllowHosts, Runtime: p.Runtime, IdleTimeout: time.Duration(p.IdleTimeout), Labels: p.Labels,
 		Skills: p.Skills, SkillsInstall: p.SkillsInstall,
 	}
-	for _, m := range p.MCPServers {
-		o.MCPServers = append(o.MCPServers, sandbox.MCPServer{
+	for i, m := range p.MCPServers {
+		srv := sandbox.MCPServer{
 			Name: m.Name, Image: m.Image, Command: m.Command, Args: m.Args, Env: m.Env,
 			Transport: m.Transport, Port: m.Port, Path: m.Path, Start: m.Start, Workspace: m.Workspace,
-		})
+		}
+		if l := m.Limits; l != nil {
+			if l.MemoryMB < 0 || l.CPUs < 0 || l.Pids < 0 || l.TmpMB != 0 {
+				return o, apierr.New(apierr.InvalidParams, "mcp_servers[%d].limits: memory_mb, cpus and pids must not be negative, and a sidecar has no tmp_mb", i)
+			}
+			srv.Limits = sandbox.SidecarLimits{Memory: int64(l.MemoryMB) << 20, CPUs: l.CPUs, Pids: int64(l.Pids)}
+		}
+		o.MCPServers = append(o.MCPServers, srv)
 	}
 	if p.IdleTimeout < 0 {
 		o.IdleTimeout = sandbox.NoIdleTimeout

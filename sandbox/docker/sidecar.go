@@ -33,8 +33,9 @@ func sidecarNetworkName(id string) string { return "sandboxd-mcp-" + id }
 
 // StartSidecar starts one MCP sidecar of a session: the sandbox's security
 // settings (a non-root user, no capabilities, no-new-privileges and the
-// seccomp profile, a read-only root with a tmpfs /tmp, memory, CPU and pids
-// limits) plus docker-init (a third-party server may not reap), no host
+// seccomp profile, a read-only root with a tmpfs /tmp, the declaration's
+// memory, CPU and pids limits; the image's user when it says
+// sandbox.UserImage) plus docker-init (a third-party server may not reap), no host
 // port. A stdio sidecar has no network at all and is attached before it
 // starts; an HTTP or SSE one joins the session's sidecar network (internal:
 // no egress; made at the first such sidecar, removed with the session),
@@ -63,7 +64,11 @@ func (r *Runtime) StartSidecar(ctx context.Context, spec sandbox.SidecarSpec) (_
 			return nil, err
 		}
 	}
-	uid, gid, _ := sandbox.ParseUser(sandbox.SidecarUser)
+	user := "" // sandbox.UserImage: the image's USER
+	if srv.User != sandbox.UserImage {
+		uid, gid, _ := sandbox.ParseUser(sandbox.SidecarUser)
+		user = strconv.Itoa(uid) + ":" + strconv.Itoa(gid)
+	}
 	env := make([]string, 0, len(spec.Env))
 	for k, v := range spec.Env {
 		env = append(env, k+"="+v)
@@ -73,11 +78,11 @@ func (r *Runtime) StartSidecar(ctx context.Context, spec sandbox.SidecarSpec) (_
 	if err != nil {
 		return nil, err
 	}
-	pids := int64(sandbox.SidecarPids)
+	pids := srv.Limits.Pids
 	init := true
 	cfg := &container.Config{
 		Image:        srv.Image,
-		User:         strconv.Itoa(uid) + ":" + strconv.Itoa(gid),
+		User:         user,
 		Env:          env,
 		Labels:       labels,
 		Cmd:          srv.Args,
@@ -104,9 +109,9 @@ func (r *Runtime) StartSidecar(ctx context.Context, spec sandbox.SidecarSpec) (_
 			"max-size": r.opts.LogMaxSize, "max-file": r.opts.LogMaxFiles,
 		}},
 		Resources: container.Resources{
-			Memory:     sandbox.SidecarMemory,
-			MemorySwap: sandbox.SidecarMemory,
-			NanoCPUs:   int64(sandbox.SidecarCPUs * 1e9),
+			Memory:     srv.Limits.Memory,
+			MemorySwap: srv.Limits.Memory,
+			NanoCPUs:   int64(srv.Limits.CPUs * 1e9),
 			PidsLimit:  &pids,
 			Ulimits: []*container.Ulimit{
 				{Name: "nofile", Soft: nofileSoft, Hard: nofileHard},

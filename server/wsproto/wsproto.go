@@ -419,4 +419,7 @@ type MCPServer struct {
 	Path      string            `json:"path,omitempty"`      // http ("/mcp"), sse ("/sse")
 	Start     string            `json:"start,omitempty"`     // "eager" (default) or "lazy"
 	Workspace string            `json:"workspace,omitempty"` // "ro" or "rw": the session's /workspace at /workspace; "": none
+	// Limits bound the sidecar (memory_mb, cpus, pids; tmp_mb is not
+	// used); zero fields take the sandbox's.
+	Limits *Limits `json:"limits,omitempty"`
 }
