@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -31,20 +33,26 @@ func procCPU(pid int) (time.Duration, error) {
 	if err != nil {
 		return 0, err
 	}
-	// The command name (field 2) may hold spaces: the fields after it
-	// start past its closing parenthesis; utime and stime are 14 and 15.
+	return statCPU(b)
+}
+
+// statCPU reads utime+stime from the text of /proc/PID/stat.
+func statCPU(b []byte) (time.Duration, error) {
+	// The command name (field 2) may hold spaces and parentheses: the
+	// fields after it start past its last closing parenthesis; utime and
+	// stime are fields 14 and 15.
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 {
-		return 0, fmt.Errorf("/proc/%d/stat: no command name", pid)
+		return 0, errors.New("/proc/PID/stat: no command name")
 	}
 	f := strings.Fields(string(b[i+1:]))
 	if len(f) < 13 {
-		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f))
+		return 0, fmt.Errorf("/proc/PID/stat: %d fields after the command name", len(f))
 	}
 	u, err1 := strconv.ParseInt(f[11], 10, 64)
 	s, err2 := strconv.ParseInt(f[12], 10, 64)
 	if err1 != nil || err2 != nil {
-		return 0, fmt.Errorf("/proc/%d/stat: utime %q stime %q", pid, f[11], f[12])
+		return 0, fmt.Errorf("/proc/PID/stat: utime %q stime %q", f[11], f[12])
 	}
 	return time.Duration(u+s) * time.Second / clockTick, nil
 }
@@ -61,7 +69,16 @@ func fileKB(path, key string) (int64, error) {
 		return 0, err
 	}
 	defer f.Close()
-	sc := bufio.NewScanner(f)
+	kb, err := readKB(f, key)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", path, err)
+	}
+	return kb, nil
+}
+
+// readKB finds the line "key: N kB" and returns N.
+func readKB(r io.Reader, key string) (int64, error) {
+	sc := bufio.NewScanner(r)
 	for sc.Scan() {
 		k, v, ok := strings.Cut(sc.Text(), ":")
 		if !ok || k != key {
@@ -69,7 +86,10 @@ func fileKB(path, key string) (int64, error) {
 		}
 		return strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
 	}
-	return 0, fmt.Errorf("%s: no %s", path, key)
+	if err := sc.Err(); err != nil {
+		return 0, err
+	}
+	return 0, fmt.Errorf("no %s", key)
 }
 
 // openFDs counts the entries of /proc/PID/fd.
@@ -213,10 +233,6 @@ func takeCPU(ids []string) cpuSnapshot {
 
 func (s cpuSnapshot) sub(o cpuSnapshot) cpuSnapshot {
 	return cpuSnapshot{s.self - o.self, s.dockerd - o.dockerd, s.containerd - o.containerd, s.shims - o.shims, s.containers - o.containers}
-}
-
-func (s cpuSnapshot) total() time.Duration {
-	return s.self + s.dockerd + s.containerd + s.shims + s.containers
 }
 
 func loadAvg() string {

@@ -10,8 +10,8 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -21,7 +21,7 @@ import (
 	"github.com/sandboxd/sandboxd/client"
 )
 
-var grepTree = flag.String("grep-tree", filepath.Join(runtime.GOROOT(), "src"), "scale-grep suite: the host tree uploaded into the session (default: the Go source tree)")
+var grepTree = flag.String("grep-tree", "", "scale-grep suite: the host tree uploaded into the session (default: the Go source tree, $(go env GOROOT)/src)")
 
 func init() {
 	register(suite{
@@ -85,8 +85,16 @@ func tarTree(dir string, w io.WriteCloser) {
 }
 
 func runGrepSuite(ctx context.Context, e *env) (_ []row, err error) {
-	if st, err := os.Stat(*grepTree); err != nil || !st.IsDir() {
-		return nil, fmt.Errorf("scale-grep: -grep-tree %s is not a directory", *grepTree)
+	tree := *grepTree
+	if tree == "" {
+		out, err := exec.CommandContext(ctx, "go", "env", "GOROOT").Output()
+		if err != nil {
+			return nil, fmt.Errorf("scale-grep: go env GOROOT (or pass -grep-tree): %w", err)
+		}
+		tree = filepath.Join(strings.TrimSpace(string(out)), "src")
+	}
+	if st, err := os.Stat(tree); err != nil || !st.IsDir() {
+		return nil, fmt.Errorf("scale-grep: -grep-tree %s is not a directory", tree)
 	}
 	bin, err := e.sandboxdBinary()
 	if err != nil {
@@ -134,9 +142,9 @@ func runGrepSuite(ctx context.Context, e *env) (_ []row, err error) {
 		return nil, fmt.Errorf("scale-grep: %s lacks rg, grep or find (%q, %v)", *workImage, out, err)
 	}
 	const dest = "/workspace/tree"
-	e.logf("scale-grep: uploading %s to %s", *grepTree, dest)
+	e.logf("scale-grep: uploading %s to %s", tree, dest)
 	pr, pw := io.Pipe()
-	go tarTree(*grepTree, pw)
+	go tarTree(tree, pw)
 	t := time.Now()
 	if err := sess.Upload(ctx, dest, pr); err != nil {
 		_ = pr.CloseWithError(err)
@@ -146,7 +154,9 @@ func runGrepSuite(ctx context.Context, e *env) (_ []row, err error) {
 	if err != nil {
 		return nil, err
 	}
-	e.logf("scale-grep: uploaded in %.1fs: %s", time.Since(t).Seconds(), strings.Join(strings.Fields(firstLines(files, 2)), " files, "))
+	up := time.Since(t)
+	what := strings.Join(strings.Fields(firstLines(files, 2)), " files, ")
+	e.logf("scale-grep: uploaded in %.1fs: %s", up.Seconds(), what)
 
 	tool := func(name string, args map[string]any) func() error {
 		return func() error {
@@ -174,7 +184,8 @@ func runGrepSuite(ctx context.Context, e *env) (_ []row, err error) {
 		return "?"
 	}
 	n := e.n(10)
-	var rows []row
+	rows := []row{{scenario: fmt.Sprintf("scale-grep: files.upload of the tree (%s), one tar stream through the WebSocket client", what),
+		s: sample{n: 1, p50: up, p99: up}}}
 	type cmp struct {
 		label    string
 		toolName string

@@ -212,7 +212,10 @@ func runSoakSuite(ctx context.Context, e *env) (_ []row, err error) {
 			}
 			samples = nil
 		} else if (i+1)%100 == 0 {
-			e.logf("soak: %d/%d cycles, %d failed", i+1, n, len(failures))
+			// Unsettled (the pool refills, connections close): a trace, not a reading.
+			rss, _ := procStatusKB(os.Getpid(), "VmRSS")
+			fds, _ := openFDs(os.Getpid())
+			e.logf("soak: %d/%d cycles, %d failed; now RSS %.1f MiB, %d goroutines, %d fds", i+1, n, len(failures), float64(rss)/1024, runtime.NumGoroutine(), fds)
 		}
 	}
 	srv.stop()

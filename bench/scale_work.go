@@ -177,13 +177,11 @@ git add -A && git -c user.email=bench@sandboxd -c user.name=bench commit -qm ini
 func workSteps(i int) (string, map[string]any, string) {
 	path := fmt.Sprintf("/workspace/repo/edit%d.go", i/2)
 	if i%2 == 1 { // file_editor: create, then str_replace and view in turn
-		switch {
-		case i%4 == 1:
+		if i%4 == 1 {
 			return "file_editor", map[string]any{"command": "create", "path": path, "file_text": fmt.Sprintf("package edit\n\nvar x = %d\n", i)}, "file_editor"
-		default:
-			prev := fmt.Sprintf("/workspace/repo/edit%d.go", (i-2)/2)
-			return "file_editor", map[string]any{"command": "str_replace", "path": prev, "old_str": "package edit", "new_str": "package edited"}, "file_editor"
 		}
+		prev := fmt.Sprintf("/workspace/repo/edit%d.go", (i-2)/2)
+		return "file_editor", map[string]any{"command": "str_replace", "path": prev, "old_str": "package edit", "new_str": "package edited"}, "file_editor"
 	}
 	cmds := []string{
 		"cd /workspace/repo && git status --short | wc -l",
