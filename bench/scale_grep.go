@@ -34,8 +34,8 @@ func init() {
 }
 
 // tarTree streams dir as a tar of regular files and directories (links
-// and the rest are left out).
-func tarTree(dir string, w io.WriteCloser) {
+// and the rest are left out), their names under prefix ("" or "dir/").
+func tarTree(dir, prefix string, w io.WriteCloser) {
 	tw := tar.NewWriter(w)
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -56,7 +56,7 @@ func tarTree(dir string, w io.WriteCloser) {
 		if err != nil {
 			return err
 		}
-		h.Name, h.Uid, h.Gid, h.Uname, h.Gname = filepath.ToSlash(rel), 0, 0, "", ""
+		h.Name, h.Uid, h.Gid, h.Uname, h.Gname = prefix+filepath.ToSlash(rel), 0, 0, "", ""
 		if info.IsDir() {
 			h.Name += "/"
 		}
@@ -144,7 +144,7 @@ func runGrepSuite(ctx context.Context, e *env) (_ []row, err error) {
 	const dest = "/workspace/tree"
 	e.logf("scale-grep: uploading %s to %s", tree, dest)
 	pr, pw := io.Pipe()
-	go tarTree(tree, pw)
+	go tarTree(tree, "", pw)
 	t := time.Now()
 	if err := sess.Upload(ctx, dest, pr); err != nil {
 		_ = pr.CloseWithError(err)

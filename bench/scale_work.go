@@ -6,9 +6,12 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -36,7 +39,7 @@ func init() {
 	register(suite{
 		name: "scale-work",
 		about: "N sessions working at once through the WebSocket API (-work-sessions, default 10,50,100): 20 terminal commands " +
-			"(git status in a repository of -work-files files among them) and 20 file_editor edits each; then, at the largest N, " +
+			"(git status in a git repository of -work-files files, made on the host and checked out in each session, among them) and 20 file_editor edits each; then, at the largest N, " +
 			"an agent's pace (an echo every 100-300 ms per session) and saturation (no pause) with the CPU time per call; " +
 			"memory of the daemon and the agents; writes raw samples to -work-json",
 		run:   runWorkSuite,
@@ -137,11 +140,15 @@ func runWorkSuite(ctx context.Context, e *env) (_ []row, err error) {
 			err = errors.Join(err, left)
 		}
 	}()
+	repo := filepath.Join(e.tmp, "repo")
+	if err := hostRepo(ctx, repo, *workFiles); err != nil {
+		return nil, fmt.Errorf("scale-work: making the repository on the host (git needed): %w", err)
+	}
 	var phases []workPhase
 	var mems []workMemory
 	for i, n := range counts {
 		last := i == len(counts)-1
-		ps, mem, err := workRound(ctx, e, cli, bin, n, last, quiet, map[string]string{scopeKey: scope, serverKey: strconv.Itoa(n)})
+		ps, mem, err := workRound(ctx, e, cli, bin, repo, n, last, quiet, map[string]string{scopeKey: scope, serverKey: strconv.Itoa(n)})
 		phases = append(phases, ps...)
 		if mem != nil {
 			mems = append(mems, *mem)
@@ -164,12 +171,34 @@ func runWorkSuite(ctx context.Context, e *env) (_ []row, err error) {
 	return nil, nil
 }
 
-// repoScript makes a git repository of files files in /workspace/repo.
-func repoScript(files int) string {
-	dirs := max(1, (files+99)/100)
-	return fmt.Sprintf(`set -e; mkdir -p /workspace/repo && cd /workspace/repo && git init -q .
-n=0; for d in $(seq %d); do mkdir -p pkg$d; for f in $(seq 100); do [ $n -lt %d ] || break; n=$((n+1)); printf 'package pkg%%s\n\n// F%%s is file %%s.\nfunc F%%s() int { return %%s }\n' $d $f $n $f $n > pkg$d/f$f.go; done; done
-git add -A && git -c user.email=bench@sandboxd -c user.name=bench commit -qm init && git ls-files | wc -l`, dirs, files)
+// hostRepo makes, on the host, a git repository of files small Go files
+// in dir (100 a directory), committed and packed (git gc), so that each
+// session gets it as an upload of .git and a checkout rather than
+// thousands of writes and hashes of its own.
+func hostRepo(ctx context.Context, dir string, files int) error {
+	for i := range files {
+		d := filepath.Join(dir, fmt.Sprintf("pkg%d", i/100))
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+		body := fmt.Sprintf("package pkg%d\n\n// F%d is file %d.\nfunc F%d() int { return %d }\n", i/100, i, i, i, i)
+		if err := os.WriteFile(filepath.Join(d, fmt.Sprintf("f%d.go", i)), []byte(body), 0o644); err != nil {
+			return err
+		}
+	}
+	for _, args := range [][]string{
+		{"init", "-q", "-b", "main", "."},
+		{"add", "-A"},
+		{"-c", "user.email=bench@sandboxd", "-c", "user.name=bench", "commit", "-qm", "init"},
+		{"gc", "-q"},
+	} {
+		cmd := exec.CommandContext(ctx, "git", args...)
+		cmd.Dir = dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("git %s: %w: %s", strings.Join(args, " "), err, out)
+		}
+	}
+	return nil
 }
 
 // workCommands are the 20 terminal commands and 20 file edits each session
@@ -198,7 +227,7 @@ func workSteps(i int) (string, map[string]any, string) {
 	return "terminal", map[string]any{"command": c}, kind
 }
 
-func workRound(ctx context.Context, e *env, cli *dclient.Client, bin string, n int, last bool, log *slog.Logger, labels map[string]string) ([]workPhase, *workMemory, error) {
+func workRound(ctx context.Context, e *env, cli *dclient.Client, bin, repo string, n int, last bool, log *slog.Logger, labels map[string]string) ([]workPhase, *workMemory, error) {
 	e.logf("scale-work: %d sessions: starting the server", n)
 	rssIdle, _ := procStatusKB(os.Getpid(), "VmRSS")
 	srv, err := startHarnessServer(ctx, bin, *workImage, labels, 0, 0, log)
@@ -256,16 +285,29 @@ func workRound(ctx context.Context, e *env, cli *dclient.Client, bin string, n i
 			mem.AgentIdleKB = append(mem.AgentIdleKB, agent)
 		}
 	}
-	e.logf("scale-work: %d sessions: making the repositories (%d files each)", n, *workFiles)
-	script := repoScript(*workFiles)
+	e.logf("scale-work: %d sessions: uploading the repository (%d files) and checking it out in each", n, *workFiles)
+	sem := make(chan struct{}, 10) // a loaded engine times out hundreds of uploads at once
 	for i, w := range ws {
 		wg.Go(func() {
-			obs, err := w.sess.Call(ctx, "terminal", map[string]any{"command": script, "timeout": 600.0}, nil)
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			if _, err := w.call(ctx, "terminal", map[string]any{"command": "mkdir -p /workspace/repo"}); err != nil {
+				errs[i] = err
+				return
+			}
+			pr, pw := io.Pipe()
+			go tarTree(filepath.Join(repo, ".git"), ".git/", pw)
+			if err := w.sess.Upload(ctx, "/workspace/repo", pr); err != nil {
+				_ = pr.CloseWithError(err)
+				errs[i] = fmt.Errorf("uploading the repository: %w", err)
+				return
+			}
+			obs, err := w.sess.Call(ctx, "terminal", map[string]any{"command": "cd /workspace/repo && git reset -q --hard && git status --short | wc -l && git ls-files | wc -l", "timeout": 600.0}, nil)
 			switch {
 			case err != nil:
 				errs[i] = err
 			case obs.IsError || !strings.Contains(obs.Text(), strconv.Itoa(*workFiles)):
-				errs[i] = fmt.Errorf("making the repository: %.300s", obs.Text())
+				errs[i] = fmt.Errorf("checking out the repository: %.300s", obs.Text())
 			}
 		})
 	}
