@@ -127,11 +127,12 @@ func runSoakSuite(ctx context.Context, e *env) (_ []row, err error) {
 	defer cli.Close()
 	var readings []reading
 	var failures []string
+	done := 0 // cycles run, interrupted or not
 	defer func() {
 		// After the server's shutdown: nothing of the run may be left.
-		r := read(context.Background(), cli, scopeKey, scope, "after shutdown", n)
+		r := read(context.Background(), cli, scopeKey, scope, "after shutdown", done)
 		readings = append(readings, r)
-		printSoak(os.Stdout, readings, failures, n, pool)
+		printSoak(os.Stdout, readings, failures, done, n, pool)
 		if left := leftovers(cli, scopeKey, scope); left != nil {
 			err = errors.Join(err, left)
 		}
@@ -197,6 +198,7 @@ func runSoakSuite(ctx context.Context, e *env) (_ []row, err error) {
 			one = srv.mcpSessionTTI
 		}
 		d, err := one(ctx)
+		done = i + 1
 		if err != nil {
 			failures = append(failures, fmt.Sprintf("cycle %d: %v", i, err))
 		} else {
@@ -224,8 +226,8 @@ func runSoakSuite(ctx context.Context, e *env) (_ []row, err error) {
 	return nil, nil
 }
 
-func printSoak(w *os.File, rs []reading, failures []string, n, pool int) {
-	fmt.Fprintf(w, "soak: %d create/echo/close cycles (WebSocket and MCP in turn), warm pool %d; %d failed\n", n, pool, len(failures))
+func printSoak(w *os.File, rs []reading, failures []string, done, n, pool int) {
+	fmt.Fprintf(w, "soak: %d of %d create/echo/close cycles (WebSocket and MCP in turn), warm pool %d; %d failed\n", done, n, pool, len(failures))
 	for _, f := range failures[:min(5, len(failures))] {
 		fmt.Fprintln(w, "  ", f)
 	}
