@@ -279,6 +279,21 @@ func runDensitySuite(ctx context.Context, e *env) (_ []row, err error) {
 	}
 	defer srv.stop()
 	var rs []densityReading
+	defer func() { // what was read, even when a later create failed
+		if len(rs) < 2 {
+			return
+		}
+		printDensity(os.Stdout, rs)
+		if *soakJSON != "" {
+			b, _ := json.MarshalIndent(rs, "", " ")
+			p := strings.TrimSuffix(*soakJSON, ".json") + "-density.json"
+			if werr := os.WriteFile(p, b, 0o644); werr != nil {
+				err = errors.Join(err, werr)
+				return
+			}
+			e.logf("density: readings in %s", p)
+		}
+	}()
 	take := func(k int, agents bool) error {
 		settle()
 		r := densityReading{Sessions: k, LoadAvg: loadAvg()}
@@ -365,15 +380,6 @@ func runDensitySuite(ctx context.Context, e *env) (_ []row, err error) {
 			return nil, err
 		}
 	}
-	printDensity(os.Stdout, rs)
-	if *soakJSON != "" {
-		b, _ := json.MarshalIndent(rs, "", " ")
-		p := strings.TrimSuffix(*soakJSON, ".json") + "-density.json"
-		if err := os.WriteFile(p, b, 0o644); err != nil {
-			return nil, err
-		}
-		e.logf("density: readings in %s", p)
-	}
 	return nil, nil
 }
 
@@ -398,6 +404,9 @@ func printDensity(w *os.File, rs []densityReading) {
 	if per := mib(base.MemAvailableKB-last.MemAvailableKB) / float64(last.Sessions); per > 0 {
 		fmt.Fprintf(w, "idle sessions in 24 GiB at %.1f MiB each: %.0f\n", per, 24*1024/per)
 	}
-	fmt.Fprintf(w, "agent RSS (MiB) p50 %.1f max %.1f; a container's processes p50 %.1f max %.1f (%d containers)\n\n",
-		mib(pick(a, 0.5)), mib(pick(a, 1)), mib(pick(c, 0.5)), mib(pick(c, 1)), len(a))
+	if len(a) > 0 {
+		fmt.Fprintf(w, "agent RSS (MiB) p50 %.1f max %.1f; a container's processes p50 %.1f max %.1f (%d containers)\n",
+			mib(pick(a, 0.5)), mib(pick(a, 1)), mib(pick(c, 0.5)), mib(pick(c, 1)), len(a))
+	}
+	fmt.Fprintln(w)
 }
