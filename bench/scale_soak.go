@@ -161,7 +161,7 @@ func runSoakSuite(ctx context.Context, e *env) (_ []row, err error) {
 		}
 	}
 	rest := func(at string, done int, samples []float64) error {
-		if _, err := srv.waitPoolFull(ctx, pool); err != nil {
+		if err := srv.waitPoolIdle(ctx, pool); err != nil {
 			return err
 		}
 		settle()
@@ -409,4 +409,22 @@ func printDensity(w *os.File, rs []densityReading) {
 			mib(pick(a, 0.5)), mib(pick(a, 1)), mib(pick(c, 0.5)), mib(pick(c, 1)), len(a))
 	}
 	fmt.Fprintln(w)
+}
+
+// waitPoolIdle waits until the warm pool holds size sandboxes and starts
+// none: a start in flight owns goroutines, a volume and descriptors that a
+// leak count must not take for leaks.
+func (s *harnessServer) waitPoolIdle(ctx context.Context, size int) error {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	for {
+		if p := s.m.Pools(); len(p) == 1 && p[0].Ready >= size && p[0].Starting == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the warm pool did not settle: %+v: %w", s.m.Pools(), ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
