@@ -236,12 +236,17 @@ func workRound(ctx context.Context, e *env, cli *dclient.Client, bin, repo strin
 	}
 	defer srv.stop()
 	mem := &workMemory{N: n, DaemonIdleKB: rssIdle}
-	// Create the N sessions at once, then make each one's repository.
+	// Create the N sessions, 10 at a time (a loaded engine misses its
+	// start deadlines in a burst of 50: the burst is the scale suite's
+	// business), then give each its repository.
 	ws := make([]*workSession, n)
 	var wg sync.WaitGroup
 	errs := make([]error, n)
+	sem := make(chan struct{}, 10)
 	for i := range n {
 		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
 			cctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 			defer cancel()
 			c, err := client.Dial(cctx, srv.url, srv.token, client.Options{})
@@ -286,7 +291,6 @@ func workRound(ctx context.Context, e *env, cli *dclient.Client, bin, repo strin
 		}
 	}
 	e.logf("scale-work: %d sessions: uploading the repository (%d files) and checking it out in each", n, *workFiles)
-	sem := make(chan struct{}, 10) // a loaded engine times out hundreds of uploads at once
 	for i, w := range ws {
 		wg.Go(func() {
 			sem <- struct{}{}
