@@ -60,8 +60,11 @@ golangci-lint: ## install the pinned golangci-lint into ./bin (only when missing
 bench: deps test-image task-image ## benchmarks: a table with ratios against baselines measured in the same run
 	$(GO) run ./bench $(BENCHFLAGS)
 
-bench-scale: test-image ## harness-scale benchmark: time to interactive sequential/staggered/burst, cold and pooled, vs docker run (SCALEFLAGS=-scale-n 20)
-	$(GO) run ./bench -suite scale $(SCALEFLAGS)
+# The scale suites run only when named (not in `make bench`): SCALESUITES
+# picks them, SCALEFLAGS sizes them (docs/benchmarks.md has the commands).
+SCALESUITES ?= scale
+bench-scale: image test-image ## harness-scale benchmarks (SCALESUITES=scale,scale-work,scale-grep,density,soak; SCALEFLAGS="-scale-n 20"): time to interactive over WebSocket and MCP, sessions working at once, grep vs rg, memory and density, soak
+	$(GO) run ./bench -suite $(SCALESUITES) $(SCALEFLAGS)
 
 run: image build ## build the default image and serve on 127.0.0.1:7070
 	$(BIN) serve

@@ -62,6 +62,7 @@ type harnessRound struct {
 // harnessServer is an in-process sandboxd serving the WebSocket API.
 type harnessServer struct {
 	url, token string
+	http       string // http://host:port, the base of /mcp
 	m          *sandbox.Manager
 	rt         sandbox.Runtime
 	stop       func()
@@ -92,7 +93,7 @@ func startHarnessServer(ctx context.Context, bin, image string, labels map[strin
 	}
 	hs := httptest.NewServer(srv.Handler())
 	return &harnessServer{
-		url: "ws" + strings.TrimPrefix(hs.URL, "http") + "/v1/ws", token: token, m: m, rt: rt,
+		url: "ws" + strings.TrimPrefix(hs.URL, "http") + "/v1/ws", token: token, http: hs.URL, m: m, rt: rt,
 		stop: func() {
 			sctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()

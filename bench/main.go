@@ -29,6 +29,9 @@ type suite struct {
 	name  string
 	about string
 	run   func(ctx context.Context, env *env) ([]row, error)
+	// named: the suite runs only when -suite names it, not in "all" (the
+	// scale suites: hundreds of sessions, minutes each; `make bench-scale`).
+	named bool
 }
 
 var suites []suite
@@ -61,7 +64,11 @@ func run() int {
 	flag.Parse()
 	if *list {
 		for _, s := range suites {
-			fmt.Printf("%-10s %s\n", s.name, s.about)
+			note := ""
+			if s.named {
+				note = " [only when named: not in -suite all]"
+			}
+			fmt.Printf("%-10s %s%s\n", s.name, s.about, note)
 		}
 		return 0
 	}
@@ -106,7 +113,13 @@ func run() int {
 
 func selectSuites(spec string) ([]suite, error) {
 	if spec == "all" || spec == "" {
-		return suites, nil
+		var out []suite
+		for _, s := range suites {
+			if !s.named {
+				out = append(out, s)
+			}
+		}
+		return out, nil
 	}
 	var out []suite
 	for _, name := range strings.Split(spec, ",") {

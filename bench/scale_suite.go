@@ -26,21 +26,25 @@ var (
 	scaleStagger = flag.Duration("scale-stagger", 200*time.Millisecond, "scale suite: time between launches in staggered mode")
 	scaleJSON    = flag.String("scale-json", "bench-scale.json", "scale suite: where the raw samples go (\"\": nowhere)")
 	scaleModes   = flag.String("scale-modes", "sequential,staggered,burst", "scale suite: modes, comma-separated")
+	scaleAPIs    = flag.String("scale-apis", "ws,mcp-session,mcp-handle", "scale suite: ways in, comma-separated: ws (WebSocket), "+
+		"mcp-session (MCP 2025-11-25, a sandbox per MCP session), mcp-handle (stateless MCP 2026-07-28, sandbox_open)")
+	scaleSetups = flag.String("scale-setups", "docker,cold,pool", "scale suite: setups, comma-separated: docker (the `docker run` baseline), cold (no pool), pool (a warm pool of -scale-n)")
 )
 
 func init() {
 	register(suite{
 		name: "scale",
-		about: "time to interactive as evaluation harnesses measure it (session.create to the first `echo` answered, WebSocket API, one connection per session): " +
+		about: "time to interactive as evaluation harnesses measure it (create to the first `echo` answered; WebSocket API, one connection per session, and MCP, one go-sdk client per session): " +
 			"sequential, staggered and burst, cold and from a warm pool of -scale-n, beside `docker run --rm IMAGE true` in the same modes; " +
 			"prints its own table (median/p95/p99/success/wall) and writes raw samples to -scale-json",
-		run: runScaleSuite,
+		run:   runScaleSuite,
+		named: true,
 	})
 }
 
 // scaleResult is one mode of one setup: every sample and the failures.
 type scaleResult struct {
-	Setup    string    `json:"setup"` // ws-cold, ws-pool, docker-run
+	Setup    string    `json:"setup"` // ws-cold, ws-pool, mcp-session-cold, ..., docker-run
 	Mode     string    `json:"mode"`  // sequential, staggered, burst
 	N        int       `json:"n"`
 	OK       int       `json:"ok"`
@@ -159,6 +163,25 @@ func runScaleSuite(ctx context.Context, e *env) (_ []row, err error) {
 			return nil, fmt.Errorf("scale: unknown mode %q in -scale-modes (have sequential, staggered, burst)", m)
 		}
 	}
+	apis := strings.Split(*scaleAPIs, ",")
+	for _, a := range apis {
+		if !slices.Contains([]string{"ws", "mcp-session", "mcp-handle"}, a) {
+			return nil, fmt.Errorf("scale: unknown way in %q in -scale-apis (have ws, mcp-session, mcp-handle)", a)
+		}
+	}
+	setups := strings.Split(*scaleSetups, ",")
+	var pools []int
+	for _, x := range setups {
+		switch x {
+		case "docker":
+		case "cold":
+			pools = append(pools, 0)
+		case "pool":
+			pools = append(pools, n)
+		default:
+			return nil, fmt.Errorf("scale: unknown setup %q in -scale-setups (have docker, cold, pool)", x)
+		}
+	}
 	bin, err := e.sandboxdBinary()
 	if err != nil {
 		return nil, err
@@ -190,26 +213,34 @@ func runScaleSuite(ctx context.Context, e *env) (_ []row, err error) {
 		results = append(results, r)
 	}
 	labels := map[string]string{scopeKey: scope, serverKey: "docker"}
-	for _, m := range modes {
-		add("docker-run", launch(ctx, m, n, *scaleStagger, dockerTTI(cli, image, labels)))
-	}
-	for _, pool := range []int{0, n} {
-		setup := "ws-cold"
-		if pool > 0 {
-			setup = "ws-pool"
+	if slices.Contains(setups, "docker") {
+		for _, m := range modes {
+			add("docker-run", launch(ctx, m, n, *scaleStagger, dockerTTI(cli, image, labels)))
 		}
-		srv, err := startHarnessServer(ctx, bin, image, map[string]string{scopeKey: scope, serverKey: setup}, pool, 0, quiet)
+	}
+	for _, pool := range pools {
+		kind := "cold"
+		if pool > 0 {
+			kind = "pool"
+		}
+		// One server per pool setting; every way in draws from it in turn.
+		srv, err := startHarnessServer(ctx, bin, image, map[string]string{scopeKey: scope, serverKey: kind}, pool, 0, quiet)
 		if err != nil {
 			return nil, err
 		}
-		for _, m := range modes {
-			if pool > 0 {
-				if _, err := srv.waitPoolFull(ctx, pool); err != nil {
-					srv.stop()
-					return nil, err
+		for _, api := range apis {
+			one := map[string]func(context.Context) (time.Duration, error){
+				"ws": srv.tti, "mcp-session": srv.mcpSessionTTI, "mcp-handle": srv.mcpHandleTTI,
+			}[api]
+			for _, m := range modes {
+				if pool > 0 {
+					if _, err := srv.waitPoolFull(ctx, pool); err != nil {
+						srv.stop()
+						return nil, err
+					}
 				}
+				add(api+"-"+kind, launch(ctx, m, n, *scaleStagger, one))
 			}
-			add(setup, launch(ctx, m, n, *scaleStagger, srv.tti))
 		}
 		srv.stop()
 	}
