@@ -84,6 +84,15 @@ type MCPServer struct {
 	// capability stays dropped, no-new-privileges and the read-only root
 	// stay either way.
 	User string `json:"user,omitempty"`
+	// Network is NetworkNone ("" is the same: no egress, the default) or
+	// NetworkBridge: the sidecar also joins a private bridge network of
+	// its own with egress, made and firewalled as a bridge session's
+	// (the host closed, the link-local range refused). Operator profiles
+	// only, as secrets.
+	Network string `json:"network,omitempty"`
+	// AllowHosts, with NetworkBridge only, limits that egress to these
+	// hosts, as SessionOptions.AllowHosts does a session's.
+	AllowHosts []string `json:"allow_hosts,omitempty"`
 }
 
 // SidecarLimits bound one sidecar. Zero fields take the sandbox's limits.
@@ -209,6 +218,12 @@ func (o SessionOptions) validateMCPServers(p *problems) {
 		if s.User != "" && s.User != UserImage {
 			p.add(f+".user", "%q: want %q (the image's user, root included) or nothing (%s)", s.User, UserImage, SidecarUser)
 		}
+		switch s.Network {
+		case "", NetworkNone, NetworkBridge:
+		default:
+			p.add(f+".network", "%q: want %q (egress) or nothing (none)", s.Network, NetworkBridge)
+		}
+		validateAllowHosts(p, f+".allow_hosts", s.Network, s.AllowHosts)
 		if s.Limits.Memory < leastSidecarMemory {
 			p.add(f+".limits.memory", "%s is below the minimum of %d MiB", mib(s.Limits.Memory), leastSidecarMemory>>20)
 		}

@@ -41,6 +41,13 @@ func TestMCPServersValidate(t *testing.T) {
 	assert.Equal(t, "/mcp", r.MCPServers[1].Path)
 	assert.Equal(t, "/sse", r.MCPServers[2].Path)
 	assert.Empty(t, o.MCPServers[0].Transport, "Resolve does not write through to the caller's slice")
+	egress := SessionOptions{MCPServers: []MCPServer{
+		{Name: "web", Image: "x", Network: NetworkBridge, AllowHosts: []string{"example.com", "192.0.2.0/24"}},
+		{Name: "off", Image: "x", Network: NetworkNone},
+	}}
+	r, err = egress.Resolve(SessionOptions{})
+	require.NoError(t, err, "a sidecar may ask for egress, narrowed or not")
+	assert.Equal(t, []string{"example.com", "192.0.2.0/24"}, r.MCPServers[0].AllowHosts)
 	own := SessionOptions{Limits: Limits{Memory: 512 << 20, Pids: 100}, MCPServers: []MCPServer{
 		{Name: "m", Image: "x", Limits: SidecarLimits{Memory: 128 << 20, CPUs: 0.5}},
 	}}
@@ -55,6 +62,9 @@ func TestMCPServersValidate(t *testing.T) {
 		{Name: "a", Image: "x", Transport: "ws", Start: "soon", Env: map[string]string{"1X": "y"}},
 		{Name: "b", Image: "x", Port: 80, Workspace: "yes"},
 		{Name: "c", Image: "x", User: "root", Limits: SidecarLimits{Memory: 16 << 20, CPUs: 0.001, Pids: 2}},
+		{Name: "d", Image: "x", Network: NetworkInternal},
+		{Name: "e", Image: "x", AllowHosts: []string{"example.com"}},
+		{Name: "f", Image: "x", Network: NetworkBridge, AllowHosts: []string{"a b", "example.com", "EXAMPLE.com"}},
 	}}
 	_, err = bad.Resolve(SessionOptions{})
 	require.ErrorIs(t, err, ErrInvalidOptions)
@@ -72,6 +82,10 @@ func TestMCPServersValidate(t *testing.T) {
 		`mcp_servers[4].limits.memory: 16 MiB is below the minimum of 64 MiB`,
 		`mcp_servers[4].limits.cpus: 0.001 is below the minimum of 0.01`,
 		`mcp_servers[4].limits.pids: 2 is below the minimum of 32`,
+		`mcp_servers[5].network: "internal": want "bridge" (egress) or nothing (none)`,
+		`mcp_servers[6].allow_hosts: needs network "bridge" (network "" is not a private bridge`,
+		`mcp_servers[7].allow_hosts: [0]: `,
+		`mcp_servers[7].allow_hosts: "EXAMPLE.com" is listed twice`,
 	} {
 		assert.Contains(t, err.Error(), want)
 	}

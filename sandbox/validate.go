@@ -88,7 +88,7 @@ func (o SessionOptions) Validate() error {
 		p.add("writable_rootfs", "cannot be combined with limits.disk: writes to the root filesystem land on the engine's disk, which limits.disk cannot bound")
 	}
 	o.validateNetwork(&p)
-	o.validateAllowHosts(&p)
+	validateAllowHosts(&p, "allow_hosts", o.Network, o.AllowHosts)
 	if o.Runtime != "" && !runtimeNameRe.MatchString(o.Runtime) {
 		p.add("runtime", "%q is not a runtime name (lower-case letters, digits, '.', '_' and '-', at most 64, e.g. \"runsc\")", o.Runtime)
 	}
@@ -435,25 +435,27 @@ func (o SessionOptions) validateNetwork(p *problems) {
 	}
 }
 
-func (o SessionOptions) validateAllowHosts(p *problems) {
-	if len(o.AllowHosts) == 0 {
+// validateAllowHosts checks the allow_hosts (field) of a session or a
+// sidecar on network.
+func validateAllowHosts(p *problems, field, network string, hosts []string) {
+	if len(hosts) == 0 {
 		return
 	}
-	if o.Network != NetworkBridge {
-		p.add("allow_hosts", "needs network %q (network %q is not a private bridge with egress that sandboxd's firewall rules could narrow)", NetworkBridge, o.Network)
+	if network != NetworkBridge {
+		p.add(field, "needs network %q (network %q is not a private bridge with egress that sandboxd's firewall rules could narrow)", NetworkBridge, network)
 	}
-	if len(o.AllowHosts) > MaxAllowHosts {
-		p.add("allow_hosts", "%d entries, above the limit of %d", len(o.AllowHosts), MaxAllowHosts)
+	if len(hosts) > MaxAllowHosts {
+		p.add(field, "%d entries, above the limit of %d", len(hosts), MaxAllowHosts)
 		return
 	}
 	seen := map[string]bool{}
-	for i, h := range o.AllowHosts {
+	for i, h := range hosts {
 		if _, err := ParseAllowHost(h); err != nil {
-			p.add("allow_hosts", "[%d]: %v", i, err)
+			p.add(field, "[%d]: %v", i, err)
 			continue
 		}
 		if k := strings.ToLower(h); seen[k] {
-			p.add("allow_hosts", "%q is listed twice", h)
+			p.add(field, "%q is listed twice", h)
 		} else {
 			seen[k] = true
 		}

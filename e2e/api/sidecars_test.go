@@ -5,10 +5,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -18,6 +23,7 @@ import (
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/network"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandboxd/client"
 	"github.com/sandboxd/sandboxd/internal/auth"
@@ -1001,4 +1007,284 @@ func TestSidecarsListChangedAndCancel(t *testing.T) {
 	}
 	rig.serve.stop(t)
 	waitNoContainers(t, "after the list_changed and cancel sessions")
+}
+
+// A sidecar has no egress unless its profile entry says network: bridge;
+// then it reaches what its allow_hosts name and nothing else, through an
+// egress network of its own that the host firewall guards as a bridge
+// session's, and that goes with the session. Each sidecar proves its own
+// reach: its command connects (busybox nc) to a listener the test opened
+// in a network namespace outside the engine, writes what it saw to its
+// stderr (its container's log), then runs the memory server; the
+// listener confirms which addresses were reached.
+func TestSidecarEgress(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	tn := newEgressNet(t)
+	port := tn.port()
+	probe := func(addr string) string {
+		return fmt.Sprintf(`
+        command: ["/bin/sh", "-c", "if nc -w 3 %s %d </dev/null >/dev/null 2>&1; then echo PROBE=OPEN >&2; else echo PROBE=CLOSED >&2; fi; exec /usr/local/bin/memory"]`, addr, port)
+	}
+	config := filepath.Join(t.TempDir(), "config.yaml")
+	src := fmt.Sprintf(`profiles:
+  egress:
+    image: %[1]s
+    mcp_servers:
+      - name: none
+        image: %[2]s%[3]s
+      - name: open
+        image: %[2]s
+        network: bridge%[3]s
+      - name: allowed
+        image: %[2]s
+        network: bridge
+        allow_hosts: [%[4]s]%[3]s
+      - name: denied
+        image: %[2]s
+        network: bridge
+        allow_hosts: [%[4]s]%[5]s
+      - name: web
+        image: %[6]s
+        args: ["-http", "0.0.0.0:8080"]
+        transport: http
+        port: 8080
+        path: /
+        network: bridge
+        allow_hosts: [%[4]s]
+`, testImage, memoryImage, probe(tn.allowed), tn.allowed, probe(tn.other), everythingImage)
+	if err := os.WriteFile(config, []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rig := startSidecarServe(ctx, t, "--config", config)
+	// serve learned the profile's tools before it listened: that probe
+	// ran the sidecars once already.
+	before := tn.counts()
+	sess, err := rig.c.CreateSession(ctx, client.CreateOptions{Profile: "egress"}) // eager: they probe now
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, srv := range []string{"none", "open", "allowed", "denied"} {
+		if obs, err := sess.Call(ctx, srv+"__read_graph", map[string]any{}, nil); err != nil || obs.IsError {
+			t.Fatalf("%s__read_graph: %v %s", srv, err, obs.Text())
+		}
+	}
+	// The HTTP sidecar keeps its private network to the daemon beside
+	// its egress network.
+	if obs, err := sess.Call(ctx, "web__greet", map[string]any{"name": "egress"}, nil); err != nil || obs.IsError || !strings.Contains(obs.Text(), "egress") {
+		t.Fatalf("web__greet: %v %s", err, obs.Text())
+	}
+	want := map[string]string{"none": "PROBE=CLOSED", "open": "PROBE=OPEN", "allowed": "PROBE=OPEN", "denied": "PROBE=CLOSED"}
+	for srv, w := range want {
+		logs, err := exec.CommandContext(ctx, "docker", "logs", "sandboxd-"+sess.ID+"-mcp-"+srv).CombinedOutput()
+		if err != nil {
+			t.Fatalf("docker logs %s: %v %s", srv, err, logs)
+		}
+		if !strings.Contains(string(logs), w) {
+			t.Errorf("sidecar %s: want %s, its log says:\n%s", srv, w, logs)
+		}
+	}
+	after := tn.counts()
+	if got := after[tn.allowed] - before[tn.allowed]; got != 2 {
+		t.Errorf("the listener saw %d connections to %s, want 2 (open, allowed)", got, tn.allowed)
+	}
+	if got := after[tn.other] - before[tn.other]; got != 0 {
+		t.Errorf("the listener saw %d connections to %s, want 0 (denied is held to allow_hosts)", got, tn.other)
+	}
+
+	netsOf := func() []string {
+		f := filters.NewArgs(filters.Arg("label", labelRun+"="+runID), filters.Arg("label", sandbox.LabelSession+"="+sess.ID))
+		nets, err := engine.NetworkList(ctx, network.ListOptions{Filters: f})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, n := range nets {
+			names = append(names, n.Name)
+		}
+		return names
+	}
+	rules := func() string {
+		out, err := exec.CommandContext(ctx, "iptables", "-S").CombinedOutput()
+		if err != nil {
+			t.Fatalf("iptables -S: %v %s", err, out)
+		}
+		var mine []string
+		for line := range strings.Lines(string(out)) {
+			if strings.Contains(line, ":"+sess.ID) {
+				mine = append(mine, line)
+			}
+		}
+		return strings.Join(mine, "")
+	}
+	nets := strings.Join(netsOf(), " ")
+	for _, srv := range []string{"open", "allowed", "denied", "web"} {
+		if !strings.Contains(nets, "sandboxd-egress-"+sess.ID+"-"+srv) {
+			t.Errorf("no egress network for %s among %s", srv, nets)
+		}
+	}
+	if strings.Contains(nets, "sandboxd-egress-"+sess.ID+"-none") {
+		t.Error("a sidecar without network: bridge has an egress network")
+	}
+	if r := rules(); !strings.Contains(r, ":"+sess.ID+"/allowed") || !strings.Contains(r, ":"+sess.ID+"/open") {
+		t.Errorf("the egress networks' firewall rules are missing:\n%s", r)
+	}
+	if err := sess.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if left := netsOf(); len(left) != 0 {
+		t.Errorf("networks left after Close: %v", left)
+	}
+	if r := rules(); r != "" {
+		t.Errorf("firewall rules left after Close:\n%s", r)
+	}
+	rig.serve.stop(t)
+	waitNoContainers(t, "after the egress session")
+}
+
+// egressNet is a network namespace with two addresses (.2 and .3 of a free
+// /29) behind a veth pair whose host end is .1, and a TCP listener on both:
+// a place outside the engine that sidecars reach through the host's
+// forwarding and NAT, like any egress, but that the test made (as
+// e2e/network_test.go's testNet, on other candidate subnets so the two
+// packages may run at once).
+type egressNet struct {
+	allowed, other string
+	ln             net.Listener
+	mu             sync.Mutex
+	seen           map[string]int // connections by the address dialled
+}
+
+func newEgressNet(t *testing.T) *egressNet {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("making a network namespace needs root")
+	}
+	suffix := runID[:6]
+	ns, hostIf, nsIf := "sbxsc-"+suffix, "sbxs"+suffix+"h", "sbxs"+suffix+"n"
+	ip := func(args ...string) {
+		t.Helper()
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %s: %v %s", strings.Join(args, " "), err, out)
+		}
+	}
+	ip("netns", "add", ns)
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
+	ip("link", "add", hostIf, "type", "veth", "peer", "name", nsIf)
+	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", hostIf).Run() })
+	ip("link", "set", nsIf, "netns", ns)
+	subnet := freeEgressSubnet(t)
+	addr := func(n int) netip.Addr {
+		a := subnet.Addr()
+		for range n {
+			a = a.Next()
+		}
+		return a
+	}
+	ip("addr", "add", netip.PrefixFrom(addr(1), 29).String(), "dev", hostIf)
+	ip("link", "set", hostIf, "up")
+	for _, n := range []int{2, 3} {
+		ip("-n", ns, "addr", "add", netip.PrefixFrom(addr(n), 29).String(), "dev", nsIf)
+	}
+	ip("-n", ns, "link", "set", nsIf, "up")
+	ip("-n", ns, "link", "set", "lo", "up")
+	ln, err := listenInNetns(ns, "tcp4", "0.0.0.0:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &egressNet{allowed: addr(2).String(), other: addr(3).String(), ln: ln, seen: map[string]int{}}
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			host, _, _ := net.SplitHostPort(c.LocalAddr().String())
+			e.mu.Lock()
+			e.seen[host]++
+			e.mu.Unlock()
+			_ = c.Close()
+		}
+	}()
+	return e
+}
+
+func (e *egressNet) port() int { return e.ln.Addr().(*net.TCPAddr).Port }
+
+func (e *egressNet) counts() map[string]int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return maps.Clone(e.seen)
+}
+
+// freeEgressSubnet picks a /29 that overlaps no address and no route of
+// this machine.
+func freeEgressSubnet(t *testing.T) netip.Prefix {
+	t.Helper()
+	var used []netip.Prefix
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok {
+			if p, err := netip.ParsePrefix(n.String()); err == nil {
+				used = append(used, p.Masked())
+			}
+		}
+	}
+	out, err := exec.Command("ip", "-4", "route", "show", "table", "all").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(string(out)) {
+		f := strings.Fields(line)
+		if len(f) > 0 && (f[0] == "local" || f[0] == "broadcast" || f[0] == "unicast") {
+			f = f[1:]
+		}
+		if len(f) == 0 {
+			continue
+		}
+		if p, err := netip.ParsePrefix(f[0]); err == nil && p.Bits() > 0 {
+			used = append(used, p.Masked())
+		} else if a, err := netip.ParseAddr(f[0]); err == nil {
+			used = append(used, netip.PrefixFrom(a, 32))
+		}
+	}
+	for _, c := range []string{"198.18.214.0/29", "198.19.214.0/29", "100.127.214.0/29", "10.213.78.0/29"} {
+		p := netip.MustParsePrefix(c)
+		if !slices.ContainsFunc(used, p.Overlaps) {
+			return p
+		}
+	}
+	t.Skipf("no free subnet for the test's namespace among the candidates (machine uses %v)", used)
+	return netip.Prefix{}
+}
+
+// listenInNetns opens a listener in the named network namespace: the
+// socket belongs to the namespace of the thread that made it.
+func listenInNetns(ns, network, addr string) (net.Listener, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	orig, err := os.Open("/proc/thread-self/ns/net")
+	if err != nil {
+		return nil, err
+	}
+	defer orig.Close()
+	target, err := os.Open("/run/netns/" + ns)
+	if err != nil {
+		return nil, err
+	}
+	defer target.Close()
+	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
+		return nil, err
+	}
+	ln, lerr := net.Listen(network, addr)
+	if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
+		// This thread stays in the wrong namespace: never unlock it, so
+		// it dies with the goroutine instead of serving others.
+		runtime.Goexit()
+	}
+	return ln, lerr
 }

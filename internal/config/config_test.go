@@ -66,11 +66,19 @@ profiles:
     user: image
     writable_rootfs: true
     editable_paths: [/testbed, /opt/venv]
+  web:
+    mcp_servers:
+      - name: fetch
+        image: mcp-fetch:1
+        network: bridge
+        allow_hosts: [docs.example.com, 192.0.2.0/24]
+      - name: memory
+        image: mcp-memory:1
 `
 	f, err := Parse("config.yaml", []byte(src))
 	require.NoError(t, err)
 	assert.Equal(t, []string{skillsA, skillsB}, f.SkillsDirs)
-	assert.Equal(t, []string{"bare", "default", "forever", "fuzz", "task"}, f.Names())
+	assert.Equal(t, []string{"bare", "default", "forever", "fuzz", "task", "web"}, f.Names())
 
 	assert.Equal(t, sandbox.SessionOptions{Image: "sandboxd-default:latest"}, f.Profiles["default"].Options)
 	assert.Equal(t, 4, f.Profiles["default"].Pool)
@@ -87,6 +95,10 @@ profiles:
 	assert.Equal(t, sandbox.SessionOptions{}, f.Profiles["bare"].Options)
 	assert.Equal(t, sandbox.SessionOptions{Image: "sandboxd-task:latest", User: sandbox.UserImage, WritableRootfs: true,
 		EditablePaths: []string{"/testbed", "/opt/venv"}}, f.Profiles["task"].Options)
+	assert.Equal(t, []sandbox.MCPServer{
+		{Name: "fetch", Image: "mcp-fetch:1", Network: sandbox.NetworkBridge, AllowHosts: []string{"docs.example.com", "192.0.2.0/24"}},
+		{Name: "memory", Image: "mcp-memory:1"},
+	}, f.Profiles["web"].Options.MCPServers, "a sidecar's egress is declared in its profile entry; none unless said")
 	require.NoError(t, f.Check(sandbox.SessionOptions{Image: "img"}))
 
 	p, err := f.Lookup("fuzz")
@@ -138,7 +150,7 @@ func TestParseErrors(t *testing.T) {
 		"unknown in limits":  {"profiles:\n  a:\n    limits:\n      mem: 1GiB\n", `config.yaml:4:7: profiles.a.limits.mem: unknown key (known here: cpus, disk, disk_quota, memory, pids, tmpfs)`},
 		"profile name":       {"profiles:\n  Fuzz: {}\n", `config.yaml:2:3: profiles.Fuzz: "Fuzz" is not a profile name`},
 		"profile name slash": {"profiles:\n  a/b: {}\n", `config.yaml:2:3: profiles.a/b: "a/b" is not a profile name`},
-		"mcp server key":     {"profiles:\n  a:\n    mcp_servers:\n      - name: m\n        imagee: x\n", `config.yaml:5:9: profiles.a.mcp_servers[0].imagee: unknown key (known here: args, command, env, image, limits, name, path, port, secrets, start, transport, user, workspace)`},
+		"mcp server key":     {"profiles:\n  a:\n    mcp_servers:\n      - name: m\n        imagee: x\n", `config.yaml:5:9: profiles.a.mcp_servers[0].imagee: unknown key (known here: allow_hosts, args, command, env, image, limits, name, network, path, port, secrets, start, transport, user, workspace)`},
 		"mcp server port":    {"profiles:\n  a:\n    mcp_servers:\n      - name: m\n        port: 70000\n", `config.yaml:5:15: profiles.a.mcp_servers[0].port: 70000: want 1 to 65535`},
 		"twice":              {"profiles:\n  a: {}\n  a: {}\n", `config.yaml:3:3: profiles.a: given twice`},
 		"env list":           {"profiles:\n  a:\n    env: [A=1]\n", `config.yaml:3:10: profiles.a.env: want a mapping of keys to values, not a list`},
@@ -216,6 +228,12 @@ func TestCheck(t *testing.T) {
     allow_hosts: [example.com]
   edit:
     editable_paths: [testbed]
+  sidecar:
+    mcp_servers:
+      - name: m
+        image: x
+        network: host
+        allow_hosts: [example.com]
   fine: {}
 `
 	f, err := Parse("config.yaml", []byte(src))
@@ -230,11 +248,13 @@ func TestCheck(t *testing.T) {
 		`config.yaml:14:5: profiles.host.allow_hosts: needs network "bridge"`,
 		`config.yaml:4:7: profiles.tiny.limits.memory: 1 MiB is below the minimum of 64 MiB`,
 		`config.yaml:16:5: profiles.edit.editable_paths: [0]: "testbed" is not an absolute path`,
+		`profiles.sidecar.mcp_servers[0].network: "host": want "bridge" (egress) or nothing (none)`,
+		`profiles.sidecar.mcp_servers[0].allow_hosts: needs network "bridge"`,
 	} {
 		assert.Contains(t, msg, want)
 	}
 	assert.NotContains(t, msg, "profiles.fine")
-	assert.Len(t, strings.Split(msg, "\n"), 6, msg)
+	assert.Len(t, strings.Split(msg, "\n"), 8, msg)
 
 	// A problem the server's defaults cause is reported at the profile,
 	// saying so.

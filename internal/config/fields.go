@@ -235,16 +235,18 @@ func mcpServers(dst *[]sandbox.MCPServer) decoder {
 			ipath := fmt.Sprintf("%s[%d]", path, i)
 			var s sandbox.MCPServer
 			fields := map[string]decoder{
-				"name":      str(&s.Name),
-				"image":     str(&s.Image),
-				"command":   strList(&s.Command),
-				"args":      strList(&s.Args),
-				"env":       strMap(&s.Env),
-				"transport": str(&s.Transport),
-				"path":      str(&s.Path),
-				"start":     str(&s.Start),
-				"workspace": str(&s.Workspace),
-				"user":      str(&s.User),
+				"name":        str(&s.Name),
+				"image":       str(&s.Image),
+				"command":     strList(&s.Command),
+				"args":        strList(&s.Args),
+				"env":         strMap(&s.Env),
+				"transport":   str(&s.Transport),
+				"path":        str(&s.Path),
+				"start":       str(&s.Start),
+				"workspace":   str(&s.Workspace),
+				"user":        str(&s.User),
+				"network":     str(&s.Network),
+				"allow_hosts": strList(&s.AllowHosts),
 				"limits": section(map[string]decoder{
 					"memory": size(&s.Limits.Memory),
 					"cpus":   number(&s.Limits.CPUs),

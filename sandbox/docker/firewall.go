@@ -269,11 +269,19 @@ func (f *firewall) list(ctx context.Context) ([]listed, error) {
 	return out, nil
 }
 
-// remove deletes every rule of a session.
+// remove deletes every rule of a session, its sidecars' egress networks'
+// (sidecarEgressKey) included.
 func (f *firewall) remove(ctx context.Context, sessionID string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.removeLocked(ctx, func(id string) bool { return id == sessionID })
+	return f.removeLocked(ctx, func(id string) bool { return id == sessionID || strings.HasPrefix(id, sessionID+"/") })
+}
+
+// removeKey deletes the rules of one network, by its exact key.
+func (f *firewall) removeKey(ctx context.Context, key string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.removeLocked(ctx, func(id string) bool { return id == key })
 }
 
 func (f *firewall) removeLocked(ctx context.Context, match func(sessionID string) bool) error {
@@ -489,19 +497,28 @@ func parseEgress(s string) ([]netip.Prefix, error) {
 	return out, nil
 }
 
-// rulesOf rebuilds the rules of one of sandboxd's session networks from
-// what the engine reports of it; ok is false for a network that is not a
-// session's private bridge.
+// rulesOf rebuilds the rules of one of sandboxd's session networks (or of
+// a sidecar's egress network) from what the engine reports of it; ok is
+// false for a network that is neither.
 func rulesOf(n network.Summary) (netRules, bool, error) {
 	id := n.Labels[sandbox.LabelSession]
-	if id == "" || n.Driver != "bridge" || n.Name != networkName(id) {
+	key := id
+	if srv := n.Labels[sandbox.LabelSidecar]; srv != "" {
+		if n.Name != sidecarEgressName(id, srv) {
+			return netRules{}, false, nil
+		}
+		key = sidecarEgressKey(id, srv)
+	} else if n.Name != networkName(id) {
+		return netRules{}, false, nil
+	}
+	if id == "" || n.Driver != "bridge" {
 		return netRules{}, false, nil
 	}
 	iface := n.Options[bridgeNameOption]
 	if iface == "" { // made before sandboxd named its bridges
 		iface = "br-" + n.ID[:12]
 	}
-	r := netRules{sessionID: id, iface: iface, internal: n.Internal}
+	r := netRules{sessionID: key, iface: iface, internal: n.Internal}
 	if v, ok := n.Labels[LabelEgress]; ok {
 		p, err := parseEgress(v)
 		if err != nil {

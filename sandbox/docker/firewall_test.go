@@ -113,6 +113,20 @@ func TestRulesOf(t *testing.T) {
 	n.Name = "operators-net"
 	_, ok, _ = rulesOf(n)
 	assert.False(t, ok, "a network sandboxd did not make for the session")
+
+	// A sidecar's egress network: its rules are keyed by the session and
+	// the server.
+	eg := network.Summary{ID: "0123456789abcdef", Name: sidecarEgressName("s1", "fetch"), Driver: "bridge",
+		Labels:  map[string]string{sandbox.LabelSession: "s1", sandbox.LabelSidecar: "fetch", LabelEgress: "192.0.2.7/32"},
+		Options: map[string]string{bridgeNameOption: bridgeName(sidecarEgressKey("s1", "fetch"))}}
+	r, ok, err = rulesOf(eg)
+	require.NoError(t, err)
+	require.True(t, ok)
+	assert.Equal(t, netRules{sessionID: "s1/fetch", iface: bridgeName("s1/fetch"), egress: []netip.Prefix{netip.MustParsePrefix("192.0.2.7/32")}}, r)
+	assert.NotEqual(t, bridgeName("s1"), r.iface, "not the session's bridge")
+	eg.Name = sidecarNetworkName("s1")
+	_, ok, _ = rulesOf(eg)
+	assert.False(t, ok, "a sidecar label on another network")
 }
 
 // fakeTables is an in-memory iptables for one family: chains of rule
@@ -212,6 +226,24 @@ func TestFirewallLifecycle(t *testing.T) {
 	for _, c := range ft.calls[n:] {
 		assert.NotRegexp(t, ` -[AD] `, c, "nothing changes when the rules are in place")
 	}
+
+	// A session's sidecar egress rules go with the session, and alone by
+	// their key; another session whose id the first's prefixes keeps its.
+	side := netRules{sessionID: sidecarEgressKey("b", "fetch"), iface: bridgeName(sidecarEgressKey("b", "fetch"))}
+	bb := netRules{sessionID: "bb", iface: "sbx-bb"}
+	require.NoError(t, fw.install(ctx, side))
+	require.NoError(t, fw.install(ctx, bb))
+	require.NoError(t, fw.sync(ctx, []netRules{b, side, bb}), "a sidecar's egress network keeps its rules at a restart")
+	assert.Contains(t, strings.Join(ft.chains[ChainInput], "\n"), "sandboxd:sc:b/fetch ")
+	require.NoError(t, fw.removeKey(ctx, sidecarEgressKey("b", "fetch")))
+	assert.NotContains(t, strings.Join(ft.chains[ChainInput], "\n"), "sandboxd:sc:b/fetch ")
+	assert.Contains(t, strings.Join(ft.chains[ChainInput], "\n"), "sandboxd:sc:b ")
+	require.NoError(t, fw.install(ctx, side))
+	require.NoError(t, fw.remove(ctx, "b"))
+	all := strings.Join(append(slices.Clone(ft.chains[ChainInput]), ft.chains[ChainForward]...), "\n")
+	assert.NotContains(t, all, "sandboxd:sc:b ")
+	assert.NotContains(t, all, "sandboxd:sc:b/fetch ")
+	assert.Contains(t, all, "sandboxd:sc:bb ")
 }
 
 // Without the host firewall, private networks fail closed: refused with

@@ -31,6 +31,16 @@ func sidecarName(id, server string) string { return "sandboxd-" + id + "-mcp-" +
 // sidecarNetworkName is the session's network for HTTP sidecars.
 func sidecarNetworkName(id string) string { return "sandboxd-mcp-" + id }
 
+// sidecarEgressName is the egress network of a session's sidecar declared
+// with network bridge.
+func sidecarEgressName(id, server string) string { return "sandboxd-egress-" + id + "-" + server }
+
+// sidecarEgressKey keys the firewall rules of a sidecar's egress network:
+// the session's id, so that removing the session's rules removes them
+// (firewall.remove), then '/' (never in a session id, which names
+// containers) and the server.
+func sidecarEgressKey(id, server string) string { return id + "/" + server }
+
 // StartSidecar starts one MCP sidecar of a session: the sandbox's security
 // settings (a non-root user, no capabilities, no-new-privileges and the
 // seccomp profile, a read-only root with a tmpfs /tmp, the declaration's
@@ -39,8 +49,12 @@ func sidecarNetworkName(id string) string { return "sandboxd-mcp-" + id }
 // port. A stdio sidecar has no network at all and is attached before it
 // starts; an HTTP or SSE one joins the session's sidecar network (internal:
 // no egress; made at the first such sidecar, removed with the session),
-// which the host reaches at the container's address. A container of the
-// same name (an earlier run) is removed first.
+// which the host reaches at the container's address. A sidecar declared
+// with network bridge also joins an egress network of its own, made and
+// firewalled as a bridge session's (makeBridge, allow_hosts included);
+// a stdio one has that network only. A container of the same name (an
+// earlier run) is removed first, and its egress network and rules with
+// it.
 func (r *Runtime) StartSidecar(ctx context.Context, spec sandbox.SidecarSpec) (_ *sandbox.SidecarConn, err error) {
 	id, srv := spec.SessionID, spec.Server
 	name := sidecarName(id, srv.Name)
@@ -62,6 +76,22 @@ func (r *Runtime) StartSidecar(ctx context.Context, spec sandbox.SidecarSpec) (_
 		netMode = sidecarNetworkName(id)
 		if err := r.ensureSidecarNetwork(cctx, netMode, resLabels); err != nil {
 			return nil, err
+		}
+	}
+	var pins []string
+	egress := ""
+	if srv.Network == sandbox.NetworkBridge {
+		egress = sidecarEgressName(id, srv.Name)
+		if err := r.removeSidecarEgress(cctx, id, srv.Name); err != nil {
+			return nil, err
+		}
+		egLabels := maps.Clone(resLabels)
+		egLabels[sandbox.LabelSidecar] = srv.Name
+		if pins, err = r.makeBridge(cctx, sidecarEgressKey(id, srv.Name), egress, sandbox.NetworkBridge, srv.AllowHosts, egLabels); err != nil {
+			return nil, fmt.Errorf("sidecar %s: %w", srv.Name, err)
+		}
+		if stdio {
+			netMode = egress
 		}
 	}
 	user := "" // sandbox.UserImage: the image's USER
@@ -97,6 +127,7 @@ func (r *Runtime) StartSidecar(ctx context.Context, spec sandbox.SidecarSpec) (_
 	}
 	host := &container.HostConfig{
 		NetworkMode:    container.NetworkMode(netMode),
+		ExtraHosts:     pins,
 		ReadonlyRootfs: true,
 		CapDrop:        []string{"ALL"},
 		SecurityOpt:    secOpts,
@@ -146,6 +177,11 @@ func (r *Runtime) StartSidecar(ctx context.Context, spec sandbox.SidecarSpec) (_
 			_ = r.cli.ContainerRemove(rctx, created.ID, container.RemoveOptions{Force: true})
 		}
 	}()
+	if egress != "" && !stdio {
+		if err := r.cli.NetworkConnect(cctx, egress, created.ID, nil); err != nil {
+			return nil, fmt.Errorf("connecting sidecar %s to %s: %w", srv.Name, egress, err)
+		}
+	}
 	hj, err := r.cli.ContainerAttach(cctx, created.ID, container.AttachOptions{
 		Stream: true, Stdin: stdio, Stdout: true, Stderr: true,
 	})
@@ -205,6 +241,21 @@ func (r *Runtime) StartSidecar(ctx context.Context, spec sandbox.SidecarSpec) (_
 	conn.URL = "http://" + net.JoinHostPort(ep.IPAddress, strconv.Itoa(srv.Port)) + srv.Path
 	log.Debug("sidecar started", "container", created.ID[:12], "transport", srv.Transport, "url", conn.URL)
 	return conn, nil
+}
+
+// removeSidecarEgress removes the egress network of an earlier run of a
+// sidecar (its container already gone) and its firewall rules, if any.
+func (r *Runtime) removeSidecarEgress(ctx context.Context, id, server string) error {
+	name := sidecarEgressName(id, server)
+	if r.fw != nil {
+		if err := r.fw.removeKey(ctx, sidecarEgressKey(id, server)); err != nil {
+			return fmt.Errorf("removing the firewall rules of %s: %w", name, err)
+		}
+	}
+	if err := r.cli.NetworkRemove(ctx, name); err != nil && !isNotFound(err) {
+		return fmt.Errorf("removing the earlier network %s: %w", name, err)
+	}
+	return nil
 }
 
 // ensureSidecarNetwork makes the session's internal sidecar network unless

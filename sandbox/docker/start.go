@@ -221,22 +221,35 @@ func (r *Runtime) createNetwork(ctx context.Context, id string, o sandbox.Sessio
 		}
 		return mode, nil, nil
 	}
-	if r.fw == nil && (!r.opts.InsecureBridge || len(o.AllowHosts) > 0) {
-		return "", nil, r.errNoFirewall(o)
+	name := networkName(id)
+	pins, err := r.makeBridge(ctx, id, name, o.Network, o.AllowHosts, labels)
+	if err != nil {
+		return "", nil, err
 	}
-	rules := netRules{sessionID: id, iface: bridgeName(id), internal: mode == sandbox.NetworkInternal}
+	return name, pins, nil
+}
+
+// makeBridge makes a private network, name, in mode NetworkBridge or
+// NetworkInternal (allowHosts narrowing a bridge's egress), with its host
+// firewall rules keyed by key (a session's id, or sidecarEgressKey), and
+// returns the "name:address" pins of allowHosts for /etc/hosts. A
+// session's network and a sidecar's egress network are made the same way.
+func (r *Runtime) makeBridge(ctx context.Context, key, name, mode string, allowHosts []string, labels map[string]string) ([]string, error) {
+	if r.fw == nil && (!r.opts.InsecureBridge || len(allowHosts) > 0) {
+		return nil, r.errNoFirewall(sandbox.SessionOptions{Network: mode, AllowHosts: allowHosts})
+	}
+	rules := netRules{sessionID: key, iface: bridgeName(key), internal: mode == sandbox.NetworkInternal}
 	var pins []string
-	if len(o.AllowHosts) > 0 {
+	if len(allowHosts) > 0 {
 		var err error
-		if rules.egress, pins, err = r.resolveEgress(ctx, o.AllowHosts); err != nil {
-			return "", nil, err
+		if rules.egress, pins, err = r.resolveEgress(ctx, allowHosts); err != nil {
+			return nil, err
 		}
 		labels = maps.Clone(labels)
 		labels[LabelEgress] = formatEgress(rules.egress)
 	}
 	cctx, cancel := r.call(ctx)
 	defer cancel()
-	name := networkName(id)
 	_, err := r.cli.NetworkCreate(cctx, name, network.CreateOptions{
 		Driver:   "bridge",
 		Internal: mode == sandbox.NetworkInternal,
@@ -244,14 +257,14 @@ func (r *Runtime) createNetwork(ctx context.Context, id string, o sandbox.Sessio
 		Options:  map[string]string{bridgeNameOption: rules.iface},
 	})
 	if err != nil {
-		return "", nil, fmt.Errorf("creating network %s: %w", name, err)
+		return nil, fmt.Errorf("creating network %s: %w", name, err)
 	}
 	if r.fw != nil {
 		if err := r.fw.install(ctx, rules); err != nil {
-			return "", nil, err
+			return nil, err
 		}
 	}
-	return name, pins, nil
+	return pins, nil
 }
 
 // errdefsMessage is an engine error's message without the client's
