@@ -276,7 +276,7 @@ func TestProfilesServeRefusesBadConfig(t *testing.T) {
 		{"validate", "profiles:\n  ok: {}\n  fuzz:\n    image: " + testImage + "\n    limits:\n      memory: 32MiB\n",
 			`config.yaml:6:7: profiles.fuzz.limits.memory: 32 MiB is below the minimum of 64 MiB`},
 		{"unknown key", "profiles:\n  fuzz:\n    mcp_servers:\n      - name: m\n        imagee: x\n",
-			`config.yaml:5:9: profiles.fuzz.mcp_servers[0].imagee: unknown key (known here: args, command, env, image, limits, name, path, port, secrets, start, transport, user, workspace)`},
+			`config.yaml:5:9: profiles.fuzz.mcp_servers[0].imagee: unknown key (known here: allow_hosts, args, command, env, image, limits, name, network, path, port, secrets, start, transport, user, workspace)`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			path := filepath.Join(dir, c.name, "config.yaml")
