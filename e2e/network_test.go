@@ -8,7 +8,6 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -17,8 +16,8 @@ import (
 	"github.com/docker/docker/api/types/network"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"golang.org/x/sys/unix"
 
+	"github.com/sandboxd/sandboxd/internal/testenv"
 	"github.com/sandboxd/sandboxd/sandbox"
 	sdocker "github.com/sandboxd/sandboxd/sandbox/docker"
 )
@@ -232,79 +231,20 @@ func newTestNet(t *testing.T) *testNet {
 	ip("-n", ns, "link", "set", nsIf, "up")
 	ip("-n", ns, "link", "set", "lo", "up")
 
-	ln, err := listenIn(ns, "tcp4", "0.0.0.0:0")
+	ln, err := testenv.ListenInNetns(ns, "tcp4", "0.0.0.0:0")
 	require.NoError(t, err)
 	return &testNet{allowed: addr(2).String(), other: addr(3).String(), ln: newListener(t, ln)}
 }
 
 // freeSubnet picks a /29 that overlaps no address and no route of this
-// machine (whose own network may be any private or documentation range).
+// machine (candidates apart from e2e/api's, which may run at once).
 func freeSubnet(t *testing.T) netip.Prefix {
 	t.Helper()
-	var used []netip.Prefix
-	addrs, err := net.InterfaceAddrs()
-	require.NoError(t, err)
-	for _, a := range addrs {
-		if n, ok := a.(*net.IPNet); ok {
-			if p, err := netip.ParsePrefix(n.String()); err == nil {
-				used = append(used, p.Masked())
-			}
-		}
-	}
-	out, err := exec.Command("ip", "-4", "route", "show", "table", "all").Output()
-	require.NoError(t, err)
-	for line := range strings.Lines(string(out)) {
-		f := strings.Fields(line)
-		if len(f) == 0 {
-			continue
-		}
-		if f[0] == "local" || f[0] == "broadcast" || f[0] == "unicast" {
-			f = f[1:]
-		}
-		if len(f) == 0 {
-			continue
-		}
-		if p, err := netip.ParsePrefix(f[0]); err == nil && p.Bits() > 0 {
-			used = append(used, p.Masked())
-		} else if a, err := netip.ParseAddr(f[0]); err == nil {
-			used = append(used, netip.PrefixFrom(a, 32))
-		}
-	}
-	for _, c := range []string{"198.18.213.0/29", "198.19.213.0/29", "100.127.213.0/29", "10.213.77.0/29"} {
-		p := netip.MustParsePrefix(c)
-		if !slices.ContainsFunc(used, p.Overlaps) {
-			return p
-		}
-	}
-	t.Skipf("no free subnet for the test's namespace among the candidates (machine uses %v)", used)
-	return netip.Prefix{}
-}
-
-// listenIn opens a listener in the named network namespace: the socket
-// belongs to the namespace of the thread that made it.
-func listenIn(ns, network, addr string) (net.Listener, error) {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, err := os.Open("/proc/thread-self/ns/net")
+	p, err := testenv.FreeSubnet("198.18.213.0/29", "198.19.213.0/29", "100.127.213.0/29", "10.213.77.0/29")
 	if err != nil {
-		return nil, err
+		t.Skipf("for the test's namespace: %v", err)
 	}
-	defer orig.Close()
-	target, err := os.Open("/run/netns/" + ns)
-	if err != nil {
-		return nil, err
-	}
-	defer target.Close()
-	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-		return nil, err
-	}
-	ln, lerr := net.Listen(network, addr)
-	if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
-		// This thread stays in the wrong namespace: never unlock it, so
-		// it dies with the goroutine instead of serving others.
-		runtime.Goexit()
-	}
-	return ln, lerr
+	return p
 }
 
 // allow_hosts lets a bridge session reach only the named hosts: a name

@@ -12,8 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -23,7 +21,6 @@ import (
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/network"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandboxd/client"
 	"github.com/sandboxd/sandboxd/internal/auth"
@@ -1188,7 +1185,7 @@ func newEgressNet(t *testing.T) *egressNet {
 	}
 	ip("-n", ns, "link", "set", nsIf, "up")
 	ip("-n", ns, "link", "set", "lo", "up")
-	ln, err := listenInNetns(ns, "tcp4", "0.0.0.0:0")
+	ln, err := testenv.ListenInNetns(ns, "tcp4", "0.0.0.0:0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1219,72 +1216,12 @@ func (e *egressNet) counts() map[string]int {
 }
 
 // freeEgressSubnet picks a /29 that overlaps no address and no route of
-// this machine.
+// this machine (candidates apart from e2e's, which may run at once).
 func freeEgressSubnet(t *testing.T) netip.Prefix {
 	t.Helper()
-	var used []netip.Prefix
-	addrs, err := net.InterfaceAddrs()
+	p, err := testenv.FreeSubnet("198.18.214.0/29", "198.19.214.0/29", "100.127.214.0/29", "10.213.78.0/29")
 	if err != nil {
-		t.Fatal(err)
+		t.Skipf("for the test's namespace: %v", err)
 	}
-	for _, a := range addrs {
-		if n, ok := a.(*net.IPNet); ok {
-			if p, err := netip.ParsePrefix(n.String()); err == nil {
-				used = append(used, p.Masked())
-			}
-		}
-	}
-	out, err := exec.Command("ip", "-4", "route", "show", "table", "all").Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for line := range strings.Lines(string(out)) {
-		f := strings.Fields(line)
-		if len(f) > 0 && (f[0] == "local" || f[0] == "broadcast" || f[0] == "unicast") {
-			f = f[1:]
-		}
-		if len(f) == 0 {
-			continue
-		}
-		if p, err := netip.ParsePrefix(f[0]); err == nil && p.Bits() > 0 {
-			used = append(used, p.Masked())
-		} else if a, err := netip.ParseAddr(f[0]); err == nil {
-			used = append(used, netip.PrefixFrom(a, 32))
-		}
-	}
-	for _, c := range []string{"198.18.214.0/29", "198.19.214.0/29", "100.127.214.0/29", "10.213.78.0/29"} {
-		p := netip.MustParsePrefix(c)
-		if !slices.ContainsFunc(used, p.Overlaps) {
-			return p
-		}
-	}
-	t.Skipf("no free subnet for the test's namespace among the candidates (machine uses %v)", used)
-	return netip.Prefix{}
-}
-
-// listenInNetns opens a listener in the named network namespace: the
-// socket belongs to the namespace of the thread that made it.
-func listenInNetns(ns, network, addr string) (net.Listener, error) {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, err := os.Open("/proc/thread-self/ns/net")
-	if err != nil {
-		return nil, err
-	}
-	defer orig.Close()
-	target, err := os.Open("/run/netns/" + ns)
-	if err != nil {
-		return nil, err
-	}
-	defer target.Close()
-	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-		return nil, err
-	}
-	ln, lerr := net.Listen(network, addr)
-	if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
-		// This thread stays in the wrong namespace: never unlock it, so
-		// it dies with the goroutine instead of serving others.
-		runtime.Goexit()
-	}
-	return ln, lerr
+	return p
 }
