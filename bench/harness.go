@@ -84,23 +84,46 @@ func startHarnessServer(ctx context.Context, bin, image string, labels map[strin
 		rt.Close()
 		return nil, err
 	}
-	token := auth.NewToken()
-	srv, err := server.New(server.Options{Backend: sandboxmgr.New(m), OperatorToken: token, MCPImage: image, Logger: log, MaxSessions: -1})
+	ip, err := serveInProcess(m, server.Options{MCPImage: image, Logger: log, MaxSessions: -1}, 2*time.Minute)
 	if err != nil {
 		_ = m.Shutdown(ctx, false)
 		rt.Close()
 		return nil, err
 	}
-	hs := httptest.NewServer(srv.Handler())
 	return &harnessServer{
-		url: "ws" + strings.TrimPrefix(hs.URL, "http") + "/v1/ws", token: token, http: hs.URL, m: m, rt: rt,
+		url: ip.ws, token: ip.token, http: ip.http, m: m, rt: rt,
 		stop: func() {
-			sctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			ip.stop()
+			rt.Close()
+		},
+	}, nil
+}
+
+// inProcess is a server of the benchmarks on a manager of theirs, served
+// by httptest as `sandboxd serve` would serve it.
+type inProcess struct {
+	ws, http, token string // the WebSocket URL, the base URL, the operator token
+	stop            func() // shuts the server down within its bound, then closes its listener
+}
+
+// serveInProcess serves m with opts (its Backend and OperatorToken are
+// set here); stop gives the server's shutdown at most shutdown.
+func serveInProcess(m *sandbox.Manager, opts server.Options, shutdown time.Duration) (*inProcess, error) {
+	opts.Backend = sandboxmgr.New(m)
+	opts.OperatorToken = auth.NewToken()
+	srv, err := server.New(opts)
+	if err != nil {
+		return nil, err
+	}
+	hs := httptest.NewServer(srv.Handler())
+	return &inProcess{
+		ws: "ws" + strings.TrimPrefix(hs.URL, "http") + "/v1/ws", http: hs.URL, token: opts.OperatorToken,
+		stop: func() {
+			sctx, cancel := context.WithTimeout(context.Background(), shutdown)
 			defer cancel()
 			_ = srv.Shutdown(sctx)
 			hs.CloseClientConnections()
 			hs.Close()
-			rt.Close()
 		},
 	}, nil
 }

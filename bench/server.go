@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"strconv"
 	"strings"
@@ -15,8 +14,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/sandboxd/sandboxd/client"
-	"github.com/sandboxd/sandboxd/internal/auth"
-	"github.com/sandboxd/sandboxd/internal/sandboxmgr"
 	"github.com/sandboxd/sandboxd/sandbox"
 	"github.com/sandboxd/sandboxd/sandbox/docker"
 	"github.com/sandboxd/sandboxd/server"
@@ -55,23 +52,15 @@ func runServerSuite(ctx context.Context, e *env) ([]row, error) {
 	if err != nil {
 		return nil, err
 	}
-	token := auth.NewToken()
-	srv, err := server.New(server.Options{Backend: sandboxmgr.New(m), OperatorToken: token, MCPImage: image, Logger: quiet})
+	ip, err := serveInProcess(m, server.Options{MCPImage: image, Logger: quiet}, time.Minute)
 	if err != nil {
 		_ = m.Shutdown(ctx, false)
 		return nil, err
 	}
-	hs := httptest.NewServer(srv.Handler())
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		_ = srv.Shutdown(sctx)
-		hs.CloseClientConnections()
-		hs.Close()
-	}()
+	defer ip.stop()
 
 	// The WebSocket session; the direct baseline calls the same sandbox.
-	c, err := client.Dial(ctx, "ws"+strings.TrimPrefix(hs.URL, "http")+"/v1/ws", token, client.Options{})
+	c, err := client.Dial(ctx, ip.ws, ip.token, client.Options{})
 	if err != nil {
 		return nil, err
 	}
@@ -94,8 +83,8 @@ func runServerSuite(ctx context.Context, e *env) ([]row, error) {
 	e.logf("opening the MCP session (2025-11-25)")
 	mcpTransport := func() *mcp.StreamableClientTransport {
 		return &mcp.StreamableClientTransport{
-			Endpoint:   hs.URL + "/mcp",
-			HTTPClient: &http.Client{Transport: bearerTransport{token, http.DefaultTransport}},
+			Endpoint:   ip.http + "/mcp",
+			HTTPClient: &http.Client{Transport: bearerTransport{ip.token, http.DefaultTransport}},
 		}
 	}
 	mc := mcp.NewClient(&mcp.Implementation{Name: "bench", Version: "1"}, nil)

@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"strconv"
 	"strings"
@@ -16,8 +15,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/sandboxd/sandboxd/client"
-	"github.com/sandboxd/sandboxd/internal/auth"
-	"github.com/sandboxd/sandboxd/internal/sandboxmgr"
 	"github.com/sandboxd/sandboxd/sandbox"
 	"github.com/sandboxd/sandboxd/sandbox/docker"
 	"github.com/sandboxd/sandboxd/server"
@@ -72,22 +69,14 @@ func runSidecarSuite(ctx context.Context, e *env) (_ []row, err error) {
 	}
 	sidecar := sandbox.MCPServer{Name: "everything", Image: sidecarBenchImage, Args: []string{"-http", "0.0.0.0:8080"},
 		Transport: sandbox.TransportHTTP, Port: 8080, Path: "/"}
-	token := auth.NewToken()
-	srv, err := server.New(server.Options{Backend: sandboxmgr.New(m), OperatorToken: token, MCPImage: image, Logger: quiet,
-		Profiles: map[string]sandbox.SessionOptions{"sc": {Image: image, MCPServers: []sandbox.MCPServer{sidecar}}}})
+	ip, err := serveInProcess(m, server.Options{MCPImage: image, Logger: quiet,
+		Profiles: map[string]sandbox.SessionOptions{"sc": {Image: image, MCPServers: []sandbox.MCPServer{sidecar}}}}, time.Minute)
 	if err != nil {
 		_ = m.Shutdown(ctx, false)
 		return nil, err
 	}
-	hs := httptest.NewServer(srv.Handler())
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		_ = srv.Shutdown(sctx)
-		hs.CloseClientConnections()
-		hs.Close()
-	}()
-	c, err := client.Dial(ctx, "ws"+strings.TrimPrefix(hs.URL, "http")+"/v1/ws", token, client.Options{})
+	defer ip.stop()
+	c, err := client.Dial(ctx, ip.ws, ip.token, client.Options{})
 	if err != nil {
 		return nil, err
 	}
@@ -116,8 +105,8 @@ func runSidecarSuite(ctx context.Context, e *env) (_ []row, err error) {
 	}
 	defer direct.Close()
 	legacy, err := mc.Connect(ctx, &mcp.StreamableClientTransport{
-		Endpoint:   hs.URL + "/mcp/sc",
-		HTTPClient: &http.Client{Transport: bearerTransport{token, http.DefaultTransport}},
+		Endpoint:   ip.http + "/mcp/sc",
+		HTTPClient: &http.Client{Transport: bearerTransport{ip.token, http.DefaultTransport}},
 	}, &mcp.ClientSessionOptions{ProtocolVersion: legacyMCP})
 	if err != nil {
 		return nil, err
