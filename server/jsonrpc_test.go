@@ -180,10 +180,14 @@ func TestInFlightBytesBounded(t *testing.T) {
 		return n
 	}
 	// One connection: 4 run, the 5th is refused.
+	// The refusal is awaited before the wake, as below: woken first, the
+	// four would free their bytes before a slow reader reached a5, which
+	// would then run and sleep for a minute.
 	send(op, "a1", "a2", "a3", "a4", "a5")
 	waitFor(t, sleeping(4), "4 calls to run")
+	n := busy(op.waitAll("a5"))
 	fake.Wake()
-	if n := busy(op.waitAll("a1", "a2", "a3", "a4", "a5")); n != 1 {
+	if n += busy(op.waitAll("a1", "a2", "a3", "a4")); n != 1 {
 		t.Fatalf("one connection, 5 big requests: %d refused, want 1", n)
 	}
 	// Four connections with 4 each fill the total of 16; a 17th request,
