@@ -10,28 +10,38 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// ProcStat reads the state and session id from /proc/pid/stat. The command
-// name may hold spaces and parentheses, so fields are counted after the last
-// ')'.
+// ProcStat reads the state and session id from /proc/pid/stat.
 func ProcStat(pid int) (state byte, session int, ok bool) {
+	state, _, session, ok = ProcStatGroup(pid)
+	return state, session, ok
+}
+
+// ProcStatGroup reads the state, process group and session id from
+// /proc/pid/stat. The command name may hold spaces and parentheses, so
+// fields are counted after the last ')'.
+func ProcStatGroup(pid int) (state byte, pgrp, session int, ok bool) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return 0, 0, false
+		return 0, 0, 0, false
 	}
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 {
-		return 0, 0, false
+		return 0, 0, 0, false
 	}
 	// ") S ppid pgrp session ..."
 	f := bytes.Fields(b[i+1:])
 	if len(f) < 4 || len(f[0]) != 1 {
-		return 0, 0, false
+		return 0, 0, 0, false
+	}
+	g, err := strconv.Atoi(string(f[2]))
+	if err != nil {
+		return 0, 0, 0, false
 	}
 	s, err := strconv.Atoi(string(f[3]))
 	if err != nil {
-		return 0, 0, false
+		return 0, 0, 0, false
 	}
-	return f[0][0], s, true
+	return f[0][0], g, s, true
 }
 
 // SignalSession sends sig to every live (non-zombie) process of session sid

@@ -17,5 +17,6 @@ func WithFD(*os.File, func(fd int) error) error    { return errNotLinux }
 func SetSize(*os.File, uint16, uint16) error       { return errNotLinux }
 func Size(*os.File) (rows, cols uint16, err error) { return 0, 0, errNotLinux }
 
-func ProcStat(int) (state byte, session int, ok bool) { return 0, 0, false }
-func SignalSession(int, syscall.Signal) int           { return 0 }
+func ProcStat(int) (state byte, session int, ok bool)            { return 0, 0, false }
+func ProcStatGroup(int) (state byte, pgrp, session int, ok bool) { return 0, 0, 0, false }
+func SignalSession(int, syscall.Signal) int                      { return 0 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -741,6 +742,45 @@ func TestCloseKillsEverything(t *testing.T) {
 			assert.ErrorIs(t, err, ErrClosed)
 		})
 	}
+}
+
+// Processes that ignore TERM and HUP and each fork a successor before they
+// exit keep their count level while every pid changes (a fork bomb at its
+// pids limit looks the same), and a scan of /proc can miss a chain of them
+// outright (a child forked after the listing, its parent gone before it is
+// read): Close must freeze and end them all. Every link holds the write
+// end of a FIFO, so the test's read end sees EOF exactly when the last of
+// them has died; a scan would be fooled as terminate's own once was.
+func TestCloseEndsChurningProcesses(t *testing.T) {
+	t.Parallel()
+	fifo := filepath.Join(t.TempDir(), "alive")
+	require.NoError(t, unix.Mkfifo(fifo, 0o600))
+	r, err := os.OpenFile(fifo, os.O_RDONLY|unix.O_NONBLOCK, 0)
+	require.NoError(t, err)
+	defer r.Close()
+	opts := testOptions(t, "bash")
+	opts.KillGrace = 50 * time.Millisecond
+	e, err := NewExecutor(opts)
+	require.NoError(t, err)
+	shellPID, tag := e.sess.pid, e.sess.tag
+	t.Cleanup(func() { // whatever the outcome, leave no chain running on the host
+		w := newSweeper(shellPID, tag)
+		for range 1000 {
+			if n, _ := w.signal(unix.SIGKILL); n == 0 {
+				return
+			}
+		}
+	})
+	_, out, _ := do(t, e, cmd(`exec 3>`+shellQuote(fifo)+`; trap '' TERM HUP; w(){ sleep 0.01; w & }; for i in 1 2 3 4 5 6 7 8; do w & done; exec 3>&-; echo started`))
+	require.Equal(t, 0, out.ExitCode)
+	require.NoError(t, e.Close())
+	// A bound against a hang: the links die within Close, so EOF is there
+	// at once; a survivor keeps the FIFO open for ever.
+	require.NoError(t, r.SetReadDeadline(time.Now().Add(20*time.Second)))
+	n, err := r.Read(make([]byte, 1))
+	assert.Equal(t, 0, n)
+	assert.ErrorIs(t, err, io.EOF, "a process of the session outlived Close (it holds the FIFO open)")
+	assert.Empty(t, sessionMembers(shellPID, tag), "nothing of the session is left, stopped or running")
 }
 
 func TestTempStateDirRemovedOnClose(t *testing.T) {

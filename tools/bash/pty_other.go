@@ -19,5 +19,9 @@ func configureTTY(*os.File) (*unix.Termios, error)    { return nil, errNotLinux 
 func restoreTTY(*os.File, *unix.Termios) error        { return errNotLinux }
 func foregroundPgrp(*os.File) (int, error)            { return 0, errNotLinux }
 func sessionMembers(int, string) []int                { return nil }
-func signalSession(int, string, unix.Signal) int      { return 0 }
 func procStat(int) (state byte, session int, ok bool) { return 0, 0, false }
+
+type sweeper struct{}
+
+func newSweeper(int, string) *sweeper                    { return &sweeper{} }
+func (*sweeper) signal(unix.Signal) (found, running int) { return 0, 0 }

@@ -596,16 +596,17 @@ func (s *session) terminate() {
 			return true
 		}
 	}
-	signal := func(sig unix.Signal) int {
-		n := signalSession(sid, s.tag, sig)
+	w := newSweeper(sid, s.tag)
+	signal := func(sig unix.Signal) (found, running int) {
+		found, running = w.signal(sig)
 		if alive() {
 			_ = unix.Kill(sid, sig)
-			n++
+			found++
 		}
-		return n
+		return found, running
 	}
 	deadline := time.Now().Add(s.cfg.grace)
-	if signal(unix.SIGTERM) > 0 {
+	if n, _ := signal(unix.SIGTERM); n > 0 {
 		signal(unix.SIGHUP)  // an interactive shell ignores TERM, not HUP
 		signal(unix.SIGCONT) // stopped jobs act on TERM only when continued
 		select {
@@ -619,18 +620,42 @@ func (s *session) terminate() {
 		}
 	}
 	// Freeze first: a stopped process cannot fork, so a fork bomb stops
-	// growing while it is rounded up; rounds until one finds nobody new.
-	for end, seen := time.Now().Add(killRounds), -1; time.Now().Before(end); {
-		n := signal(unix.SIGSTOP)
-		if n == seen || n == 0 {
+	// growing while it is rounded up; the sweeper stops whole process
+	// groups at once, so one sighting of a job's member freezes the job
+	// (see sweeper). Rounds until several in a row, over a few
+	// milliseconds, find every member stopped already: a count that merely
+	// stays level is no proof (at the pids limit a bomb's size is constant
+	// while it churns), and a single scan can miss a fast chain of
+	// processes outright. The bound is for processes that cannot stop (an
+	// uninterruptible sleep), not for a slow round: an agent starved of CPU
+	// by the bomb it is ending still stops more of it each round, and every
+	// stopped process frees CPU.
+	frozen := false
+	for end, clean, since := time.Now().Add(killBound), 0, time.Now(); time.Now().Before(end); time.Sleep(time.Millisecond) {
+		if _, running := w.signal(unix.SIGSTOP); running > 0 {
+			clean, since = 0, time.Now()
+			continue
+		}
+		if clean++; clean >= cleanRounds && time.Since(since) >= cleanSpan {
+			frozen = true
 			break
 		}
-		seen = n
 	}
-	// Until none is left: members that forked between a scan and the kill
-	// of their parent are caught by the next round.
-	for end := time.Now().Add(killRounds); signal(unix.SIGKILL) > 0 && time.Now().Before(end); {
-		time.Sleep(time.Millisecond)
+	// Until none is left: members that forked between a scan and the
+	// kill of their parent (none, once frozen) are caught by the next round.
+	left := 0
+	for end, clean := time.Now().Add(killBound), 0; clean < 2; time.Sleep(time.Millisecond) {
+		if left, _ = signal(unix.SIGKILL); left > 0 {
+			clean = 0
+		} else {
+			clean++
+		}
+		if !time.Now().Before(end) {
+			break
+		}
+	}
+	if !frozen || left > 0 {
+		s.log.Warn("terminal: the shell's processes did not all end", "frozen", frozen, "left", left, "bound", killBound)
 	}
 	select {
 	case <-s.exitedCh:
@@ -646,9 +671,20 @@ func (s *session) terminate() {
 	_ = os.Remove(s.cmdFile)
 }
 
-// killRounds bounds the SIGKILL rounds of terminate (a process stuck in
-// an uninterruptible sleep cannot die at once).
-const killRounds = time.Second
+// killBound bounds each of terminate's freeze and kill phases: a process
+// stuck in an uninterruptible sleep can neither stop nor die at once. A
+// phase ends as soon as its work is done (well under a millisecond for a
+// shell and a few jobs; a whole pids limit of a bomb, with the agent
+// starved of CPU, took longer than the 1 s this once was).
+const killBound = 10 * time.Second
+
+// cleanRounds and cleanSpan are how many freeze rounds in a row, and over
+// how long at least, must find nothing of the session running before it
+// counts as frozen (each round has its own chance to sight a fast chain).
+const (
+	cleanRounds = 5
+	cleanSpan   = 20 * time.Millisecond
+)
 
 // shellQuote quotes s for a POSIX shell.
 func shellQuote(s string) string {
