@@ -779,7 +779,7 @@ func TestCloseEndsChurningProcesses(t *testing.T) {
 	require.NoError(t, r.SetReadDeadline(time.Now().Add(20*time.Second)))
 	n, err := r.Read(make([]byte, 1))
 	assert.Equal(t, 0, n)
-	assert.ErrorIs(t, err, io.EOF, "a process of the session outlived Close (it holds the FIFO open)")
+	require.ErrorIs(t, err, io.EOF, "a process of the session outlived Close (it holds the FIFO open)")
 	assert.Empty(t, sessionMembers(shellPID, tag), "nothing of the session is left, stopped or running")
 }
 
