@@ -95,10 +95,8 @@ func (s *Session) queueGap(g wsproto.StreamGap) {
 }
 
 func addCall(g *wsproto.StreamGap, id json.RawMessage) {
-	for _, have := range g.CallIDs {
-		if bytes.Equal(have, id) {
-			return
-		}
+	if containsID(g.CallIDs, id) {
+		return
 	}
 	if len(g.CallIDs) < wsproto.MaxGapCalls {
 		g.CallIDs = append(g.CallIDs, id)
@@ -202,12 +200,12 @@ func (s *Session) fill(g *wsproto.StreamGap) {
 	s.lastSeq = max(s.lastSeq, g.ToSeq)
 	for _, id := range g.CallIDs {
 		if _, ours := s.streams[string(id)]; ours { // a Call of this client waits for it
-			s.lost[string(id)] = lost
+			s.lost[string(id)] = merge(s.lost[string(id)], lost)
 		}
 	}
 	if g.MoreCalls {
 		s.lostUnattributed++
-		s.lastLost = lost
+		s.lastLost = merge(s.lastLost, lost)
 	}
 	on := s.OnLost
 	s.mu.Unlock()
@@ -215,4 +213,35 @@ func (s *Session) fill(g *wsproto.StreamGap) {
 	if on != nil {
 		on(lost)
 	}
+}
+
+// merge adds what b lost to a (nil: nothing yet): a call's error says all
+// its call lost, over several gaps.
+func merge(a, b *OutputLost) *OutputLost {
+	if a == nil {
+		c := *b
+		c.Ranges = append([]SeqRange(nil), b.Ranges...)
+		return &c
+	}
+	a.Ranges = append(a.Ranges, b.Ranges...)
+	a.Bytes += b.Bytes
+	for _, id := range b.CallIDs {
+		if !containsID(a.CallIDs, id) {
+			a.CallIDs = append(a.CallIDs, id)
+		}
+	}
+	a.MoreCalls = a.MoreCalls || b.MoreCalls
+	if a.Reason == "" {
+		a.Reason = b.Reason
+	}
+	return a
+}
+
+func containsID(ids []json.RawMessage, id json.RawMessage) bool {
+	for _, have := range ids {
+		if bytes.Equal(have, id) {
+			return true
+		}
+	}
+	return false
 }

@@ -195,7 +195,7 @@ func (s *Session) Call(ctx context.Context, name string, args any, stream tools.
 		return &obs, lost
 	}
 	if s.lostUnattributed != unattributed {
-		return &obs, s.lastLost
+		return &obs, s.lastLost // some of this call's output may be in it
 	}
 	return &obs, nil
 }
