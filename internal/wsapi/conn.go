@@ -54,6 +54,7 @@ type conn struct {
 	gmu      sync.Mutex
 	gaps     map[string]*wsproto.StreamGap // by session: output withheld, notice not yet queued
 	gapsOpen atomic.Int32                  // len(gaps), for the writer's cheap check
+	dropping atomic.Bool                   // overloaded: being disconnected
 
 	mu       sync.Mutex
 	grants   map[string]*core.Session // sessions this connection may use
@@ -313,6 +314,9 @@ func (c *conn) enqueueReply(msg []byte) {
 }
 
 func (c *conn) overloaded(why string) {
+	if !c.dropping.CompareAndSwap(false, true) {
+		return // counted and dropped once
+	}
 	c.h.core.Metrics().SlowDisconnects.Inc()
 	c.log.Warn("disconnecting a client that does not read", "why", why, "remote", c.remote)
 	go c.abort(websocket.ClosePolicyViolation, why) // not under a stream lock
