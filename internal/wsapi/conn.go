@@ -201,8 +201,12 @@ func (c *conn) writeLoop() {
 	defer close(c.writerDone)
 	ping := time.NewTicker(c.h.opts.PingInterval)
 	defer ping.Stop()
+	// A message may take as long as a reply may wait for room: a client
+	// that reads, however slowly, keeps its connection (its output is
+	// paced by gaps); one that takes nothing for that long is dropped.
+	writeTimeout := max(c.h.opts.WriteTimeout, c.h.opts.ReplyWait)
 	write := func(msg outMsg) error {
-		_ = c.ws.SetWriteDeadline(time.Now().Add(c.h.opts.WriteTimeout))
+		_ = c.ws.SetWriteDeadline(time.Now().Add(writeTimeout))
 		err := c.ws.WriteMessage(websocket.TextMessage, msg.b)
 		c.queued.Add(-int64(len(msg.b)))
 		select {

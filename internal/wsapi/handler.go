@@ -68,7 +68,8 @@ type Options struct {
 	// Defaults: 4 and 16 times MaxMessageBytes.
 	MaxInFlightBytes      int64
 	MaxTotalInFlightBytes int64
-	// WriteTimeout bounds one write to the socket.
+	// WriteTimeout bounds one write of a control frame (ping, close) to
+	// the socket; a message may take max(WriteTimeout, ReplyWait).
 	WriteTimeout time.Duration
 	// PingInterval is how often the server pings; a peer silent for two
 	// intervals is dropped.
