@@ -290,10 +290,16 @@ func (c *conn) tryEnqueue(msg []byte, written func(), limit int64) bool {
 	}
 }
 
-// enqueueReply queues a reply, waiting for room as long as ReplyWait:
+// enqueueReply queues a reply, after the notices of open gaps, waiting for
+// room as long as ReplyWait:
 // replies are never dropped, and a client that leaves one without room
 // that long reads nothing (it is disconnected). Not under a lock.
 func (c *conn) enqueueReply(msg []byte) {
+	// A call's output precedes its answer: what of it was withheld is
+	// announced first (the notices are small; output stays withheld).
+	if c.gapsOpen.Load() > 0 {
+		c.flushGaps("")
+	}
 	var timeout <-chan time.Time
 	for !c.tryEnqueue(msg, nil, c.h.opts.QueueBytes) {
 		if timeout == nil {
