@@ -15,8 +15,9 @@ type Chunk struct {
 
 // Subscriber receives a session's live output and its end. The methods run
 // with the session's stream lock held, in seq order, and must not block: a
-// subscriber that cannot keep up drops itself (the WebSocket connection
-// closes with 1008), never the session.
+// subscriber that cannot keep up withholds output from its client and says
+// so (the WebSocket connection's stream.gap, read back with ReadOutput),
+// never holding back the session.
 type Subscriber interface {
 	Output(sessionID string, c Chunk)
 	Closed(sessionID, reason string)
