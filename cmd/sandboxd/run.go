@@ -287,8 +287,11 @@ func runCommand(ctx context.Context, interrupt <-chan struct{}, signals <-chan o
 			if stopped != 0 {
 				// Cancelled (or the wait after it ended): wait for the
 				// command to end, until giving up.
-				if r.err == nil && !r.obs.IsError {
-					if _, running := terminalState(r.obs); !running {
+				if r.err == nil {
+					if r.obs.IsError && strings.Contains(r.obs.Text(), "No previous running command") {
+						return stopped, nil // it ended with the cancelled call
+					}
+					if _, running := terminalState(r.obs); !running && !r.obs.IsError {
 						return stopped, nil
 					}
 				}
@@ -311,7 +314,7 @@ func runCommand(ctx context.Context, interrupt <-chan struct{}, signals <-chan o
 			stop(exitInterrupted)
 		case <-signals:
 			if signalsSeen++; signalsSeen > 1 {
-				return max(stopped, exitInterrupted), nil
+				return stopped, nil // set by the first
 			}
 			stop(exitInterrupted)
 		case <-deadline:
