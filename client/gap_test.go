@@ -18,9 +18,9 @@ import (
 // slowCall runs a 16 MiB stream call whose stream function holds its first
 // chunk until the fake has printed everything (the client reads nothing
 // meanwhile: the server withholds what its queue cannot take), then takes
-// the rest at full speed. It returns the call's result, the bytes and seqs
-// delivered, and what OnLost was told.
-func slowCall(t *testing.T, ts *servertest.Server) (err error, got int64, seqs []uint64, toldLost int64) {
+// the rest at full speed. It returns the bytes and seqs delivered, what
+// OnLost was told, and the call's error.
+func slowCall(t *testing.T, ts *servertest.Server) (got int64, seqs []uint64, toldLost int64, err error) {
 	t.Helper()
 	c := dial(t, ts.URL, ts.Token, client.Options{})
 	s, err := c.CreateSession(ctx(t), client.CreateOptions{})
@@ -69,7 +69,7 @@ func slowCall(t *testing.T, ts *servertest.Server) (err error, got int64, seqs [
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	return r.err, got, seqs, toldLost
+	return got, seqs, toldLost, r.err
 }
 
 const chunks, size = 1000, 16 << 10 // 16 MiB: more than the socket buffers and the queue take
@@ -79,7 +79,7 @@ const chunks, size = 1000, 16 << 10 // 16 MiB: more than the socket buffers and 
 // call delivers every chunk once, in order.
 func TestSlowStreamRefilledFromRing(t *testing.T) {
 	ts := servertest.Start(t, func(o *server.Options) { o.RingBytes = 2 * chunks * size })
-	err, got, seqs, lost := slowCall(t, ts)
+	got, seqs, lost, err := slowCall(t, ts)
 	if err != nil || lost != 0 {
 		t.Fatalf("call: %v (lost told %d)", err, lost)
 	}
@@ -99,7 +99,7 @@ func TestSlowStreamRefilledFromRing(t *testing.T) {
 // OnLost was told the same; what was delivered is in order.
 func TestSlowStreamLossReported(t *testing.T) {
 	ts := servertest.Start(t, nil)
-	err, got, seqs, told := slowCall(t, ts)
+	got, seqs, told, err := slowCall(t, ts)
 	var lost *client.OutputLost
 	if !errors.As(err, &lost) {
 		t.Fatalf("call: %v, want an *OutputLost", err)
