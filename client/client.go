@@ -468,6 +468,14 @@ func (c *Client) notify(m wsproto.Message) {
 		if s := c.session(o.SessionID); s != nil {
 			s.output(o)
 		}
+	case wsproto.NotifyStreamGap:
+		var g wsproto.StreamGap
+		if json.Unmarshal(m.Params, &g) != nil {
+			return
+		}
+		if s := c.session(g.SessionID); s != nil {
+			s.gapNotice(g)
+		}
 	case wsproto.NotifySessionClosed:
 		var p wsproto.SessionClosed
 		if json.Unmarshal(m.Params, &p) != nil {

@@ -29,16 +29,29 @@ type Session struct {
 	// OnOutput, if set, receives every output chunk of the session, of
 	// calls made by any client (set it before making calls).
 	OnOutput func(wsproto.StreamOutput)
+	// OnLost, if set, is told of output that could not be delivered (see
+	// OutputLost). Output the server withheld from a slow reader
+	// (stream.gap) is read back and delivered in order without it.
+	OnLost func(*OutputLost)
 
 	mu      sync.Mutex
 	lastSeq uint64
 	streams map[string]tools.StreamFunc // by call id (JSON)
 	done    chan struct{}
 	reason  string
+
+	// Refilling a gap (gap.go): the refill goroutine delivers the backlog
+	// in order; the read loop appends to it meanwhile.
+	refilling        bool
+	backlog          []event
+	backlogBytes     int
+	lost             map[string]*OutputLost // by call id (JSON), for Call
+	lostUnattributed int                    // losses of gaps with more calls than listed
+	lastLost         *OutputLost
 }
 
 func newSession(c *Client, id, token string) *Session {
-	return &Session{c: c, ID: id, Token: token, streams: map[string]tools.StreamFunc{}, done: make(chan struct{})}
+	return &Session{c: c, ID: id, Token: token, streams: map[string]tools.StreamFunc{}, done: make(chan struct{}), lost: map[string]*OutputLost{}}
 }
 
 // Done is closed when the session ends (closed by anyone, idle timeout,
@@ -88,9 +101,22 @@ func (s *Session) attach(ctx context.Context) (*wsproto.AttachResult, error) {
 	return &r, nil
 }
 
-// output delivers a chunk once: chunks replayed after a reconnect that were
-// already seen are dropped.
+// output takes a chunk from the read loop: delivered at once, or behind
+// a gap being refilled.
 func (s *Session) output(o wsproto.StreamOutput) {
+	s.mu.Lock()
+	if s.refilling {
+		s.backlogOutput(o)
+		s.mu.Unlock()
+		return
+	}
+	s.mu.Unlock()
+	s.deliver(o)
+}
+
+// deliver delivers a chunk once: chunks replayed after a reconnect that
+// were already seen are dropped.
+func (s *Session) deliver(o wsproto.StreamOutput) {
 	s.mu.Lock()
 	if o.Seq <= s.lastSeq {
 		s.mu.Unlock()
@@ -115,6 +141,11 @@ func (s *Session) output(o wsproto.StreamOutput) {
 // call on the server: Call returns once the server confirms the call
 // stopped (a terminal command was interrupted, typically within 0.3 s; at
 // most about 5 s), so the next call finds the tool free.
+//
+// Output the server withheld because stream read it too slowly is read
+// back from the server and delivered in order before Call returns; if the
+// server no longer held some of it, Call returns the observation with an
+// *OutputLost error saying what was lost.
 func (s *Session) Call(ctx context.Context, name string, args any, stream tools.StreamFunc) (*tools.Observation, error) {
 	raw, ok := args.(json.RawMessage)
 	if !ok && args != nil {
@@ -136,15 +167,35 @@ func (s *Session) Call(ctx context.Context, name string, args any, stream tools.
 			s.mu.Unlock()
 		}()
 	}
+	s.mu.Lock()
+	unattributed := s.lostUnattributed
+	s.mu.Unlock()
 	var obs tools.Observation
-	_, err := s.c.callID(ctx, id, wsproto.MethodToolsCall, wsproto.CallParams{
+	var barrier chan struct{}
+	_, err := s.c.callHook(ctx, id, wsproto.MethodToolsCall, wsproto.CallParams{
 		SessionRef: s.ref(), Name: name, Arguments: raw, Stream: stream != nil || s.OnOutput != nil,
-	}, &obs)
+	}, &obs, func(wsproto.Message) { barrier = s.barrier() })
 	if err != nil {
 		if ctx.Err() != nil {
 			s.cancel(key)
 		}
 		return nil, err
+	}
+	if barrier != nil { // the call's output is still being read back
+		select {
+		case <-barrier:
+		case <-ctx.Done():
+			return &obs, ctx.Err()
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if lost := s.lost[string(key)]; lost != nil {
+		delete(s.lost, string(key))
+		return &obs, lost
+	}
+	if s.lostUnattributed != unattributed {
+		return &obs, s.lastLost // some of this call's output may be in it
 	}
 	return &obs, nil
 }

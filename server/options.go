@@ -105,7 +105,12 @@ type Options struct {
 	WSQueueBytes    int64
 	WSPingInterval  time.Duration
 	WSWriteTimeout  time.Duration
-	RingBytes       int
+	// WSOutputBytes is the part of a connection's queue session output
+	// may take before it is withheld (a stream.gap), WSReplyWait how long
+	// a reply waits for room (wsapi.Options).
+	WSOutputBytes int64
+	WSReplyWait   time.Duration
+	RingBytes     int
 	// DrainTransferIdle is the idle time of transfers once the server
 	// drains (default core.DrainTransferIdle).
 	DrainTransferIdle time.Duration

@@ -81,6 +81,8 @@ func New(opts Options) (*Server, error) {
 		QueueBytes:      opts.WSQueueBytes,
 		PingInterval:    opts.WSPingInterval,
 		WriteTimeout:    opts.WSWriteTimeout,
+		OutputBytes:     opts.WSOutputBytes,
+		ReplyWait:       opts.WSReplyWait,
 	})
 	s.mcp = mcpapi.New(c, mcpapi.Options{
 		Requests:       opts.requestPolicy(),

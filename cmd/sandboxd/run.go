@@ -17,6 +17,7 @@ import (
 	"github.com/sandboxd/sandboxd/client"
 	"github.com/sandboxd/sandboxd/internal/auth"
 	"github.com/sandboxd/sandboxd/tools"
+	"github.com/sandboxd/sandboxd/tools/bash"
 )
 
 func init() {
@@ -105,8 +106,14 @@ func (e envList) Set(v string) error {
 	return nil
 }
 
-// pollSeconds is the terminal timeout of each call: the CLI regains control
-// this often to forward input or Ctrl-C, and to wait on (empty command).
+// callSeconds is the terminal timeout of run's call: the command's whole
+// life (the terminal's longest), its output streamed as it comes. A
+// command still running after it is waited on with the same.
+var callSeconds = bash.MaxTimeout.Seconds()
+
+// pollSeconds is the terminal timeout of each call of the line-mode shell
+// (shell.go): it regains control this often to forward typed input or
+// Ctrl-C.
 const pollSeconds = 1.0
 
 func runRun(ctx context.Context, std stdio, args []string) error {
@@ -214,74 +221,107 @@ func runOnce(ctx context.Context, server, token string, opts client.CreateOption
 	return runCommand(work, ctx.Done(), signals, deadline, s, command, out)
 }
 
-// runCommand runs command in the session's terminal until it ends, writing
-// its output to out. The first interrupt (ctx, or a signal) and the
-// deadline send Ctrl-C; if the command has not ended giveUpAfter later, or
-// at a second signal, it gives up (the caller closes the session, which
-// ends every process). A write error on out gives up at once.
+// runCommand runs command in the session's terminal until it ends, in one
+// call whose output streams to out (no polling: the call lasts as long as
+// the command). The first interrupt (ctx, or a signal) and the deadline
+// cancel the call, which sends the command Ctrl-C; if it has not ended
+// giveUpAfter later, or at a second signal, run gives up (the caller closes
+// the session, which ends every process). A write error on out gives up at
+// once. Output the client could not read back from the server (it read more
+// slowly than the command printed, beyond the server's replay ring) is an
+// error saying what was lost: the exit is never 0 with output missing.
 func runCommand(ctx context.Context, interrupt <-chan struct{}, signals <-chan os.Signal, deadline <-chan time.Time,
 	s *client.Session, command string, out io.Writer) (int, error) {
 	var (
-		timedOut, interrupted bool
-		signalsSeen           int
-		giveUp                <-chan time.Time
-		writeErr              atomic.Bool
+		stopped     int // exitInterrupted or exitTimedOut once Ctrl-C was sent
+		signalsSeen int
+		giveUp      <-chan time.Time
+		giveUpAt    time.Time
+		writeErr    atomic.Bool
+		cancel      context.CancelFunc = func() {}
 	)
-	sink := func(b []byte) {
-		if _, err := out.Write(b); err != nil {
-			writeErr.Store(true)
-		}
+	type result struct {
+		obs *tools.Observation
+		err error
 	}
-	stop := func() map[string]any {
+	done := make(chan result, 1)
+	start := func(action map[string]any) {
+		var cctx context.Context
+		cctx, cancel = context.WithCancel(ctx)
+		stopCall := cancel
+		go func() {
+			obs, err := s.Call(cctx, "terminal", action, func(b []byte) {
+				if writeErr.Load() {
+					return
+				}
+				if _, err := out.Write(b); err != nil {
+					writeErr.Store(true)
+					stopCall()
+				}
+			})
+			done <- result{obs, err}
+		}()
+	}
+	defer func() { cancel() }()
+	stop := func(why int) {
+		if stopped == 0 || why == exitTimedOut {
+			stopped = why
+		}
 		if giveUp == nil {
+			giveUpAt = time.Now().Add(giveUpAfter)
 			giveUp = time.After(giveUpAfter)
 		}
-		return map[string]any{"command": "C-c", "is_input": true, "timeout": pollSeconds}
+		cancel() // the terminal sends the command Ctrl-C
 	}
-	exit := func() int {
-		if timedOut {
-			return exitTimedOut
-		}
-		return exitInterrupted
-	}
-	action := map[string]any{"command": command, "timeout": pollSeconds}
+	start(map[string]any{"command": command, "timeout": callSeconds})
 	for {
-		obs, err := s.Call(ctx, "terminal", action, sink)
-		if err != nil {
-			return 0, err
-		}
-		if obs.IsError {
-			return 0, errors.New(strings.TrimSpace(obs.Text()))
-		}
-		if writeErr.Load() {
-			return exitBrokenPipe, nil
-		}
-		code, running := terminalState(obs)
-		if !running {
-			if timedOut {
-				return exitTimedOut, nil
-			}
-			return code, nil
-		}
-		action = map[string]any{"command": "", "timeout": pollSeconds}
 		select {
+		case r := <-done:
+			if writeErr.Load() {
+				return exitBrokenPipe, nil
+			}
+			var lost *client.OutputLost
+			if errors.As(r.err, &lost) {
+				return 0, fmt.Errorf("the command's output is incomplete: %w", lost)
+			}
+			if stopped != 0 {
+				// Cancelled (or the wait after it ended): wait for the
+				// command to end, until giving up.
+				if r.err == nil {
+					if r.obs.IsError && strings.Contains(r.obs.Text(), "No previous running command") {
+						return stopped, nil // it ended with the cancelled call
+					}
+					if _, running := terminalState(r.obs); !running && !r.obs.IsError {
+						return stopped, nil
+					}
+				}
+				start(map[string]any{"command": "", "timeout": max(0.1, time.Until(giveUpAt).Seconds())})
+				continue
+			}
+			if r.err != nil {
+				return 0, r.err
+			}
+			if r.obs.IsError {
+				return 0, errors.New(strings.TrimSpace(r.obs.Text()))
+			}
+			code, running := terminalState(r.obs)
+			if !running {
+				return code, nil
+			}
+			start(map[string]any{"command": "", "timeout": callSeconds}) // running for a day: wait on
 		case <-interrupt: // the first signal, or a caller's cancel
 			interrupt = nil
-			if !interrupted {
-				interrupted, action = true, stop()
-			}
+			stop(exitInterrupted)
 		case <-signals:
 			if signalsSeen++; signalsSeen > 1 {
-				return exit(), nil
+				return stopped, nil // set by the first
 			}
-			if !interrupted {
-				interrupted, action = true, stop()
-			}
+			stop(exitInterrupted)
 		case <-deadline:
-			deadline, timedOut, action = nil, true, stop()
+			deadline = nil
+			stop(exitTimedOut)
 		case <-giveUp:
-			return exit(), nil
-		default:
+			return stopped, nil
 		}
 	}
 }

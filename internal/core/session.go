@@ -106,3 +106,10 @@ func (s *Session) Close(ctx context.Context) error {
 	}
 	return nil
 }
+
+// ReadOutput returns the session's output chunks from..to that its replay
+// ring still holds (a client refilling a gap of its stream), at most
+// maxBytes of data but at least one chunk; see ReadResult.
+func (s *Session) ReadOutput(from, to uint64, maxBytes int) ReadResult {
+	return s.stream.read(from, to, maxBytes)
+}

@@ -15,8 +15,9 @@ type Chunk struct {
 
 // Subscriber receives a session's live output and its end. The methods run
 // with the session's stream lock held, in seq order, and must not block: a
-// subscriber that cannot keep up drops itself (the WebSocket connection
-// closes with 1008), never the session.
+// subscriber that cannot keep up withholds output from its client and says
+// so (the WebSocket connection's stream.gap, read back with ReadOutput),
+// never holding back the session.
 type Subscriber interface {
 	Output(sessionID string, c Chunk)
 	Closed(sessionID, reason string)
@@ -176,4 +177,44 @@ func (u *utf8Carry) flush() []byte {
 	t := u.tail
 	u.tail = nil
 	return t
+}
+
+// ReadResult is what read found of a range of seqs in the ring.
+type ReadResult struct {
+	// Chunks are the chunks of the range the ring still holds, oldest
+	// first, cut at the byte bound (at least one, if any is held).
+	Chunks []Chunk
+	// LostTo is the last seq of the range's start that the ring no longer
+	// holds (from..LostTo were evicted); 0 when none was.
+	LostTo uint64
+	// NextSeq is the seq the next new chunk will get.
+	NextSeq uint64
+}
+
+// read returns the chunks from..to (inclusive, to clamped to the newest)
+// the ring still holds, at most maxBytes of data (but at least one chunk).
+func (s *stream) read(from, to uint64, maxBytes int) ReadResult {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	live := s.ring[s.start:]
+	first := s.next - uint64(len(live))
+	r := ReadResult{NextSeq: s.next}
+	to = min(to, s.next-1)
+	if from > to {
+		return r
+	}
+	if from < first {
+		r.LostTo = min(to, first-1)
+		from = first
+	}
+	size := 0
+	for seq := from; seq <= to; seq++ {
+		c := live[seq-first]
+		if len(r.Chunks) > 0 && size+len(c.Data) > maxBytes {
+			break
+		}
+		size += len(c.Data)
+		r.Chunks = append(r.Chunks, c)
+	}
+	return r
 }

@@ -34,6 +34,7 @@ type Metrics struct {
 	Requests        *prometheus.CounterVec   // method, transport
 	WSConnections   prometheus.Gauge
 	SlowDisconnects prometheus.Counter
+	StreamGaps      prometheus.Counter
 	MCPSessions     prometheus.Gauge
 }
 
@@ -64,12 +65,16 @@ func New(stats func() Stats) *Metrics {
 			Name: "sandboxd_ws_slow_client_disconnects_total",
 			Help: "WebSocket clients disconnected because they did not read fast enough.",
 		}),
+		StreamGaps: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sandboxd_ws_stream_gaps_total",
+			Help: "Ranges of session output withheld from a WebSocket client that read more slowly than the session printed (stream.gap notices).",
+		}),
 		MCPSessions: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "sandboxd_mcp_sessions",
 			Help: "Open MCP sessions.",
 		}),
 	}
-	reg.MustRegister(m.CallDuration, m.Errors, m.Requests, m.WSConnections, m.SlowDisconnects, m.MCPSessions,
+	reg.MustRegister(m.CallDuration, m.Errors, m.Requests, m.WSConnections, m.SlowDisconnects, m.StreamGaps, m.MCPSessions,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if stats != nil {
 		reg.MustRegister(&statsCollector{stats: stats})

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"strconv"
@@ -48,6 +49,12 @@ type conn struct {
 	closeCode  int
 	closeWhy   string
 	writerDone chan struct{}
+	room       chan struct{} // capacity 1: the writer took a message (a waiting reply retries)
+
+	gmu      sync.Mutex
+	gaps     map[string]*wsproto.StreamGap // by session: output withheld, notice not yet queued
+	gapsOpen atomic.Int32                  // len(gaps), for the writer's cheap check
+	dropping atomic.Bool                   // overloaded: being disconnected
 
 	mu       sync.Mutex
 	grants   map[string]*core.Session // sessions this connection may use
@@ -75,6 +82,8 @@ func newConn(h *Handler, ws *websocket.Conn, p core.Principal, remote string) *c
 		inflight:   make(chan struct{}, h.opts.MaxInFlight),
 		writerDone: make(chan struct{}),
 		closing:    make(chan struct{}),
+		room:       make(chan struct{}, 1),
+		gaps:       map[string]*wsproto.StreamGap{},
 		grants:     map[string]*core.Session{},
 		attached:   map[string]*core.Session{},
 	}
@@ -192,12 +201,23 @@ func (c *conn) writeLoop() {
 	defer close(c.writerDone)
 	ping := time.NewTicker(c.h.opts.PingInterval)
 	defer ping.Stop()
+	// A message may take as long as a reply may wait for room: a client
+	// that reads, however slowly, keeps its connection (its output is
+	// paced by gaps); one that takes nothing for that long is dropped.
+	writeTimeout := max(c.h.opts.WriteTimeout, c.h.opts.ReplyWait)
 	write := func(msg outMsg) error {
-		_ = c.ws.SetWriteDeadline(time.Now().Add(c.h.opts.WriteTimeout))
+		_ = c.ws.SetWriteDeadline(time.Now().Add(writeTimeout))
 		err := c.ws.WriteMessage(websocket.TextMessage, msg.b)
 		c.queued.Add(-int64(len(msg.b)))
+		select {
+		case c.room <- struct{}{}:
+		default:
+		}
 		if err == nil && msg.written != nil {
 			msg.written()
+		}
+		if err == nil && c.gapsOpen.Load() > 0 && c.drained() {
+			c.flushGaps("")
 		}
 		return err
 	}
@@ -234,38 +254,114 @@ func (c *conn) writeLoop() {
 	}
 }
 
-// enqueue queues a message without ever blocking. A full queue means the
-// client does not read: it is disconnected (1008), which frees the queue and
-// leaves every other client and the session untouched.
+// enqueue queues a message without ever blocking: for messages queued
+// under a lock (a session's stream lock) and flow-controlled PTY output,
+// which are few. A queue full even for them means the client reads nothing:
+// it is disconnected (1008), which frees the queue and leaves every other
+// client and the session untouched.
 func (c *conn) enqueue(msg []byte) { c.enqueueThen(msg, nil) }
 
 // enqueueThen is enqueue with a function to run once msg is on the socket
 // (never, if the connection ends first). It must not block: it runs on the
 // writer.
 func (c *conn) enqueueThen(msg []byte, written func()) {
+	if !c.tryEnqueue(msg, written, c.h.opts.QueueBytes) {
+		c.overloaded("outbound queue full: client does not read")
+	}
+}
+
+// tryEnqueue queues msg if the queue stays within limit bytes (a message
+// alone in the queue always fits) and has a free slot.
+func (c *conn) tryEnqueue(msg []byte, written func(), limit int64) bool {
 	if c.ctx.Err() != nil {
-		return
+		return true // the connection is gone: nothing to queue for
 	}
 	n := int64(len(msg))
-	if q := c.queued.Add(n); q > c.h.opts.QueueBytes && q != n {
+	if q := c.queued.Add(n); q > limit && q != n {
 		c.queued.Add(-n)
-		c.overloaded()
-		return
+		return false
 	}
 	select {
 	case c.out <- outMsg{b: msg, written: written}:
+		return true
 	default:
 		c.queued.Add(-n)
-		c.overloaded()
+		return false
 	}
 }
 
-func (c *conn) overloaded() {
-	c.h.core.Metrics().SlowDisconnects.Inc()
-	c.log.Warn("disconnecting slow client: outbound queue full", "remote", c.remote)
-	go c.abort(websocket.ClosePolicyViolation, "outbound queue full: client too slow") // not under a stream lock
+// enqueueReply queues a reply, after the notices of open gaps, waiting for
+// room as long as ReplyWait:
+// replies are never dropped, and a client that leaves one without room
+// that long reads nothing (it is disconnected). Not under a lock.
+func (c *conn) enqueueReply(msg []byte) {
+	// A call's output precedes its answer: what of it was withheld is
+	// announced first (the notices are small; output stays withheld).
+	if c.gapsOpen.Load() > 0 {
+		c.flushGaps("")
+	}
+	var timeout <-chan time.Time
+	for !c.tryEnqueue(msg, nil, c.h.opts.QueueBytes) {
+		if timeout == nil {
+			t := time.NewTimer(c.h.opts.ReplyWait)
+			defer t.Stop()
+			timeout = t.C
+		}
+		select {
+		case <-c.room:
+		case <-c.ctx.Done():
+			return
+		case <-timeout:
+			c.overloaded(fmt.Sprintf("a reply found no room in the outbound queue for %v: client does not read", c.h.opts.ReplyWait))
+			return
+		}
+	}
+	// Another reply may wait for the room this one did not need.
+	select {
+	case c.room <- struct{}{}:
+	default:
+	}
 }
 
+func (c *conn) overloaded(why string) {
+	if !c.dropping.CompareAndSwap(false, true) {
+		return // counted and dropped once
+	}
+	c.h.core.Metrics().SlowDisconnects.Inc()
+	c.log.Warn("disconnecting a client that does not read", "why", why, "remote", c.remote)
+	go c.abort(websocket.ClosePolicyViolation, why) // not under a stream lock
+}
+
+// drained: the queue is down to half the output budget, so a withheld
+// range can be announced and output resumes.
+func (c *conn) drained() bool {
+	return c.queued.Load() <= c.h.opts.OutputBytes/2 && len(c.out) <= c.h.opts.OutputMessages/2
+}
+
+// flushGaps queues the notices of the open gaps (of one session, or all
+// for ""), in order behind what the connection already has of each.
+func (c *conn) flushGaps(sessionID string) {
+	c.gmu.Lock()
+	defer c.gmu.Unlock()
+	for id, g := range c.gaps {
+		if sessionID == "" || id == sessionID {
+			c.queueGap(g)
+		}
+	}
+}
+
+// queueGap queues g's notice and closes it; with gmu held.
+func (c *conn) queueGap(g *wsproto.StreamGap) {
+	delete(c.gaps, g.SessionID)
+	c.gapsOpen.Store(int32(len(c.gaps)))
+	c.h.core.Metrics().StreamGaps.Inc()
+	b, err := json.Marshal(&wsproto.Notification{JSONRPC: wsproto.Version, Method: wsproto.NotifyStreamGap, Params: g})
+	if err == nil {
+		c.enqueue(b)
+	}
+}
+
+// send queues a notification without blocking (enqueue).
 func (c *conn) send(v any) {
 	b, err := json.Marshal(v)
 	if err != nil {
@@ -275,6 +371,7 @@ func (c *conn) send(v any) {
 	c.enqueue(b)
 }
 
+// reply queues a result, waiting for room (enqueueReply).
 func (c *conn) reply(id json.RawMessage, result any) {
 	raw, err := json.Marshal(result)
 	if err != nil {
@@ -284,16 +381,32 @@ func (c *conn) reply(id json.RawMessage, result any) {
 	c.replyRaw(id, raw)
 }
 
+// replyLocked queues a result without waiting: for the answers of create
+// and attach, made under the session's stream lock (one per request, so
+// bounded by the requests in flight).
+func (c *conn) replyLocked(id json.RawMessage, result any) {
+	raw, err := json.Marshal(result)
+	if err != nil {
+		c.replyError(id, err)
+		return
+	}
+	c.enqueue(envelope(id, raw))
+}
+
 // replyRaw sends a result that is already JSON. The envelope is written by
 // hand: json.Marshal would re-scan (compact) a result of megabytes.
 func (c *conn) replyRaw(id json.RawMessage, result json.RawMessage) {
+	c.enqueueReply(envelope(id, result))
+}
+
+func envelope(id json.RawMessage, result json.RawMessage) []byte {
 	b := make([]byte, 0, len(result)+len(id)+40)
 	b = append(b, `{"jsonrpc":"2.0","id":`...)
 	b = append(b, id...)
 	b = append(b, `,"result":`...)
 	b = append(b, result...)
 	b = append(b, '}')
-	c.enqueue(b)
+	return b
 }
 
 func (c *conn) replyError(id json.RawMessage, err error) {
@@ -302,18 +415,64 @@ func (c *conn) replyError(id json.RawMessage, err error) {
 	if len(id) == 0 {
 		id = json.RawMessage("null")
 	}
-	c.send(&wsproto.Response{JSONRPC: wsproto.Version, ID: id, Error: e})
+	b, merr := json.Marshal(&wsproto.Response{JSONRPC: wsproto.Version, ID: id, Error: e})
+	if merr != nil {
+		c.log.Error("marshal", "err", merr)
+		return
+	}
+	c.enqueueReply(b)
 }
 
-// Output implements core.Subscriber.
+// Output implements core.Subscriber. It never blocks and never drops a
+// chunk silently: output that finds the connection's output budget spent
+// is withheld, and a stream.gap notice naming its seqs takes its place
+// once the client has read the queue down (drained), before the next
+// chunk sent; the client reads the range back from the ring (stream.read).
 func (c *conn) Output(sessionID string, ch core.Chunk) {
-	c.send(&wsproto.Notification{JSONRPC: wsproto.Version, Method: wsproto.NotifyStreamOutput, Params: &wsproto.StreamOutput{
+	c.gmu.Lock()
+	defer c.gmu.Unlock()
+	g := c.gaps[sessionID]
+	if g != nil {
+		if !c.drained() {
+			c.widen(g, ch)
+			return
+		}
+		c.queueGap(g)
+	}
+	b, err := json.Marshal(&wsproto.Notification{JSONRPC: wsproto.Version, Method: wsproto.NotifyStreamOutput, Params: &wsproto.StreamOutput{
 		SessionID: sessionID, CallID: ch.CallID, Seq: ch.Seq, Data: ch.Data,
 	}})
+	if err != nil {
+		c.log.Error("marshal", "err", err)
+		return
+	}
+	if len(c.out) >= c.h.opts.OutputMessages || !c.tryEnqueue(b, nil, c.h.opts.OutputBytes) {
+		g = &wsproto.StreamGap{SessionID: sessionID, FromSeq: ch.Seq, CallIDs: []json.RawMessage{}}
+		c.gaps[sessionID] = g
+		c.gapsOpen.Store(int32(len(c.gaps)))
+		c.widen(g, ch)
+	}
+}
+
+// widen adds ch to the open gap g; with gmu held.
+func (c *conn) widen(g *wsproto.StreamGap, ch core.Chunk) {
+	g.ToSeq = ch.Seq
+	g.Bytes += int64(len(ch.Data))
+	for _, id := range g.CallIDs {
+		if bytes.Equal(id, ch.CallID) {
+			return
+		}
+	}
+	if len(g.CallIDs) < wsproto.MaxGapCalls {
+		g.CallIDs = append(g.CallIDs, ch.CallID)
+	} else {
+		g.MoreCalls = true
+	}
 }
 
 // Closed implements core.Subscriber.
 func (c *conn) Closed(sessionID, reason string) {
+	c.flushGaps(sessionID) // the end comes after what was withheld
 	c.mu.Lock()
 	delete(c.attached, sessionID)
 	delete(c.grants, sessionID)
@@ -464,5 +623,13 @@ func (c *conn) attach(s *core.Session, lastSeq uint64, before func(core.ReplayIn
 	}
 	c.attached[s.ID()] = s
 	c.mu.Unlock()
+	// The client named the seq it has: the replay supersedes a gap not yet
+	// announced.
+	c.gmu.Lock()
+	if g := c.gaps[s.ID()]; g != nil {
+		delete(c.gaps, g.SessionID)
+		c.gapsOpen.Store(int32(len(c.gaps)))
+	}
+	c.gmu.Unlock()
 	s.Attach(c, lastSeq, before)
 }

@@ -29,6 +29,8 @@ const (
 	DefaultWriteTimeout    = 10 * time.Second
 	DefaultPingInterval    = 30 * time.Second
 	DefaultMaxConnections  = 1024
+	DefaultOutputBytes     = 512 << 10
+	DefaultReplyWait       = time.Minute
 	handshakeTimeout       = 10 * time.Second
 	closeGrace             = time.Second // to send a close frame before dropping the connection
 )
@@ -42,10 +44,20 @@ type Options struct {
 	// connection with 1009.
 	MaxMessageBytes int64
 	// QueueMessages and QueueBytes bound each connection's outbound queue.
-	// A client that does not read fast enough to stay under them is
-	// disconnected with 1008: memory never grows with a slow reader.
-	QueueMessages int
-	QueueBytes    int64
+	// Session output takes at most OutputBytes and OutputMessages of it
+	// (defaults 512 KiB, capped at half of QueueBytes, and a quarter of
+	// QueueMessages): output beyond that is withheld from the connection
+	// and replaced by a stream.gap notice once the client has read the
+	// queue down to half of them; the client reads the gap back from the
+	// session's replay ring (stream.read). A reply waits up to ReplyWait
+	// (default one minute) for room in the queue; a client that leaves
+	// a reply without room that long does not read at all and is
+	// disconnected with 1008. Memory never grows with a slow reader.
+	QueueMessages  int
+	QueueBytes     int64
+	OutputBytes    int64
+	OutputMessages int
+	ReplyWait      time.Duration
 	// MaxInFlight bounds concurrent requests per connection; more are
 	// refused with a busy error.
 	MaxInFlight int
@@ -56,7 +68,8 @@ type Options struct {
 	// Defaults: 4 and 16 times MaxMessageBytes.
 	MaxInFlightBytes      int64
 	MaxTotalInFlightBytes int64
-	// WriteTimeout bounds one write to the socket.
+	// WriteTimeout bounds one write of a control frame (ping, close) to
+	// the socket; a message may take max(WriteTimeout, ReplyWait).
 	WriteTimeout time.Duration
 	// PingInterval is how often the server pings; a peer silent for two
 	// intervals is dropped.
@@ -74,6 +87,17 @@ func (o *Options) setDefaults() {
 	}
 	if o.QueueBytes <= 0 {
 		o.QueueBytes = DefaultQueueBytes
+	}
+	if o.OutputBytes <= 0 {
+		o.OutputBytes = DefaultOutputBytes
+	}
+	o.OutputBytes = max(1, min(o.OutputBytes, o.QueueBytes/2))
+	if o.OutputMessages <= 0 {
+		o.OutputMessages = o.QueueMessages / 4
+	}
+	o.OutputMessages = max(2, min(o.OutputMessages, o.QueueMessages/2))
+	if o.ReplyWait <= 0 {
+		o.ReplyWait = DefaultReplyWait
 	}
 	if o.MaxInFlight <= 0 {
 		o.MaxInFlight = DefaultMaxInFlight

@@ -35,6 +35,7 @@ func init() {
 		wsproto.MethodToolsCancel:   toolsCancel,
 		wsproto.MethodFilesUpload:   filesUpload,
 		wsproto.MethodFilesDownload: filesDownload,
+		wsproto.MethodStreamRead:    streamRead,
 		wsproto.MethodPTYOpen:       ptyOpen,
 		wsproto.MethodPTYClose:      ptyClose,
 	}
@@ -83,7 +84,7 @@ func sessionCreate(c *conn, req *wsproto.Request) (any, error) {
 	}
 	c.grant(r.Session)
 	c.attach(r.Session, 0, func(info core.ReplayInfo) {
-		c.reply(req.ID, &wsproto.CreateResult{
+		c.replyLocked(req.ID, &wsproto.CreateResult{
 			SessionID: r.Session.ID(), SessionToken: r.Token, State: r.Session.Info().State,
 			Tools: defs, NextSeq: info.NextSeq,
 		})
@@ -152,7 +153,7 @@ func sessionAttach(c *conn, req *wsproto.Request) (any, error) {
 		return nil, err
 	}
 	c.attach(s, p.LastSeq, func(info core.ReplayInfo) {
-		c.reply(req.ID, &wsproto.AttachResult{
+		c.replyLocked(req.ID, &wsproto.AttachResult{
 			SessionID: s.ID(), State: s.Info().State, Tools: defs,
 			Replayed: info.Replayed, NextSeq: info.NextSeq, Missed: info.Missed,
 		})
@@ -323,6 +324,34 @@ func filesDownload(c *conn, req *wsproto.Request) (any, error) {
 		r.DownloadID = d.DownloadID
 	}
 	return r, nil
+}
+
+// streamRead reads a range of the session's output back from its ring: a
+// client refilling a stream.gap.
+func streamRead(c *conn, req *wsproto.Request) (any, error) {
+	var p wsproto.StreamReadParams
+	if err := decode(req, &p); err != nil {
+		return nil, err
+	}
+	if p.FromSeq < 1 || p.ToSeq < p.FromSeq {
+		return nil, apierr.New(apierr.InvalidParams, "from_seq must be at least 1 and to_seq at least from_seq (got %d..%d)", p.FromSeq, p.ToSeq)
+	}
+	if p.MaxBytes < 0 {
+		return nil, apierr.New(apierr.InvalidParams, "max_bytes must not be negative")
+	}
+	if p.MaxBytes == 0 || p.MaxBytes > wsproto.MaxStreamRead {
+		p.MaxBytes = wsproto.MaxStreamRead
+	}
+	s, err := c.session(p.SessionRef)
+	if err != nil {
+		return nil, err
+	}
+	r := s.ReadOutput(p.FromSeq, p.ToSeq, p.MaxBytes)
+	res := &wsproto.StreamReadResult{Chunks: make([]wsproto.StreamOutput, len(r.Chunks)), LostToSeq: r.LostTo, NextSeq: r.NextSeq}
+	for i, ch := range r.Chunks {
+		res.Chunks[i] = wsproto.StreamOutput{SessionID: s.ID(), CallID: ch.CallID, Seq: ch.Seq, Data: ch.Data}
+	}
+	return res, nil
 }
 
 // retryForm is what a retried request must repeat to be the same request:

@@ -53,6 +53,9 @@ const (
 	MethodToolsCancel   = "tools.cancel"
 	MethodFilesUpload   = "files.upload"
 	MethodFilesDownload = "files.download"
+	// MethodStreamRead reads chunks of a session's output back from its
+	// replay ring: how a client refills a stream.gap.
+	MethodStreamRead = "stream.read"
 )
 
 // Notifications the server sends.
@@ -62,7 +65,15 @@ const (
 	// NotifySessionClosed tells attached clients their session ended
 	// (closed by a client, idle timeout, failure or server shutdown).
 	NotifySessionClosed = "session.closed"
+	// NotifyStreamGap tells a client that stream.output notifications of
+	// a range of seqs were withheld from it (it read more slowly than the
+	// session printed): read them back with stream.read.
+	NotifyStreamGap = "stream.gap"
 )
+
+// MaxStreamRead bounds the data of one stream.read result (and is its
+// default max_bytes).
+const MaxStreamRead = 1 << 20
 
 // Error codes. The JSON-RPC 2.0 range for protocol failures; -32000..-32099
 // are sandboxd's ("server error" range). Tool failures the model should read
@@ -352,6 +363,45 @@ type StreamOutput struct {
 	CallID    json.RawMessage `json:"call_id"`
 	Seq       uint64          `json:"seq"`
 	Data      string          `json:"data"`
+}
+
+// StreamGap is the params of a stream.gap notification: the chunks FromSeq
+// to ToSeq (inclusive) of the session's output, Bytes bytes of data in
+// all, were not sent to this connection. CallIDs are the calls they
+// belong to (at most MaxGapCalls; MoreCalls when there were more). The
+// notice comes in seq order: after the chunk FromSeq-1, before ToSeq+1.
+type StreamGap struct {
+	SessionID string            `json:"session_id"`
+	FromSeq   uint64            `json:"from_seq"`
+	ToSeq     uint64            `json:"to_seq"`
+	Bytes     int64             `json:"bytes"`
+	CallIDs   []json.RawMessage `json:"call_ids"`
+	MoreCalls bool              `json:"more_calls,omitempty"`
+}
+
+// MaxGapCalls bounds StreamGap.CallIDs.
+const MaxGapCalls = 16
+
+// StreamReadParams are the params of stream.read: the chunks FromSeq to
+// ToSeq (inclusive) of the session's output, as far as the server's replay
+// ring still holds them, at most MaxBytes of data (default and limit
+// MaxStreamRead; at least one chunk is returned).
+type StreamReadParams struct {
+	SessionRef
+	FromSeq  uint64 `json:"from_seq"`
+	ToSeq    uint64 `json:"to_seq"`
+	MaxBytes int    `json:"max_bytes,omitempty"`
+}
+
+// StreamReadResult is the result of stream.read. Chunks are in seq order;
+// when the last one ends before ToSeq (the byte bound), read on from the
+// seq after it. LostToSeq, when not 0, says the chunks FromSeq to LostToSeq
+// are no longer held: that output is lost. NextSeq is the seq the next
+// new chunk will get (ToSeq is clamped below it).
+type StreamReadResult struct {
+	Chunks    []StreamOutput `json:"chunks"`
+	LostToSeq uint64         `json:"lost_to_seq,omitempty"`
+	NextSeq   uint64         `json:"next_seq"`
 }
 
 // SessionClosed is the params of a session.closed notification.
