@@ -55,6 +55,12 @@ const refillQuiet = time.Second
 // pool of that size, as before. Refills take start slots after every
 // client create waiting for one (startSlots), so a pool growing under a
 // burst never delays the burst's own cold creates.
+//
+// When it refills is decision 0037: while claims are recent it starts only
+// what keeps its reserve covered and the rest together once they stop
+// (refillsLocked), and each sandbox makes a warm-up call before it is
+// pooled (warmUp), so a handed-out session's first calls neither share the
+// engine with container starts nor pay the agent's first-call cost.
 type pool struct {
 	m        *Manager
 	key      string
@@ -280,7 +286,8 @@ func (p *pool) run(ctx context.Context) {
 }
 
 // fill retires the idle sandboxes above the target and starts as many as
-// the pool lacks (after a failure, not before its backoff); the manager's
+// the pool lacks (after a failure, not before its backoff; while claims
+// are recent, only what its reserve lacks: refillsLocked); the manager's
 // start slots bound how many run at once. It returns how long the pool
 // may wait before it needs looking at again.
 func (p *pool) fill() time.Duration {
