@@ -44,20 +44,21 @@ func init() {
 
 // scaleResult is one mode of one setup: every sample and the failures.
 type scaleResult struct {
-	Setup    string    `json:"setup"` // ws-cold, ws-pool, mcp-session-cold, ..., docker-run
-	Mode     string    `json:"mode"`  // sequential, staggered, burst
-	N        int       `json:"n"`
-	OK       int       `json:"ok"`
-	WallMS   float64   `json:"wall_ms"`
-	Samples  []float64 `json:"samples_ms"` // successful ones, in launch order
-	Errors   []string  `json:"errors,omitempty"`
-	LoadAvg  string    `json:"loadavg"` // /proc/loadavg at the end
-	Finished time.Time `json:"finished"`
+	Setup     string    `json:"setup"` // ws-cold, ws-pool, mcp-session-cold, ..., docker-run
+	Mode      string    `json:"mode"`  // sequential, staggered, burst
+	N         int       `json:"n"`
+	OK        int       `json:"ok"`
+	WallMS    float64   `json:"wall_ms"`
+	Samples   []float64 `json:"samples_ms"` // successful ones, in launch order
+	Errors    []string  `json:"errors,omitempty"`
+	LoadStart string    `json:"loadavg_start"` // /proc/loadavg at the start
+	LoadAvg   string    `json:"loadavg"`       // /proc/loadavg at the end
+	Finished  time.Time `json:"finished"`
 }
 
 // launch runs n attempts of one in the mode and collects their durations.
 func launch(ctx context.Context, mode string, n int, stagger time.Duration, one func(context.Context) (time.Duration, error)) scaleResult {
-	r := scaleResult{Mode: mode, N: n}
+	r := scaleResult{Mode: mode, N: n, LoadStart: loadAvg()}
 	var mu sync.Mutex
 	samples := make([]float64, n)
 	ok := make([]bool, n)
@@ -99,11 +100,17 @@ func launch(ctx context.Context, mode string, n int, stagger time.Duration, one 
 		}
 	}
 	r.OK = len(r.Samples)
-	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
-		r.LoadAvg = strings.TrimSpace(string(b))
-	}
+	r.LoadAvg = loadAvg()
 	r.Finished = time.Now().UTC()
 	return r
+}
+
+// load1 is the one-minute load average of a /proc/loadavg line.
+func load1(s string) string {
+	if f := strings.Fields(s); len(f) > 0 {
+		return f[0]
+	}
+	return "?"
 }
 
 // quantile of the sorted samples (nearest rank).
@@ -261,12 +268,13 @@ func runScaleSuite(ctx context.Context, e *env) (_ []row, err error) {
 func printScale(w *os.File, results []scaleResult) {
 	fmt.Fprintln(w, "time to interactive (ms): create → first echo answered; docker-run: `docker run --rm IMAGE true`")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "setup\tmode\tN\tmedian\tp95\tp99\tsuccess\twall\t")
+	fmt.Fprintln(tw, "setup\tmode\tN\tmedian\tp95\tp99\tsuccess\twall\tload\t")
 	for _, r := range results {
 		s := slices.Clone(r.Samples)
 		slices.Sort(s)
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%.1f\t%.1f\t%.1f\t%.0f%%\t%.0f\t\n", r.Setup, r.Mode, r.N,
-			quantile(s, 0.5), quantile(s, 0.95), quantile(s, 0.99), 100*float64(r.OK)/float64(r.N), r.WallMS)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%.1f\t%.1f\t%.1f\t%.0f%%\t%.0f\t%s→%s\t\n", r.Setup, r.Mode, r.N,
+			quantile(s, 0.5), quantile(s, 0.95), quantile(s, 0.99), 100*float64(r.OK)/float64(r.N), r.WallMS,
+			load1(r.LoadStart), load1(r.LoadAvg))
 	}
 	_ = tw.Flush()
 	fmt.Fprintln(w)
