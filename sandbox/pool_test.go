@@ -287,3 +287,33 @@ func TestPoolWarmUpWithoutTheToolPools(t *testing.T) {
 		assert.EqualValues(t, 2, rt.starts.Load(), "no start failed")
 	})
 }
+
+// The reserve's arithmetic: while claims are recent, what brings ready and
+// starting up to 1 + ⌈rate × refill latency⌉; everything once they stop.
+func TestPoolRefillsArithmetic(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		now := time.Now()
+		p := &pool{startCost: 2 * time.Second}
+		n, wait := p.refillsLocked(now, 5)
+		assert.Equal(t, 5, n, "no claim: all at once")
+		assert.Equal(t, time.Hour, wait)
+
+		for range 10 { // 1 claim/s × 2 s: reserve 3
+			p.claims = appendClaim(p.claims, now)
+		}
+		p.ready = make([]pooled, 1)
+		p.starting = 1
+		n, wait = p.refillsLocked(now.Add(300*time.Millisecond), 5)
+		assert.Equal(t, 1, n, "3 - 1 ready - 1 starting")
+		assert.Equal(t, refillQuiet-300*time.Millisecond, wait, "looks again when the claims have stopped for refillQuiet")
+		p.ready = make([]pooled, 4)
+		n, _ = p.refillsLocked(now.Add(300*time.Millisecond), 5)
+		assert.Zero(t, n, "the reserve holds: deferred")
+		n, wait = p.refillsLocked(now.Add(refillQuiet), 5)
+		assert.Equal(t, 5, n, "quiet: all at once")
+		assert.Equal(t, time.Hour, wait)
+		n, _ = p.refillsLocked(now.Add(demandWindow), 2)
+		assert.Equal(t, 2, n)
+		assert.Empty(t, p.claims, "claims older than the window are forgotten")
+	})
+}
