@@ -35,6 +35,7 @@ func (s *harnessServer) mcpSessionTTI(ctx context.Context) (time.Duration, error
 	if err != nil {
 		return 0, fmt.Errorf("mcp initialize: %w", err)
 	}
+	markCreated(ctx, start)
 	defer func() { _ = cs.Close() }()
 	if v := cs.InitializeResult().ProtocolVersion; v != legacyMCP {
 		return 0, fmt.Errorf("mcp: negotiated %s, not %s", v, legacyMCP)
@@ -69,6 +70,7 @@ func (s *harnessServer) mcpHandleTTI(ctx context.Context) (time.Duration, error)
 	if err != nil {
 		return 0, err
 	}
+	markCreated(ctx, start)
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		defer cancel()

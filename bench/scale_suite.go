@@ -44,25 +44,31 @@ func init() {
 
 // scaleResult is one mode of one setup: every sample and the failures.
 type scaleResult struct {
-	Setup    string    `json:"setup"` // ws-cold, ws-pool, mcp-session-cold, ..., docker-run
-	Mode     string    `json:"mode"`  // sequential, staggered, burst
-	N        int       `json:"n"`
-	OK       int       `json:"ok"`
-	WallMS   float64   `json:"wall_ms"`
-	Samples  []float64 `json:"samples_ms"` // successful ones, in launch order
-	Errors   []string  `json:"errors,omitempty"`
-	LoadAvg  string    `json:"loadavg"` // /proc/loadavg at the end
-	Finished time.Time `json:"finished"`
+	Setup   string    `json:"setup"` // ws-cold, ws-pool, mcp-session-cold, ..., docker-run
+	Mode    string    `json:"mode"`  // sequential, staggered, burst
+	N       int       `json:"n"`
+	OK      int       `json:"ok"`
+	WallMS  float64   `json:"wall_ms"`
+	Samples []float64 `json:"samples_ms"` // successful ones, in launch order
+	// CreateMS is, beside each sample, the part until the session was
+	// created (session.create, initialize, sandbox_open answered).
+	CreateMS  []float64 `json:"create_ms,omitempty"`
+	Errors    []string  `json:"errors,omitempty"`
+	LoadStart string    `json:"loadavg_start"` // /proc/loadavg at the start
+	LoadAvg   string    `json:"loadavg"`       // /proc/loadavg at the end
+	Finished  time.Time `json:"finished"`
 }
 
 // launch runs n attempts of one in the mode and collects their durations.
 func launch(ctx context.Context, mode string, n int, stagger time.Duration, one func(context.Context) (time.Duration, error)) scaleResult {
-	r := scaleResult{Mode: mode, N: n}
+	r := scaleResult{Mode: mode, N: n, LoadStart: loadAvg()}
 	var mu sync.Mutex
 	samples := make([]float64, n)
+	created := make([]float64, n)
 	ok := make([]bool, n)
 	do := func(i int) {
-		d, err := one(ctx)
+		var c time.Duration
+		d, err := one(context.WithValue(ctx, createdKey{}, &c))
 		mu.Lock()
 		defer mu.Unlock()
 		if err != nil {
@@ -70,6 +76,7 @@ func launch(ctx context.Context, mode string, n int, stagger time.Duration, one 
 			return
 		}
 		samples[i], ok[i] = float64(d.Microseconds())/1000, true
+		created[i] = float64(c.Microseconds()) / 1000
 	}
 	start := time.Now()
 	var wg sync.WaitGroup
@@ -96,14 +103,32 @@ func launch(ctx context.Context, mode string, n int, stagger time.Duration, one 
 	for i := range n {
 		if ok[i] {
 			r.Samples = append(r.Samples, samples[i])
+			r.CreateMS = append(r.CreateMS, created[i])
 		}
 	}
 	r.OK = len(r.Samples)
-	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
-		r.LoadAvg = strings.TrimSpace(string(b))
-	}
+	r.LoadAvg = loadAvg()
 	r.Finished = time.Now().UTC()
 	return r
+}
+
+// createdKey carries, in a sample's context, where the sample notes how
+// long its create took (markCreated).
+type createdKey struct{}
+
+// markCreated notes that the sample begun at start has its session now.
+func markCreated(ctx context.Context, start time.Time) {
+	if p, ok := ctx.Value(createdKey{}).(*time.Duration); ok {
+		*p = time.Since(start)
+	}
+}
+
+// load1 is the one-minute load average of a /proc/loadavg line.
+func load1(s string) string {
+	if f := strings.Fields(s); len(f) > 0 {
+		return f[0]
+	}
+	return "?"
 }
 
 // quantile of the sorted samples (nearest rank).
@@ -131,6 +156,7 @@ func (s *harnessServer) tti(ctx context.Context) (time.Duration, error) {
 	if err != nil {
 		return 0, fmt.Errorf("session.create: %w", err)
 	}
+	markCreated(ctx, start)
 	defer func() { _ = sess.Close(context.WithoutCancel(ctx)) }()
 	obs, err := sess.Call(ctx, "terminal", map[string]any{"command": "echo ready"}, nil)
 	d := time.Since(start)
@@ -148,6 +174,7 @@ func dockerTTI(cli *dclient.Client, image string, labels map[string]string) func
 	return func(ctx context.Context) (time.Duration, error) {
 		t := time.Now()
 		err := dockerRun(ctx, cli, image, labels)
+		markCreated(ctx, t)
 		return time.Since(t), err
 	}
 }
@@ -261,12 +288,15 @@ func runScaleSuite(ctx context.Context, e *env) (_ []row, err error) {
 func printScale(w *os.File, results []scaleResult) {
 	fmt.Fprintln(w, "time to interactive (ms): create → first echo answered; docker-run: `docker run --rm IMAGE true`")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "setup\tmode\tN\tmedian\tp95\tp99\tsuccess\twall\t")
+	fmt.Fprintln(tw, "setup\tmode\tN\tmedian\tp95\tp99\tsuccess\twall\tcreate p50\tload\t")
 	for _, r := range results {
 		s := slices.Clone(r.Samples)
 		slices.Sort(s)
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%.1f\t%.1f\t%.1f\t%.0f%%\t%.0f\t\n", r.Setup, r.Mode, r.N,
-			quantile(s, 0.5), quantile(s, 0.95), quantile(s, 0.99), 100*float64(r.OK)/float64(r.N), r.WallMS)
+		c := slices.Clone(r.CreateMS)
+		slices.Sort(c)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%.1f\t%.1f\t%.1f\t%.0f%%\t%.0f\t%.1f\t%s→%s\t\n", r.Setup, r.Mode, r.N,
+			quantile(s, 0.5), quantile(s, 0.95), quantile(s, 0.99), 100*float64(r.OK)/float64(r.N), r.WallMS,
+			quantile(c, 0.5), load1(r.LoadStart), load1(r.LoadAvg))
 	}
 	_ = tw.Flush()
 	fmt.Fprintln(w)

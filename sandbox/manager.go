@@ -69,6 +69,10 @@ type ManagerOptions struct {
 	Secrets func(name string) (string, bool)
 	// Dial wraps agent streams in clients; nil is DialAgent. For tests.
 	Dial DialFunc
+
+	// warmUp is the call a pool makes on each sandbox it started before
+	// pooling it; nil is defaultWarmUp (tests set their own).
+	warmUp *warmCall
 }
 
 // PoolOptions ask for sandboxes with Options to be kept started. Create
@@ -117,6 +121,9 @@ func (o *ManagerOptions) setDefaults() error {
 	}
 	if o.Dial == nil {
 		o.Dial = DialAgent
+	}
+	if o.warmUp == nil {
+		o.warmUp = defaultWarmUp
 	}
 	for name, d := range map[string]time.Duration{
 		"start_timeout": o.StartTimeout, "shutdown_grace": o.ShutdownGrace, "remove_timeout": o.RemoveTimeout,

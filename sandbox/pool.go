@@ -2,11 +2,16 @@ package sandbox
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
 	"log/slog"
 	"math"
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/sandboxd/sandboxd/tools"
 )
 
 // Refill backoff after failed starts: 1s, 2s, 4s ... up to maxPoolBackoff.
@@ -27,6 +32,14 @@ const (
 	DefaultPoolIdle = time.Minute
 )
 
+// Refill scheduling (decision 0037): a container start takes the engine
+// and both CPUs for most of a second, and the sessions just handed out
+// make their first calls through the same engine meanwhile. So while
+// claims are recent the pool starts only what keeps its reserve (the
+// claims one refill latency takes, plus one) covered, and the rest of
+// what it lacks together once claims have stopped for refillQuiet.
+const refillQuiet = time.Second
+
 // pool keeps started sandboxes of one options key ready. A pooled session
 // is fully started (its agent answered a ping), so handing one out costs a
 // slice pop.
@@ -42,6 +55,12 @@ const (
 // pool of that size, as before. Refills take start slots after every
 // client create waiting for one (startSlots), so a pool growing under a
 // burst never delays the burst's own cold creates.
+//
+// When it refills is decision 0037: while claims are recent it starts only
+// what keeps its reserve covered and the rest together once they stop
+// (refillsLocked), and each sandbox makes a warm-up call before it is
+// pooled (warmUp), so a handed-out session's first calls neither share the
+// engine with container starts nor pay the agent's first-call cost.
 type pool struct {
 	m        *Manager
 	key      string
@@ -57,8 +76,14 @@ type pool struct {
 	failures  int
 	retryAt   time.Time
 	closed    bool
-	demand    []time.Time   // claims in the last demandWindow, oldest first
+	demand    []time.Time   // claims in the last demandWindow, oldest first (Max > Min only)
 	startCost time.Duration // moving average of a refill's latency
+	// claims are the claims of the last demandWindow whatever the bounds,
+	// oldest first: the rate the reserve is sized by (refillQuiet).
+	claims []time.Time
+	// warm is the call made on a started sandbox before it is pooled
+	// (warmUp); nil: none.
+	warm *warmCall
 }
 
 // pooled is a ready sandbox of a pool and since when it waits.
@@ -78,6 +103,7 @@ func newPool(m *Manager, key string, o SessionOptions, po PoolOptions) *pool {
 		log:       m.log.With("pool", key, "image", o.Image),
 		kick:      make(chan struct{}, 1),
 		startCost: initialStartCost,
+		warm:      m.opts.warmUp,
 	}
 }
 
@@ -90,6 +116,7 @@ func (po PoolOptions) bounds() (lo, hi int) {
 // that follows kicks the pool's loop).
 func (p *pool) claimed() {
 	p.mu.Lock()
+	p.claims = appendClaim(p.claims, time.Now())
 	if p.max > p.min {
 		p.demand = append(p.demand, time.Now())
 		if len(p.demand) > maxDemand {
@@ -97,6 +124,52 @@ func (p *pool) claimed() {
 		}
 	}
 	p.mu.Unlock()
+}
+
+// appendClaim adds a claim at now, forgetting those older than
+// demandWindow and keeping at most maxDemand.
+func appendClaim(claims []time.Time, now time.Time) []time.Time {
+	claims = append(forgetClaims(claims, now), now)
+	if len(claims) > maxDemand {
+		claims = claims[len(claims)-maxDemand:]
+	}
+	return claims
+}
+
+// forgetClaims drops the claims older than demandWindow.
+func forgetClaims(claims []time.Time, now time.Time) []time.Time {
+	i := 0
+	for i < len(claims) && now.Sub(claims[i]) >= demandWindow {
+		i++
+	}
+	if i == len(claims) {
+		return nil
+	}
+	return claims[i:]
+}
+
+// refillsLocked is how many of missing the pool starts now, and how long
+// it may wait before it looks again (see refillQuiet): all of them once no
+// claim came for refillQuiet; while claims are recent, only what brings
+// ready and starting sandboxes up to the reserve, 1 + ⌈claim rate × refill
+// latency⌉ (what the claims take while one refill runs, and the hand-out
+// in flight).
+func (p *pool) refillsLocked(now time.Time, missing int) (int, time.Duration) {
+	p.claims = forgetClaims(p.claims, now)
+	if missing <= 0 || len(p.claims) == 0 {
+		return missing, time.Hour
+	}
+	since := now.Sub(p.claims[len(p.claims)-1])
+	if since >= refillQuiet {
+		return missing, time.Hour
+	}
+	rate := float64(len(p.claims)) / demandWindow.Seconds()
+	reserve := 1 + int(math.Ceil(rate*p.startCost.Seconds()))
+	start := min(missing, max(reserve-len(p.ready)-p.starting, 0))
+	if start == missing {
+		return missing, time.Hour
+	}
+	return start, refillQuiet - since
 }
 
 // targetLocked is the size the pool aims at now (see pool); it forgets
@@ -213,7 +286,8 @@ func (p *pool) run(ctx context.Context) {
 }
 
 // fill retires the idle sandboxes above the target and starts as many as
-// the pool lacks (after a failure, not before its backoff); the manager's
+// the pool lacks (after a failure, not before its backoff; while claims
+// are recent, only what its reserve lacks: refillsLocked); the manager's
 // start slots bound how many run at once. It returns how long the pool
 // may wait before it needs looking at again.
 func (p *pool) fill() time.Duration {
@@ -225,8 +299,7 @@ func (p *pool) fill() time.Duration {
 		retire = append(retire, p.ready[0].s)
 		p.ready = p.ready[1:]
 	}
-	missing := target - len(p.ready) - p.starting
-	wait := time.Hour // until kicked
+	missing, wait := p.refillsLocked(now, target-len(p.ready)-p.starting)
 	if backoff := p.retryAt.Sub(now); backoff > 0 {
 		wait, missing = backoff, 0
 	}
@@ -260,6 +333,11 @@ func (p *pool) fill() time.Duration {
 func (p *pool) startOne(ctx context.Context) {
 	began := time.Now()
 	s, err := p.m.start(ctx, p.opts, p.key, CreateOptions{})
+	if err == nil {
+		if err = p.warmUp(ctx, s); err != nil {
+			_ = s.Close(context.Background()) // teardown logs a failed removal
+		}
+	}
 	p.mu.Lock()
 	p.starting--
 	if err != nil {
@@ -282,6 +360,40 @@ func (p *pool) startOne(ctx context.Context) {
 	}
 	p.log.Debug("warm sandbox ready", "session", s.id)
 	p.signal()
+}
+
+// warmCall is a tool call a pool makes on each sandbox it started before
+// the sandbox waits in the pool (ManagerOptions.warmUp).
+type warmCall struct {
+	tool string
+	args json.RawMessage
+}
+
+// defaultWarmUp runs `true` in the terminal. The first call on a started
+// sandbox costs more than the next (decision 0037): the agent's first
+// tools/call and the shell's first command page in and set up what every
+// later one reuses. A pooled sandbox pays that before it is handed out.
+// The call leaves no trace a session can see: the shell keeps no history,
+// `true` writes nothing, and the observation goes nowhere.
+var defaultWarmUp = &warmCall{tool: "terminal", args: json.RawMessage(`{"command":"true"}`)}
+
+// warmUpTimeout bounds the warm-up call.
+const warmUpTimeout = 10 * time.Second
+
+// warmUp makes the pool's warm-up call on s. A toolset without the tool
+// (a profile without a terminal) has nothing to warm; an observation that
+// is an error is the tool's answer and is ignored; an error (the agent
+// did not answer) fails the start.
+func (p *pool) warmUp(ctx context.Context, s *Session) error {
+	if p.warm == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, warmUpTimeout)
+	defer cancel()
+	if _, err := s.Call(ctx, p.warm.tool, p.warm.args, nil); err != nil && !errors.Is(err, tools.ErrUnknownTool) {
+		return fmt.Errorf("session %s: %w: the warm-up call (%s) failed: %w", s.id, ErrStart, p.warm.tool, err)
+	}
+	return nil
 }
 
 // dropPooled removes a failed session from its pool and closes it.

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"encoding/json"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -149,4 +150,170 @@ func TestPoolOptionsValidated(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "pools[0].max: 2 is below the size (min) 3")
 	assert.Contains(t, err.Error(), "pools[1].idle: -1s is negative")
+}
+
+// While claims are recent and the pool holds its reserve, refills wait;
+// once the claims stop for refillQuiet, what the pool lacks starts at once
+// (decision 0037).
+func TestPoolDefersRefillsWhileClaimsAreRecent(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt := newFakeRuntime(t)
+		rt.startWait = time.Second
+		m := newTestManager(t, rt, ManagerOptions{Pools: []PoolOptions{{Size: 8}}, MaxConcurrentStarts: 8})
+		time.Sleep(time.Second)
+		synctest.Wait()
+		require.Equal(t, 8, m.Pools()[0].Ready)
+		require.EqualValues(t, 8, rt.starts.Load())
+
+		// Three hand-outs 100 ms apart: 0.3 claims/s × 1 s per refill
+		// makes a reserve of 2, which the 5 left cover.
+		var last time.Time
+		for i := range 3 {
+			if i > 0 {
+				time.Sleep(100 * time.Millisecond)
+			}
+			s, err := m.Create(context.Background(), SessionOptions{})
+			require.NoError(t, err)
+			last = time.Now()
+			assert.Equal(t, "hi", echo(t, s, "hi"))
+			synctest.Wait()
+			assert.EqualValues(t, 8, rt.starts.Load(), "no refill while claims are recent (hand-out %d)", i+1)
+		}
+		st := m.Pools()[0]
+		assert.Equal(t, 5, st.Ready)
+		assert.Equal(t, 0, st.Starting)
+
+		time.Sleep(refillQuiet - time.Millisecond - time.Since(last))
+		synctest.Wait()
+		assert.EqualValues(t, 8, rt.starts.Load(), "still within refillQuiet of the last claim")
+		time.Sleep(time.Millisecond)
+		synctest.Wait()
+		assert.Equal(t, 3, m.Pools()[0].Starting, "the three refills start together once claims stopped")
+		time.Sleep(time.Second)
+		synctest.Wait()
+		assert.Equal(t, 8, m.Pools()[0].Ready)
+		assert.EqualValues(t, 11, rt.starts.Load())
+	})
+}
+
+// A pool that falls below its reserve while claims go on starts what the
+// reserve lacks at once, and the rest once the claims stop.
+func TestPoolRefillsBelowReserveAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt := newFakeRuntime(t)
+		rt.startWait = 3 * time.Second
+		m := newTestManager(t, rt, ManagerOptions{Pools: []PoolOptions{{Size: 4}}, MaxConcurrentStarts: 8})
+		time.Sleep(3 * time.Second)
+		synctest.Wait()
+		require.Equal(t, 4, m.Pools()[0].Ready)
+
+		// The reserve is 2 (0.3 claims/s × a refill latency of about 2.4 s,
+		// rounded up, plus one): the third hand-out leaves 1.
+		for range 2 {
+			_, err := m.Create(context.Background(), SessionOptions{})
+			require.NoError(t, err)
+			synctest.Wait()
+			assert.Equal(t, 0, m.Pools()[0].Starting, "the reserve holds: deferred")
+		}
+		_, err := m.Create(context.Background(), SessionOptions{})
+		require.NoError(t, err)
+		synctest.Wait()
+		st := m.Pools()[0]
+		assert.Equal(t, 1, st.Ready)
+		assert.Equal(t, 1, st.Starting, "only what the reserve lacks starts while claims are recent")
+
+		// A fourth hand-out empties it: one more keeps the reserve covered.
+		_, err = m.Create(context.Background(), SessionOptions{})
+		require.NoError(t, err)
+		synctest.Wait()
+		assert.Equal(t, 2, m.Pools()[0].Starting)
+
+		time.Sleep(refillQuiet)
+		synctest.Wait()
+		assert.Equal(t, 4, m.Pools()[0].Starting, "the rest once the claims stopped")
+		time.Sleep(3 * time.Second)
+		synctest.Wait()
+		assert.Equal(t, 4, m.Pools()[0].Ready)
+		assert.Equal(t, 8, rt.count(), "four handed out, four pooled: nothing more")
+	})
+}
+
+// A sandbox is pooled only after its warm-up call answered; one whose
+// warm-up fails (its container died) is removed and replaced after the
+// backoff, never handed out.
+func TestPoolWarmsUpBeforePooling(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt := newFakeRuntime(t)
+		rt.startWait = time.Second
+		warm := &warmCall{tool: "echo", args: json.RawMessage(`{"text":"w","sleep_ms":500}`)}
+		m := newTestManager(t, rt, ManagerOptions{Pools: []PoolOptions{{Size: 1}}, warmUp: warm})
+		time.Sleep(time.Second + 100*time.Millisecond)
+		synctest.Wait()
+		assert.Equal(t, PoolStat{Key: m.Pools()[0].Key, Image: "test-image", Size: 1, Min: 1, Max: 1, Starting: 1}, m.Pools()[0],
+			"started, still warming up")
+		rt.mu.Lock()
+		var first string
+		for id := range rt.boxes {
+			first = id
+		}
+		rt.mu.Unlock()
+		require.NotEmpty(t, first)
+		rt.kill(first)
+		synctest.Wait()
+		assert.Equal(t, 0, m.Pools()[0].Ready, "a sandbox whose warm-up failed is not pooled")
+		assert.Equal(t, 0, rt.count(), "and is removed")
+
+		time.Sleep(time.Second) // the backoff after a failed start
+		synctest.Wait()
+		time.Sleep(time.Second + 500*time.Millisecond)
+		synctest.Wait()
+		require.Equal(t, 1, m.Pools()[0].Ready)
+		s, err := m.Create(context.Background(), SessionOptions{})
+		require.NoError(t, err)
+		assert.NotEqual(t, first, s.ID())
+		assert.Equal(t, "hi", echo(t, s, "hi"))
+	})
+}
+
+// The default warm-up call names a tool the fake's toolset lacks: a
+// toolset without it has nothing to warm, and the sandbox is pooled.
+func TestPoolWarmUpWithoutTheToolPools(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt := newFakeRuntime(t)
+		m := newTestManager(t, rt, ManagerOptions{Pools: []PoolOptions{{Size: 2}}})
+		synctest.Wait()
+		require.Equal(t, defaultWarmUp, m.opts.warmUp)
+		assert.Equal(t, 2, m.Pools()[0].Ready)
+		assert.EqualValues(t, 2, rt.starts.Load(), "no start failed")
+	})
+}
+
+// The reserve's arithmetic: while claims are recent, what brings ready and
+// starting up to 1 + ⌈rate × refill latency⌉; everything once they stop.
+func TestPoolRefillsArithmetic(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		now := time.Now()
+		p := &pool{startCost: 2 * time.Second}
+		n, wait := p.refillsLocked(now, 5)
+		assert.Equal(t, 5, n, "no claim: all at once")
+		assert.Equal(t, time.Hour, wait)
+
+		for range 10 { // 1 claim/s × 2 s: reserve 3
+			p.claims = appendClaim(p.claims, now)
+		}
+		p.ready = make([]pooled, 1)
+		p.starting = 1
+		n, wait = p.refillsLocked(now.Add(300*time.Millisecond), 5)
+		assert.Equal(t, 1, n, "3 - 1 ready - 1 starting")
+		assert.Equal(t, refillQuiet-300*time.Millisecond, wait, "looks again when the claims have stopped for refillQuiet")
+		p.ready = make([]pooled, 4)
+		n, _ = p.refillsLocked(now.Add(300*time.Millisecond), 5)
+		assert.Zero(t, n, "the reserve holds: deferred")
+		n, wait = p.refillsLocked(now.Add(refillQuiet), 5)
+		assert.Equal(t, 5, n, "quiet: all at once")
+		assert.Equal(t, time.Hour, wait)
+		n, _ = p.refillsLocked(now.Add(demandWindow), 2)
+		assert.Equal(t, 2, n)
+		assert.Empty(t, p.claims, "claims older than the window are forgotten")
+	})
 }
