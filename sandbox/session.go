@@ -43,7 +43,7 @@ type Session struct {
 	created time.Time
 
 	idle       atomic.Int64 // the idle timeout in force (opts', or CreateOptions.IdleTimeout)
-	lastActive atomic.Int64 // unix nanoseconds of the end of the last call
+	lastActive atomic.Int64 // the end of the last call, as nanoseconds since monoBase (monotonic)
 	inflight   atomic.Int64 // calls running now; a busy session is never idle
 	checking   atomic.Bool  // a health ping is in flight
 
@@ -130,7 +130,9 @@ func (s *Session) EndReason() string {
 func (s *Session) Done() <-chan struct{} { return s.done }
 
 // LastActive is when the last call ended (or the session was handed out).
-func (s *Session) LastActive() time.Time { return time.Unix(0, s.lastActive.Load()) }
+func (s *Session) LastActive() time.Time {
+	return monoBase.Add(time.Duration(s.lastActive.Load()))
+}
 
 // Ping checks that the session's agent answers. It does not count as
 // activity, so health checks do not keep an idle session alive.
@@ -281,7 +283,14 @@ func (s *Session) end() {
 	s.inflight.Add(-1)
 }
 
-func (s *Session) touch() { s.lastActive.Store(time.Now().UnixNano()) }
+func (s *Session) touch() { s.lastActive.Store(int64(time.Since(monoBase))) }
+
+// monoBase anchors the sessions' activity times on the monotonic clock: a
+// step of the wall clock (a fresh VM's first time sync) must not make a
+// session idle early (a stateless sandbox was reaped 2.2 s into a 3 s idle
+// timeout in CI) or keep one for ever. Times read from it carry the
+// monotonic reading, so durations between them and time.Now ignore steps.
+var monoBase = time.Now()
 
 // callErr turns a lost connection into the session's failure when the
 // watcher finds one shortly, so a caller learns "the container was killed",
