@@ -69,8 +69,9 @@ type directListener struct {
 
 // Close stops listening and unlinks the socket; it is idempotent.
 func (l *directListener) Close() error {
-	err := l.UnixListener.Close()
+	var err error
 	l.once.Do(func() {
+		err = l.UnixListener.Close()
 		_ = unix.Unlinkat(l.dirfd, l.name, 0) // gone already is fine: the folder goes at Remove anyway
 		_ = unix.Close(l.dirfd)
 	})
