@@ -108,7 +108,9 @@ func TestAcceptDirectDropsConnectionsWithoutTheToken(t *testing.T) {
 				bad := ln.dial(t)
 				w := writeAsync(bad, first)
 				assert.True(t, dropped(bad), "the connection is dropped")
-				<-w
+				if werr := <-w; werr != nil {
+					t.Logf("the write failed (the daemon hung up without reading it all): %v", werr)
+				}
 				synctest.Wait()
 				select {
 				case nc := <-got:

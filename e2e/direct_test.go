@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -155,7 +154,7 @@ func TestDirectPathFallback(t *testing.T) {
 	select {
 	case err := <-done:
 		require.Error(t, err)
-		assert.ErrorIs(t, err, agent.ErrDisconnected, "the call in flight fails as on a broken stream")
+		require.ErrorIs(t, err, agent.ErrDisconnected, "the call in flight fails as on a broken stream")
 	case <-time.After(30 * time.Second):
 		t.Fatal("the call in flight did not end with its connection")
 	}
@@ -290,11 +289,11 @@ func TestDirectPathAdoptionAndSymlinks(t *testing.T) {
 	assert.Len(t, directConns(t, s.ID()), 1)
 	assert.Contains(t, sh(t, s, "echo adopted-$((40+2))"), "adopted-42")
 	_, err = os.Lstat(deadDir)
-	assert.ErrorIs(t, err, fs.ErrNotExist, "the dead session's folder is reclaimed")
+	require.ErrorIs(t, err, fs.ErrNotExist, "the dead session's folder is reclaimed")
 
 	require.NoError(t, s.Close(ctx))
 	_, err = os.Lstat(liveDir)
-	assert.ErrorIs(t, err, fs.ErrNotExist)
+	require.ErrorIs(t, err, fs.ErrNotExist)
 	b, err := os.ReadFile(canary)
 	require.NoError(t, err)
 	assert.Equal(t, "keep", string(b))
@@ -313,9 +312,9 @@ func TestDirectPathOff(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, s.Direct())
 	_, err = os.Lstat(rt.DirectFolder(s.ID()))
-	assert.True(t, errors.Is(err, fs.ErrNotExist))
+	require.ErrorIs(t, err, fs.ErrNotExist)
 	_, _, err = rt.ListenDirect(s.ID())
-	assert.ErrorIs(t, err, sandbox.ErrNoDirect)
+	require.ErrorIs(t, err, sandbox.ErrNoDirect)
 	assert.Contains(t, sh(t, s, "echo off-$((40+2))"), "off-42")
 	require.NoError(t, s.Close(ctxT(t)))
 }

@@ -118,8 +118,8 @@ func TestDirectPathFallsBackWhenItBreaks(t *testing.T) {
 	require.NoError(t, direct.Close())
 	err = <-done
 	require.Error(t, err)
-	assert.ErrorIs(t, err, agent.ErrDisconnected, "the error of a broken stream")
-	assert.ErrorIs(t, err, errDirectBroken, "the agent answers on the attach stream: said at once")
+	require.ErrorIs(t, err, agent.ErrDisconnected, "the error of a broken stream")
+	require.ErrorIs(t, err, errDirectBroken, "the agent answers on the attach stream: said at once")
 
 	assert.False(t, s.Direct())
 	assert.Equal(t, StateReady, s.State())
@@ -143,7 +143,7 @@ func TestDirectPathBrokenByADeadAgent(t *testing.T) {
 	rt.kill(s.ID())
 	err = <-done
 	require.Error(t, err)
-	assert.NotErrorIs(t, err, errDirectBroken, "the stream is gone too: not a fallback")
+	require.NotErrorIs(t, err, errDirectBroken, "the stream is gone too: not a fallback")
 	<-s.Done()
 	assert.Contains(t, err.Error()+s.EndReason(), "exited with code 137")
 }
