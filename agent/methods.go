@@ -35,6 +35,7 @@ var handlers = map[string]handler{
 	MethodDownloadRd:    {fn: handleDownloadRead, bounded: true},
 	MethodShutdown:      {fn: handleShutdown, after: func(c *conn) { c.s.closeConns() }},
 	MethodSkillsInstall: {fn: handleSkillsInstall, bounded: true},
+	MethodDirectDial:    {fn: handleDirectDial},
 	// Input and resize run on the read loop, in the order they came: they
 	// only queue bytes or set the size.
 	MethodPTYOpen:   {fn: handlePTYOpen},

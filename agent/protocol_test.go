@@ -224,7 +224,7 @@ func TestUnknownToolAndMethod(t *testing.T) {
 
 	_, err = p.cli.roundTrip(ctxT(t), "tools/frobnicate", struct{}{}, nil)
 	require.ErrorIs(t, err, ErrMethodNotFound)
-	assert.Contains(t, err.Error(), `"tools/frobnicate"; the agent knows fs/download/begin`)
+	assert.Contains(t, err.Error(), `"tools/frobnicate"; the agent knows direct/dial, fs/download/begin`)
 
 	_, err = p.cli.roundTrip(ctxT(t), MethodToolsCall, map[string]any{"tool": "echo"}, nil)
 	require.ErrorIs(t, err, ErrInvalidParams)

@@ -81,6 +81,11 @@ type Server struct {
 	closing bool
 	work    sync.WaitGroup // calls that must end before the toolset closes
 
+	// serveDirect is Serve, reached through a field so that the handler
+	// of direct/dial (which serves the connection it dials) does not make
+	// the handler table refer to itself.
+	serveDirect func(context.Context, io.ReadWriteCloser) error
+
 	stopOnce sync.Once
 	stopErr  error
 	doneOnce sync.Once
@@ -130,6 +135,7 @@ func NewServer(opts ServerOptions) (*Server, error) {
 		done:  make(chan struct{}),
 	}
 	s.baseCtx, s.cancelAll = context.WithCancel(context.Background())
+	s.serveDirect = s.Serve
 	// Before the first call: a command may exhaust the pids limit later.
 	if n := reserveThreadsOnce(); n > 0 {
 		s.log.Debug("spare OS threads reserved", "threads", n)

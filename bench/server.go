@@ -5,8 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"os"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -42,12 +45,22 @@ func runServerSuite(ctx context.Context, e *env) ([]row, error) {
 		image = "sandboxd-test:latest"
 	}
 	quiet := slog.New(slog.NewTextHandler(e.log, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	rt, err := docker.New(ctx, docker.Options{AgentBinary: bin, Logger: quiet,
-		Labels: map[string]string{"sandboxd.bench.run": strconv.FormatInt(time.Now().UnixNano(), 36)}})
+	// The direct path to the agent on, as serve has it (decision 0035).
+	stateDir, err := os.MkdirTemp("", "sandboxd-bench-state-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(stateDir)
+	run := strconv.FormatInt(time.Now().UnixNano(), 36)
+	rt, err := docker.New(ctx, docker.Options{AgentBinary: bin, Logger: quiet, DirectDir: filepath.Join(stateDir, "direct"),
+		Labels: map[string]string{"sandboxd.bench.run": run}})
 	if err != nil {
 		return nil, fmt.Errorf("server suite (is the Docker engine up?): %w", err)
 	}
 	defer rt.Close()
+	if on, why := rt.DirectOn(); !on {
+		e.logf("the direct path to the agent is off (%v): every row goes through the engine's attach stream", why)
+	}
 	m, err := sandbox.NewManager(ctx, rt, sandbox.ManagerOptions{Defaults: sandbox.SessionOptions{Image: image}, Logger: quiet})
 	if err != nil {
 		return nil, err
@@ -78,6 +91,34 @@ func runServerSuite(ctx context.Context, e *env) ([]row, error) {
 		return nil, err
 	}
 	args, _ := json.Marshal(noopCall)
+	if !direct.Direct() {
+		e.logf("the session does not use the direct path: its rows measure the attach stream")
+	}
+
+	// The same call over the engine's attach stream (serve --direct=false):
+	// a runtime with the direct path off and a session of its own.
+	rtAttach, err := docker.New(ctx, docker.Options{AgentBinary: bin, Logger: quiet, NoDirect: true,
+		Labels: map[string]string{"sandboxd.bench.run": run + "-attach"}})
+	if err != nil {
+		return nil, err
+	}
+	defer rtAttach.Close()
+	mAttach, err := sandbox.NewManager(ctx, rtAttach, sandbox.ManagerOptions{Defaults: sandbox.SessionOptions{Image: image}, Logger: quiet})
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_ = mAttach.Shutdown(sctx, false)
+	}()
+	attach, err := mAttach.Create(ctx, sandbox.SessionOptions{})
+	if err != nil {
+		return nil, err
+	}
+	if obs, err := attach.Call(ctx, "file_editor", json.RawMessage(`{"command":"create","path":"/workspace/one.txt","file_text":"one line\n"}`), nil); err != nil || obs.IsError {
+		return nil, fmt.Errorf("preparing the attach-stream file: %v %v", err, obs)
+	}
 
 	// MCP, revision 2025-11-25: one MCP session, its own sandbox (the same image).
 	e.logf("opening the MCP session (2025-11-25)")
@@ -138,9 +179,15 @@ func runServerSuite(ctx context.Context, e *env) ([]row, error) {
 		}
 		return nil
 	}
-	e.logf("direct Session.Call x%d", n)
-	base, err := measure(n, 50, func() error {
+	// The direct path and the attach stream are measured interleaved, call
+	// by call (alternating which goes first), so that both see the same
+	// load on a shared machine.
+	e.logf("in-process Session.Call, direct path and attach stream interleaved, x%d each", n)
+	base, attachS, err := measurePair(n, 50, func() error {
 		obs, err := direct.Call(ctx, "file_editor", args, nil)
+		return check(obs != nil && obs.IsError, err)
+	}, func() error {
+		obs, err := attach.Call(ctx, "file_editor", args, nil)
 		return check(obs != nil && obs.IsError, err)
 	})
 	if err != nil {
@@ -186,7 +233,8 @@ func runServerSuite(ctx context.Context, e *env) ([]row, error) {
 	target, met := p50Below(2 * time.Millisecond)
 	const baseline = "in-process sandbox.Session.Call, same sandbox"
 	return []row{
-		{scenario: "server: no-op call, in-process Session.Call (baseline)", s: base},
+		{scenario: "server: no-op call, in-process Session.Call (baseline; direct path)", s: base},
+		{scenario: "server: no-op call, in-process Session.Call over the attach stream (--direct=false)", s: attachS, baseline: baseline, base: base},
 		{scenario: "server: no-op call via WebSocket JSON-RPC (Go client)", s: wsS, baseline: baseline, base: base, target: target, met: met},
 		{scenario: "server: MCP no-op (2025-11-25, session)", s: mcpS, baseline: baseline, base: base, target: target, met: met},
 		{scenario: "server: MCP no-op (2026-07-28, handle; plain JSON response)", s: mcpH, baseline: baseline, base: base, target: target, met: met},
@@ -239,4 +287,43 @@ func (b bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context())
 	r.Header.Set("Authorization", "Bearer "+b.token)
 	return b.next.RoundTrip(r)
+}
+
+// measurePair measures a and b n times each, alternating call by call (and
+// which of the two goes first), after warmup calls of each.
+func measurePair(n, warmup int, a, b func() error) (sample, sample, error) {
+	for range warmup {
+		if err := a(); err != nil {
+			return sample{}, sample{}, err
+		}
+		if err := b(); err != nil {
+			return sample{}, sample{}, err
+		}
+	}
+	da, db := make([]time.Duration, n), make([]time.Duration, n)
+	timed := func(fn func() error, into []time.Duration, i int) error {
+		start := time.Now()
+		err := fn()
+		into[i] = time.Since(start)
+		return err
+	}
+	for i := range n {
+		x, dx, y, dy := a, da, b, db
+		if i%2 == 1 {
+			x, dx, y, dy = b, db, a, da
+		}
+		if err := timed(x, dx, i); err != nil {
+			return sample{}, sample{}, err
+		}
+		if err := timed(y, dy, i); err != nil {
+			return sample{}, sample{}, err
+		}
+	}
+	return summarize(da), summarize(db), nil
+}
+
+func summarize(ds []time.Duration) sample {
+	slices.Sort(ds)
+	n := len(ds)
+	return sample{n: n, p50: ds[(n-1)/2], p99: ds[int(math.Ceil(float64(n)*0.99))-1]}
 }

@@ -44,7 +44,7 @@ func logger() *slog.Logger {
 // when the test ends.
 func newRuntime(t *testing.T, change ...func(*sdocker.Options)) *sdocker.Runtime {
 	t.Helper()
-	opts := sdocker.Options{AgentBinary: agentBinary, Labels: testLabels(t), Logger: logger(), DiskDir: diskDir}
+	opts := sdocker.Options{AgentBinary: agentBinary, Labels: testLabels(t), Logger: logger(), DiskDir: diskDir, DirectDir: directDir}
 	for _, c := range change {
 		c(&opts)
 	}

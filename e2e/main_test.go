@@ -25,6 +25,7 @@ var (
 	runID       string         // value of labelRun on everything this run makes
 	docker      *client.Client // for inspecting and killing from outside
 	diskDir     string         // every runtime's DiskDir (quota-bound volumes)
+	directDir   string         // every runtime's DirectDir (the direct path's folders)
 )
 
 // labelRun scopes every resource of a run (runtimes add it and filter by it).
@@ -73,6 +74,7 @@ func run(m *testing.M) (int, error) {
 	}
 	defer os.RemoveAll(tmp)
 	diskDir = filepath.Join(tmp, "disks")
+	directDir = filepath.Join(tmp, "direct")
 	if agentBinary, err = testenv.BuildBinary(ctx, tmp); err != nil {
 		return 0, err
 	}
@@ -89,6 +91,10 @@ func run(m *testing.M) (int, error) {
 	}
 	if left := testenv.DiskLeftovers(diskDir); len(left) > 0 {
 		fmt.Fprintf(os.Stderr, "e2e: disks left behind: %s\n", strings.Join(left, ", "))
+		code = 1
+	}
+	if left := directLeftovers(directDir); len(left) > 0 {
+		fmt.Fprintf(os.Stderr, "e2e: direct path folders left behind: %s\n", strings.Join(left, ", "))
 		code = 1
 	}
 	removeBuiltImages(ctx)

@@ -28,6 +28,10 @@ const (
 	// AgentStateDir holds files the tools keep for the model (full output
 	// of truncated commands).
 	AgentStateDir = RunDir + "/state"
+	// DirectDir is where a runtime that offers the direct path (decision
+	// 0035) mounts the session's folder of the daemon's, read-only: the
+	// agent dials the daemon's socket in it.
+	DirectDir = RunDir + "/direct"
 	// WorkspaceDir is the session's writable, persistent directory: a named
 	// volume per session. File transfers are confined to it.
 	WorkspaceDir = "/workspace"

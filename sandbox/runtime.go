@@ -98,6 +98,9 @@ const (
 	// KindDisk is a file of the runtime's behind a session's volume (a
 	// quota-bound volume's backing file); Remove deletes it with the rest.
 	KindDisk ResourceKind = "disk"
+	// KindDirect is a session's host folder of the direct path to its
+	// agent (DirectRuntime); Remove deletes it with the rest.
+	KindDirect ResourceKind = "direct"
 )
 
 // Resource is one labelled thing in the engine.

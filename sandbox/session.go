@@ -299,6 +299,10 @@ func (s *Session) callErr(ctx context.Context, what string, err error) error {
 	if err == nil || !errors.Is(err, agent.ErrDisconnected) {
 		return err
 	}
+	if errors.Is(err, errDirectBroken) {
+		// The agent answers on the stream: nothing for the watcher to find.
+		return fmt.Errorf("session %s: %s: %w", s.id, what, err)
+	}
 	t := time.NewTimer(failureSettle)
 	defer t.Stop()
 	select {

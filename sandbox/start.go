@@ -171,6 +171,7 @@ func (m *Manager) startSandbox(ctx context.Context, s *Session, poolKey string) 
 		m.removeQuietly(s.id)
 		return fmt.Errorf("session %s: %w: its agent did not answer (%v); %s", s.id, ErrStart, err, why)
 	}
+	c = m.offerDirect(ctx, s.id, c, s.agentLog)
 	// The idle clock starts now, not when the start began: a start slower
 	// than the idle timeout would otherwise be reaped at the reaper's next
 	// tick, before its creator made a call.
@@ -238,7 +239,8 @@ func (m *Manager) removeLater(id string) {
 	})
 }
 
-// connect opens a new client to a running sandbox's agent and pings it.
+// connect opens a new client to a running sandbox's agent, pings it and
+// offers it a direct path.
 func (m *Manager) connect(ctx context.Context, id string, log *slog.Logger) (AgentClient, error) {
 	ctx, cancel := context.WithTimeout(ctx, m.opts.ProbeTimeout)
 	defer cancel()
@@ -251,7 +253,7 @@ func (m *Manager) connect(ctx context.Context, id string, log *slog.Logger) (Age
 		c.Close()
 		return nil, fmt.Errorf("agent did not answer: %w", err)
 	}
-	return c, nil
+	return m.offerDirect(ctx, id, c, log), nil
 }
 
 // watch notices the end of a session's connection.

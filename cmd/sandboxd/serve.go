@@ -65,7 +65,7 @@ type serveConfig struct {
 	secretsFile                         string
 	listen, stateDir, tlsCert, tlsKey   string
 	insecureRemote, keepSessions        bool
-	insecureBridge                      bool
+	insecureBridge, direct              bool
 	allowOrigins, allowHosts, allowImgs listFlag
 	image, mcpImage, agentBinary        string
 	runtime                             string
@@ -185,6 +185,9 @@ func runServe(ctx context.Context, std stdio, args []string) error {
 		"sandboxes being started at once (client creates go before pool refills); on 2 cores 4 gave the best ready latency")
 	fs.IntVar(&cfg.maxSessions, "max-sessions", server.DefaultMaxSessions, "cap on live sessions, WebSocket and MCP together (-1: none)")
 	fs.Int64Var(&cfg.maxMessage, "max-message-bytes", server.DefaultMaxMessageBytes, "largest WebSocket message or MCP request body accepted")
+	fs.BoolVar(&cfg.direct, "direct", true, "reach the agent of each sandbox over a unix socket of this server's (under <state-dir>/direct, "+
+		"mounted read-only into the sandbox, one per session) instead of the engine's attach stream, which stays as the fallback; local engines only; "+
+		"false: every call goes through the engine (docs/security.md, \"The direct path\")")
 	fs.BoolVar(&cfg.keepSessions, "keep-sessions", false, "leave sessions running at shutdown; the next start adopts them")
 	fs.DurationVar(&cfg.drainTimeout, "drain-timeout", server.DefaultDrainTimeout, "at shutdown, how long calls in flight may take to finish before they are cancelled")
 	fs.DurationVar(&cfg.shutdownTime, "shutdown-timeout", 60*time.Second, "hard limit of the whole shutdown")
@@ -251,8 +254,10 @@ func runServe(ctx context.Context, std stdio, args []string) error {
 	}
 	// The disk directory is given whatever the backend, so that a server
 	// started with tmpfs or none still releases the disks of an earlier one.
+	// The direct path's folder likewise: with --direct=false, the folders
+	// of an earlier server are still removed with their sessions.
 	rt, err := docker.New(ctx, docker.Options{AgentBinary: cfg.agentBinary, Labels: cfg.labels, Logger: log, DiskDir: cfg.diskDir,
-		InsecureBridge: cfg.insecureBridge})
+		InsecureBridge: cfg.insecureBridge, DirectDir: filepath.Join(cfg.stateDir, "direct"), NoDirect: !cfg.direct})
 	if err != nil {
 		return err
 	}

@@ -14,7 +14,8 @@ import (
 
 // List returns every container, volume and network under this runtime's
 // labels, sessions' and shared ones alike, and the backing files of
-// quota-bound volumes in its disk directory (sandbox.KindDisk).
+// quota-bound volumes in its disk directory (sandbox.KindDisk), and the
+// sessions' folders of the direct path (sandbox.KindDirect).
 func (r *Runtime) List(ctx context.Context) ([]sandbox.Resource, error) {
 	cctx, cancel := r.call(ctx)
 	defer cancel()
@@ -61,7 +62,12 @@ func (r *Runtime) List(ctx context.Context) ([]sandbox.Resource, error) {
 	if err != nil {
 		return nil, err
 	}
-	return append(out, disks...), nil
+	out = append(out, disks...)
+	dirs, err := r.listDirect()
+	if err != nil {
+		return nil, err
+	}
+	return append(out, dirs...), nil
 }
 
 // outdated says how a container's labels differ from what this runtime

@@ -16,7 +16,8 @@ import (
 )
 
 // Remove deletes a session's container (killing its processes), then its
-// volumes and networks, all found by the session label, then the backing
+// volumes and networks, all found by the session label, its folder of the
+// direct path (direct.go), then the backing
 // files of its quota-bound volumes (detaching their loop devices): those
 // named by the removed volumes' LabelDiskFile, and those named after the
 // session in the disk directory (a start cut off before the volume). A
@@ -40,6 +41,11 @@ func (r *Runtime) Remove(ctx context.Context, sessionID string) error {
 	for _, c := range ctrs {
 		if err := r.removeContainer(cctx, c.ID); err != nil {
 			errs = append(errs, fmt.Errorf("removing container %s: %w", c.ID[:12], err))
+		}
+	}
+	if len(errs) == 0 { // no container mounts the folder any more
+		if err := r.removeDirect(sessionID); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	vols, err := r.cli.VolumeList(cctx, volume.ListOptions{Filters: f})

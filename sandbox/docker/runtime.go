@@ -89,6 +89,15 @@ type Options struct {
 	// (sandbox.Limits.DiskQuota), in a folder per scope; empty: this
 	// runtime makes no quota-bound volumes. DiskQuota says whether it can.
 	DiskDir string
+	// DirectDir holds the per-session folders of the direct path to the
+	// agent (decision 0035, direct.go), in a folder per scope; empty:
+	// this runtime offers no direct path and calls go over the attach
+	// stream. A remote engine gets none either (a host folder means
+	// nothing there).
+	DirectDir string
+	// NoDirect turns the direct path off while DirectDir is still where
+	// folders of earlier runs are found and removed.
+	NoDirect bool
 }
 
 // Runtime is the Docker implementation of sandbox.Runtime.
@@ -114,6 +123,10 @@ type Runtime struct {
 	skillVols skillVolumes
 	// sidecarNetMu serializes making sessions' sidecar networks.
 	sidecarNetMu sync.Mutex
+	// directDir is <DirectDir>/<scope> ("" without DirectDir); directErr
+	// says why new sessions get no direct path (nil: they do).
+	directDir string
+	directErr error
 	// removeBackoff is the first pause between container removal attempts
 	// (remove.go); zero means 100ms. Tests shorten it.
 	removeBackoff time.Duration
@@ -177,6 +190,7 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 	if r.opts.LookupHost == nil {
 		r.opts.LookupHost = lookupIPv4
 	}
+	r.setupDirect(strings.HasPrefix(r.cli.DaemonHost(), "unix://"))
 	r.fw, r.fwErr = newFirewall(ctx, ScopeOf(opts.Labels), strings.HasPrefix(r.cli.DaemonHost(), "unix://"))
 	switch {
 	case r.fw != nil:
@@ -216,7 +230,7 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 	}
 	r.log.Info("docker runtime ready", "engine", r.cli.DaemonHost(), "api", r.cli.ClientVersion(), "engine_api", ping.APIVersion,
 		"agent", ab.path, "agent_delivery", map[bool]string{true: "copied volume", false: "bind mount"}[r.opts.CopyAgent],
-		"host_firewall", r.fw != nil, "disk_quotas", quotas, "oci_runtimes", r.Runtimes())
+		"host_firewall", r.fw != nil, "disk_quotas", quotas, "oci_runtimes", r.Runtimes(), "direct_path", directState(r.directErr))
 	return r, nil
 }
 

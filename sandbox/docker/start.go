@@ -94,6 +94,11 @@ func (r *Runtime) Start(ctx context.Context, spec sandbox.Spec) (_ io.ReadWriteC
 	var created string
 	skills, cerr := r.skillMounts(ctx, spec.Options.Image, spec.Skills)
 	if cerr == nil {
+		var direct []mount.Mount
+		direct, cerr = r.directMount(id)
+		skills = append(skills, direct...)
+	}
+	if cerr == nil {
 		created, cerr = r.createContainer(ctx, spec, netName, pins, l, skills)
 	}
 	if herr := <-helperErr; herr != nil || cerr != nil {
