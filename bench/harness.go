@@ -9,6 +9,7 @@ import (
 	"math"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -71,8 +72,14 @@ type harnessServer struct {
 // startHarnessServer starts a server on a runtime of its own, scoped by
 // labels: managers sharing a scope would reclaim each other's sandboxes.
 func startHarnessServer(ctx context.Context, bin, image string, labels map[string]string, pool, starts int, log *slog.Logger) (*harnessServer, error) {
-	rt, err := docker.New(ctx, docker.Options{AgentBinary: bin, Logger: log, Labels: labels})
+	// The direct path to the agent on, as serve has it (decision 0035).
+	stateDir, err := os.MkdirTemp("", "sandboxd-bench-state-")
 	if err != nil {
+		return nil, err
+	}
+	rt, err := docker.New(ctx, docker.Options{AgentBinary: bin, Logger: log, Labels: labels, DirectDir: filepath.Join(stateDir, "direct")})
+	if err != nil {
+		_ = os.RemoveAll(stateDir)
 		return nil, fmt.Errorf("harness suite (is the Docker engine up?): %w", err)
 	}
 	mopts := sandbox.ManagerOptions{Defaults: sandbox.SessionOptions{Image: image}, Logger: log, MaxConcurrentStarts: starts}
@@ -82,12 +89,14 @@ func startHarnessServer(ctx context.Context, bin, image string, labels map[strin
 	m, err := sandbox.NewManager(ctx, rt, mopts)
 	if err != nil {
 		rt.Close()
+		_ = os.RemoveAll(stateDir)
 		return nil, err
 	}
 	ip, err := serveInProcess(m, server.Options{MCPImage: image, Logger: log, MaxSessions: -1}, 2*time.Minute)
 	if err != nil {
 		_ = m.Shutdown(ctx, false)
 		rt.Close()
+		_ = os.RemoveAll(stateDir)
 		return nil, err
 	}
 	return &harnessServer{
@@ -95,6 +104,7 @@ func startHarnessServer(ctx context.Context, bin, image string, labels map[strin
 		stop: func() {
 			ip.stop()
 			rt.Close()
+			_ = os.RemoveAll(stateDir)
 		},
 	}, nil
 }
