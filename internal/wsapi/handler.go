@@ -29,7 +29,7 @@ const (
 	DefaultWriteTimeout    = 10 * time.Second
 	DefaultPingInterval    = 30 * time.Second
 	DefaultMaxConnections  = 1024
-	DefaultOutputBytes     = 512 << 10
+	DefaultOutputBytes     = 8 << 20
 	DefaultReplyWait       = time.Minute
 	handshakeTimeout       = 10 * time.Second
 	closeGrace             = time.Second // to send a close frame before dropping the connection
@@ -45,7 +45,7 @@ type Options struct {
 	MaxMessageBytes int64
 	// QueueMessages and QueueBytes bound each connection's outbound queue.
 	// Session output takes at most OutputBytes and OutputMessages of it
-	// (defaults 512 KiB, capped at half of QueueBytes, and a quarter of
+	// (defaults 8 MiB, capped at half of QueueBytes, and half of
 	// QueueMessages): output beyond that is withheld from the connection
 	// and replaced by a stream.gap notice once the client has read the
 	// queue down to half of them; the client reads the gap back from the
@@ -93,7 +93,7 @@ func (o *Options) setDefaults() {
 	}
 	o.OutputBytes = max(1, min(o.OutputBytes, o.QueueBytes/2))
 	if o.OutputMessages <= 0 {
-		o.OutputMessages = o.QueueMessages / 4
+		o.OutputMessages = o.QueueMessages / 2
 	}
 	o.OutputMessages = max(2, min(o.OutputMessages, o.QueueMessages/2))
 	if o.ReplyWait <= 0 {
