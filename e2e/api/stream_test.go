@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -26,10 +28,14 @@ func seqOutput(n int) []byte {
 }
 
 // `sandboxd run -- seq 1 5000000` through a real server prints exactly
-// what seq prints (md5 equal; 38.9 MB): the command's output streams in
-// one call, and output the connection could not take at once comes back
-// from the session's ring. A loss would exit non-zero saying what was
-// lost; here the reader (a buffer) is fast, so nothing may be lost.
+// what seq prints (md5 equal; 38.9 MB), or exits 1 saying exactly how
+// many bytes were lost (issue 15: "byte-exact, or a non-zero exit that
+// says what was lost"): the command's output streams in one call, output
+// the connection could not take at once comes back from the session's
+// ring, and what the ring no longer held is reported. On an idle machine
+// it is byte-exact; in CI, with the other suites beside it, a reader that
+// fell more than the output budget and the ring behind lost ~0.26% (the
+// missed target is in decision 0036: pacing the command is not built).
 func TestCLIRunFastOutputByteExact(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs Docker")
@@ -41,11 +47,28 @@ func TestCLIRunFastOutputByteExact(t *testing.T) {
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	start := time.Now()
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("run seq 1 %d: %v after %d bytes: %s", n, err, out.Len(), errOut.String())
-	}
-	t.Logf("run seq 1 %d: %d bytes in %v", n, out.Len(), time.Since(start).Round(time.Millisecond))
+	err := cmd.Run()
+	took := time.Since(start).Round(time.Millisecond)
 	want := seqOutput(n)
+	if err != nil {
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+			t.Fatalf("run seq 1 %d: %v after %d bytes: %s", n, err, out.Len(), errOut.String())
+		}
+		m := regexp.MustCompile(`(\d+) bytes of the output of session \S+ were lost \(chunks [0-9, -]+\)`).FindStringSubmatch(errOut.String())
+		if m == nil {
+			t.Fatalf("run seq 1 %d exited 1 without saying what was lost: %s", n, errOut.String())
+		}
+		lost, _ := strconv.Atoi(m[1])
+		if out.Len()+lost != len(want) {
+			t.Fatalf("run seq 1 %d: %d bytes printed and %d reported lost, want %d in all", n, out.Len(), lost, len(want))
+		}
+		t.Logf("NOT byte-exact (target missed): run seq 1 %d: %d bytes in %v, %d bytes (%.2f%%) lost and reported, exit 1",
+			n, out.Len(), took, lost, 100*float64(lost)/float64(len(want)))
+		serve.stop(t)
+		return
+	}
+	t.Logf("run seq 1 %d: %d bytes in %v, byte-exact", n, out.Len(), took)
 	if md5.Sum(out.Bytes()) != md5.Sum(want) {
 		t.Fatalf("run seq 1 %d: %d bytes, want %d, not byte-exact", n, out.Len(), len(want))
 	}
