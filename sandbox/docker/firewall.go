@@ -303,8 +303,15 @@ func (f *firewall) removeLocked(ctx context.Context, match func(sessionID string
 // sync makes the firewall match the networks: the rules of each are
 // re-installed unless all of them are in place (a firewall reload or a
 // host reboot drops them), and rules of sessions without a network are
-// deleted (the daemon stopped between the two).
-func (f *firewall) sync(ctx context.Context, nets []netRules) error {
+// deleted (the daemon stopped between the two). Before deleting, it asks
+// recheck (when set) which keys have a network now: nets was listed before
+// the rules were, and a runtime of the same scope starting beside this one
+// (a daemon restarted while the old one still runs; parallel test servers)
+// may have made a network and installed its rules in between; deleting
+// those left a sidecar with allow_hosts unguarded in CI. A rule is
+// installed after its network is made, so a network listed after the rules
+// covers every rule listed. If recheck fails, nothing is deleted.
+func (f *firewall) sync(ctx context.Context, nets []netRules, recheck func(context.Context) (map[string]bool, error)) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	have, err := f.list(ctx)
@@ -342,7 +349,18 @@ func (f *firewall) sync(ctx context.Context, nets []netRules) error {
 			errs = append(errs, err)
 		}
 	}
-	if err := f.removeLocked(ctx, func(id string) bool { return !live[id] }); err != nil {
+	if recheck != nil {
+		now, err := recheck(ctx)
+		if err != nil {
+			return errors.Join(append(errs, err)...)
+		}
+		for id := range now {
+			live[id] = true
+		}
+	}
+	// Only keys whose rules were listed above: rules installed since then
+	// belong to a network made since (the recheck may have missed it).
+	if err := f.removeLocked(ctx, func(id string) bool { return count[id] > 0 && !live[id] }); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
@@ -532,23 +550,42 @@ func rulesOf(n network.Summary) (netRules, bool, error) {
 // syncFirewall brings the firewall in line with this runtime's networks
 // (see firewall.sync).
 func (r *Runtime) syncFirewall(ctx context.Context) error {
+	want, err := r.networkRules(ctx)
+	if err != nil {
+		return err
+	}
+	return r.fw.sync(ctx, want, func(ctx context.Context) (map[string]bool, error) {
+		now, err := r.networkRules(ctx)
+		if err != nil {
+			return nil, err
+		}
+		keys := make(map[string]bool, len(now))
+		for _, n := range now {
+			keys[n.sessionID] = true
+		}
+		return keys, nil
+	})
+}
+
+// networkRules lists the scope's networks and the rules each should have.
+func (r *Runtime) networkRules(ctx context.Context) ([]netRules, error) {
 	cctx, cancel := r.call(ctx)
 	defer cancel()
 	nets, err := r.cli.NetworkList(cctx, network.ListOptions{Filters: r.filter("")})
 	if err != nil {
-		return fmt.Errorf("listing networks: %w", err)
+		return nil, fmt.Errorf("listing networks: %w", err)
 	}
 	var want []netRules
 	for _, n := range nets {
 		nr, ok, err := rulesOf(n)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if ok {
 			want = append(want, nr)
 		}
 	}
-	return r.fw.sync(ctx, want)
+	return want, nil
 }
 
 // HostFirewall says whether sandboxd guards the host from sessions on

@@ -212,7 +212,7 @@ func TestFirewallLifecycle(t *testing.T) {
 	// are never touched.
 	require.NoError(t, fw.install(ctx, a))
 	ft.chains[ChainForward] = ft.chains[ChainForward][1:]
-	require.NoError(t, fw.sync(ctx, []netRules{b}))
+	require.NoError(t, fw.sync(ctx, []netRules{b}, nil))
 	var want []string
 	for _, r := range b.rules("sc", false) {
 		want = append(want, strings.Join(r[1:], " "))
@@ -222,7 +222,7 @@ func TestFirewallLifecycle(t *testing.T) {
 	assert.Contains(t, ft.chains[ChainInput], other)
 
 	n := len(ft.calls)
-	require.NoError(t, fw.sync(ctx, []netRules{b}))
+	require.NoError(t, fw.sync(ctx, []netRules{b}, nil))
 	for _, c := range ft.calls[n:] {
 		assert.NotRegexp(t, ` -[AD] `, c, "nothing changes when the rules are in place")
 	}
@@ -233,7 +233,7 @@ func TestFirewallLifecycle(t *testing.T) {
 	bb := netRules{sessionID: "bb", iface: "sbx-bb"}
 	require.NoError(t, fw.install(ctx, side))
 	require.NoError(t, fw.install(ctx, bb))
-	require.NoError(t, fw.sync(ctx, []netRules{b, side, bb}), "a sidecar's egress network keeps its rules at a restart")
+	require.NoError(t, fw.sync(ctx, []netRules{b, side, bb}, nil), "a sidecar's egress network keeps its rules at a restart")
 	assert.Contains(t, strings.Join(ft.chains[ChainInput], "\n"), "sandboxd:sc:b/fetch ")
 	require.NoError(t, fw.removeKey(ctx, sidecarEgressKey("b", "fetch")))
 	assert.NotContains(t, strings.Join(ft.chains[ChainInput], "\n"), "sandboxd:sc:b/fetch ")
@@ -243,6 +243,19 @@ func TestFirewallLifecycle(t *testing.T) {
 	all := strings.Join(append(slices.Clone(ft.chains[ChainInput]), ft.chains[ChainForward]...), "\n")
 	assert.NotContains(t, all, "sandboxd:sc:b ")
 	assert.NotContains(t, all, "sandboxd:sc:b/fetch ")
+
+	// A network made, and its rules installed, after the sync listed the
+	// networks (another runtime of the scope starting meanwhile) keeps its
+	// rules: the sync asks again before deleting; and deletes nothing when
+	// it cannot ask.
+	late := netRules{sessionID: "late", iface: "sbx-late", egress: []netip.Prefix{netip.MustParsePrefix("192.0.2.9/32")}}
+	require.NoError(t, fw.install(ctx, late))
+	require.NoError(t, fw.sync(ctx, nil, func(context.Context) (map[string]bool, error) { return map[string]bool{"late": true}, nil }))
+	assert.Contains(t, strings.Join(ft.chains[ChainForward], "\n"), "sandboxd:sc:late ", "the late network's rules are kept")
+	require.Error(t, fw.sync(ctx, nil, func(context.Context) (map[string]bool, error) { return nil, errors.New("engine gone") }))
+	assert.Contains(t, strings.Join(ft.chains[ChainForward], "\n"), "sandboxd:sc:late ", "nothing deleted when the recheck failed")
+	require.NoError(t, fw.sync(ctx, nil, func(context.Context) (map[string]bool, error) { return map[string]bool{}, nil }))
+	assert.NotContains(t, strings.Join(ft.chains[ChainForward], "\n"), "sandboxd:sc:late ", "without a network its rules go")
 	assert.Contains(t, all, "sandboxd:sc:bb ")
 }
 
