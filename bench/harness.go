@@ -69,18 +69,33 @@ type harnessServer struct {
 	stop       func()
 }
 
+// benchRuntime makes a Docker runtime as serve does: the direct path to
+// the agent on (decision 0035), in a state folder of its own, scoped by
+// labels. done closes it and removes the folder.
+func benchRuntime(ctx context.Context, suite, bin string, log *slog.Logger, labels map[string]string) (rt *docker.Runtime, done func(), err error) {
+	stateDir, err := os.MkdirTemp("", "sandboxd-bench-state-")
+	if err != nil {
+		return nil, nil, err
+	}
+	rt, err = docker.New(ctx, docker.Options{AgentBinary: bin, Logger: log, Labels: labels, DirectDir: filepath.Join(stateDir, "direct")})
+	if err != nil {
+		_ = os.RemoveAll(stateDir)
+		return nil, nil, fmt.Errorf("%s suite (is the Docker engine up?): %w", suite, err)
+	}
+	return rt, func() { rt.Close(); _ = os.RemoveAll(stateDir) }, nil
+}
+
+// runLabels scopes one run of a suite's runtime.
+func runLabels() map[string]string {
+	return map[string]string{"sandboxd.bench.run": strconv.FormatInt(time.Now().UnixNano(), 36)}
+}
+
 // startHarnessServer starts a server on a runtime of its own, scoped by
 // labels: managers sharing a scope would reclaim each other's sandboxes.
 func startHarnessServer(ctx context.Context, bin, image string, labels map[string]string, pool, starts int, log *slog.Logger) (*harnessServer, error) {
-	// The direct path to the agent on, as serve has it (decision 0035).
-	stateDir, err := os.MkdirTemp("", "sandboxd-bench-state-")
+	rt, done, err := benchRuntime(ctx, "harness", bin, log, labels)
 	if err != nil {
 		return nil, err
-	}
-	rt, err := docker.New(ctx, docker.Options{AgentBinary: bin, Logger: log, Labels: labels, DirectDir: filepath.Join(stateDir, "direct")})
-	if err != nil {
-		_ = os.RemoveAll(stateDir)
-		return nil, fmt.Errorf("harness suite (is the Docker engine up?): %w", err)
 	}
 	mopts := sandbox.ManagerOptions{Defaults: sandbox.SessionOptions{Image: image}, Logger: log, MaxConcurrentStarts: starts}
 	if pool > 0 { // as `serve --pool N`
@@ -88,23 +103,20 @@ func startHarnessServer(ctx context.Context, bin, image string, labels map[strin
 	}
 	m, err := sandbox.NewManager(ctx, rt, mopts)
 	if err != nil {
-		rt.Close()
-		_ = os.RemoveAll(stateDir)
+		done()
 		return nil, err
 	}
 	ip, err := serveInProcess(m, server.Options{MCPImage: image, Logger: log, MaxSessions: -1}, 2*time.Minute)
 	if err != nil {
 		_ = m.Shutdown(ctx, false)
-		rt.Close()
-		_ = os.RemoveAll(stateDir)
+		done()
 		return nil, err
 	}
 	return &harnessServer{
 		url: ip.ws, token: ip.token, http: ip.http, m: m, rt: rt,
 		stop: func() {
 			ip.stop()
-			rt.Close()
-			_ = os.RemoveAll(stateDir)
+			done()
 		},
 	}, nil
 }

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/sandbox"
-	"github.com/sandboxd/sandboxd/sandbox/docker"
 	"github.com/sandboxd/sandboxd/server"
 )
 
@@ -39,12 +38,11 @@ func runRunSuite(ctx context.Context, e *env) ([]row, error) {
 		image = "sandboxd-test:latest"
 	}
 	quiet := slog.New(slog.NewTextHandler(e.log, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	rt, err := docker.New(ctx, docker.Options{AgentBinary: bin, Logger: quiet,
-		Labels: map[string]string{"sandboxd.bench.run": strconv.FormatInt(time.Now().UnixNano(), 36)}})
+	rt, done, err := benchRuntime(ctx, "run", bin, quiet, runLabels())
 	if err != nil {
-		return nil, fmt.Errorf("run suite (is the Docker engine up?): %w", err)
+		return nil, err
 	}
-	defer rt.Close()
+	defer done()
 	m, err := sandbox.NewManager(ctx, rt, sandbox.ManagerOptions{Defaults: sandbox.SessionOptions{Image: image}, Logger: quiet})
 	if err != nil {
 		return nil, err

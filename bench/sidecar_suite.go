@@ -16,7 +16,6 @@ import (
 
 	"github.com/sandboxd/sandboxd/client"
 	"github.com/sandboxd/sandboxd/sandbox"
-	"github.com/sandboxd/sandboxd/sandbox/docker"
 	"github.com/sandboxd/sandboxd/server"
 )
 
@@ -57,12 +56,11 @@ func runSidecarSuite(ctx context.Context, e *env) (_ []row, err error) {
 		return nil, fmt.Errorf("sidecar suite: %s (make sidecar-images): %w", sidecarBenchImage, err)
 	}
 	quiet := slog.New(slog.NewTextHandler(e.log, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	rt, err := docker.New(ctx, docker.Options{AgentBinary: bin, Logger: quiet,
-		Labels: map[string]string{"sandboxd.bench.run": strconv.FormatInt(time.Now().UnixNano(), 36)}})
+	rt, done, err := benchRuntime(ctx, "sidecar", bin, quiet, runLabels())
 	if err != nil {
-		return nil, fmt.Errorf("sidecar suite (is the Docker engine up?): %w", err)
+		return nil, err
 	}
-	defer rt.Close()
+	defer done()
 	m, err := sandbox.NewManager(ctx, rt, sandbox.ManagerOptions{Defaults: sandbox.SessionOptions{Image: image}, Logger: quiet})
 	if err != nil {
 		return nil, err
