@@ -2,6 +2,7 @@ package agent
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -85,7 +86,23 @@ type pendingCall struct {
 	chunks  [][]byte
 	lastSeq uint64
 	notify  chan struct{} // capacity 1; nil when the call does not stream
+
+	// A paced stream (window > 0): unacked counts the bytes received and
+	// not yet acknowledged (delivered); overflow is set when the agent
+	// sent past its window, and what came past it was dropped.
+	c        *Client
+	id       uint64
+	window   int64
+	unacked  int64
+	overflow int64
 }
+
+// StreamWindow is how much of a tool call's streamed output may be on its
+// way at once (decision 0038): the agent sends no more until the host has
+// delivered some (stream/ack), so a slow StreamFunc slows the tool's
+// process, as a slow terminal does, and the chunks queued here for the
+// caller never exceed it.
+const StreamWindow = 1 << 20
 
 // NewClient starts a client on conn (an exec/attach stream, a pipe, a unix
 // socket connection) and its read loop. Close it when done.
@@ -160,7 +177,11 @@ func (c *Client) Call(ctx context.Context, name string, args json.RawMessage, st
 	if len(args) > MaxFrameSize {
 		return nil, fmt.Errorf("agent %s %s: %w: %d bytes of arguments, the limit is %d", MethodToolsCall, name, ErrFrameTooLarge, len(args), MaxFrameSize)
 	}
-	raw, err := c.roundTrip(ctx, MethodToolsCall, callParams{Name: name, Arguments: args, Stream: stream != nil}, stream)
+	cp := callParams{Name: name, Arguments: args, Stream: stream != nil}
+	if cp.Stream {
+		cp.Window = StreamWindow
+	}
+	raw, err := c.roundTrip(ctx, MethodToolsCall, cp, stream)
 	if ije := (*invalidJSONError)(nil); errors.As(err, &ije) {
 		// Same contract as the tool framework: the model reads this.
 		return tools.Errorf("Invalid arguments for tool %q: %v", name, ije), nil
@@ -222,9 +243,12 @@ func (c *Client) exchange(ctx context.Context, method string, params any, data [
 		return nil, fmt.Errorf("agent %s: encoding params: %w", method, err)
 	}
 	id := c.nextID.Add(1)
-	p := &pendingCall{resp: make(chan *frame, 1)}
+	p := &pendingCall{resp: make(chan *frame, 1), c: c, id: id}
 	if stream != nil {
 		p.notify = make(chan struct{}, 1)
+		if cp, ok := params.(callParams); ok && cp.Window > 0 {
+			p.window = cp.Window
+		}
 	}
 	c.mu.Lock()
 	if c.err != nil {
@@ -293,6 +317,12 @@ func (p *pendingCall) finish(method string, f *frame, stream tools.StreamFunc) (
 	if f.Error != nil {
 		return nil, fmt.Errorf("agent %s: %w", method, f.Error)
 	}
+	p.mu.Lock()
+	over := p.overflow
+	p.mu.Unlock()
+	if over > 0 {
+		return nil, fmt.Errorf("agent %s: %w: %d bytes past its window of %d were dropped", method, ErrStreamWindow, over, p.window)
+	}
 	return f, nil
 }
 
@@ -309,10 +339,28 @@ func (p *pendingCall) deliver(stream tools.StreamFunc) {
 		if len(chunks) == 0 {
 			return
 		}
-		for _, ch := range chunks {
-			stream(ch)
+		// What queued up while stream was busy goes on as one piece
+		// (at most the window): a caller that is slow now and then gets
+		// fewer, larger pieces, not the tool's many small reads.
+		data := chunks[0]
+		if len(chunks) > 1 {
+			data = bytes.Join(chunks, nil)
 		}
+		stream(data)
+		p.ack(int64(len(data)))
 	}
+}
+
+// ack returns n delivered bytes of a paced call's window to the agent.
+func (p *pendingCall) ack(n int64) {
+	if p.window == 0 || n == 0 {
+		return
+	}
+	p.mu.Lock()
+	p.unacked -= n
+	p.mu.Unlock()
+	raw, _ := json.Marshal(streamAckParams{ID: p.id, Bytes: n})
+	p.c.notifyAsync(&frame{Method: MethodStreamAck, Params: raw})
 }
 
 // cancelAsync tells the agent to cancel request id without making the
@@ -476,6 +524,17 @@ func (c *Client) stream(f *frame) {
 	if data == nil {
 		data = sp.Data
 	}
+	if p.window > 0 && p.unacked+int64(len(data)) > p.window {
+		// The agent is ours, but what comes out of a sandbox is hostile:
+		// its memory here stays bounded, and the call fails.
+		if p.overflow == 0 {
+			c.log.Warn("the agent streamed past a call's window; dropping", "id", sp.ID, "window", p.window)
+		}
+		p.overflow += int64(len(data))
+		p.mu.Unlock()
+		return
+	}
+	p.unacked += int64(len(data))
 	p.chunks = append(p.chunks, data)
 	p.mu.Unlock()
 	select {

@@ -30,6 +30,7 @@ type conn struct {
 	calls     map[uint64]context.CancelFunc // requests in flight, by id
 	transfers map[string]transfer
 	ptys      map[uint64]*agentPTY // nil while one starts
+	streams   map[uint64]*streamer // paced streaming calls, by id
 
 	wg        sync.WaitGroup // request goroutines
 	closeOnce sync.Once
@@ -50,6 +51,7 @@ func newConn(s *Server, rwc io.ReadWriteCloser) *conn {
 		cancel:    cancel,
 		calls:     map[uint64]context.CancelFunc{},
 		transfers: map[string]transfer{},
+		streams:   map[uint64]*streamer{},
 	}
 }
 
@@ -247,6 +249,18 @@ func (c *conn) notification(f *frame) {
 		}
 	case MethodPTYAck:
 		c.ptyAck(f)
+	case MethodStreamAck:
+		var p streamAckParams
+		if err := json.Unmarshal(f.Params, &p); err != nil || p.Bytes <= 0 {
+			c.log.Warn("ignoring a stream ack with bad params", "params", string(f.Params))
+			return
+		}
+		c.mu.Lock()
+		st := c.streams[p.ID]
+		c.mu.Unlock()
+		if st != nil {
+			st.ack(p.Bytes)
+		}
 	default:
 		c.log.Warn("ignoring an unknown notification", "method", f.Method)
 	}

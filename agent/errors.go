@@ -15,6 +15,9 @@ var (
 	// crashed, container killed, stream closed). Every pending call fails
 	// with an error wrapping it.
 	ErrDisconnected = errors.New("agent connection ended")
+	// ErrStreamWindow: the agent streamed more of a call's output than its
+	// window allows (StreamWindow); the excess was dropped (host side only).
+	ErrStreamWindow = errors.New("agent streamed past the call's window")
 	// ErrFrameTooLarge: a frame above MaxFrameSize.
 	ErrFrameTooLarge = errors.New("frame too large")
 	// ErrShuttingDown: the agent is shutting down and takes no new work.

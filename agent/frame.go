@@ -36,6 +36,9 @@ const (
 	MethodCancel = "cancel"   // host -> agent: {id}
 	MethodAbort  = "fs/abort" // host -> agent: {transfer}
 	MethodStream = "stream"   // agent -> host: {id, seq, data}
+	// MethodStreamAck returns bytes of a streaming call's window (see
+	// callParams.Window): host -> agent {id, bytes}.
+	MethodStreamAck = "stream/ack"
 )
 
 // frame is every message on the wire. A request has ID and Method, a
@@ -58,6 +61,15 @@ type (
 		Name      string          `json:"name"`
 		Arguments json.RawMessage `json:"arguments,omitempty"`
 		Stream    bool            `json:"stream,omitempty"`
+		// Window, when not 0, paces a streaming call: the agent sends at
+		// most this many bytes of output the host has not acknowledged
+		// (stream/ack), then the tool waits (its process blocks on a full
+		// pipe or terminal) until the host has taken some.
+		Window int64 `json:"window,omitempty"`
+	}
+	streamAckParams struct {
+		ID    uint64 `json:"id"`
+		Bytes int64  `json:"bytes"`
 	}
 	cancelParams struct {
 		ID uint64 `json:"id"`

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -32,6 +33,8 @@ type testKit struct {
 	barN    int
 
 	watchers []*tools.StreamFunc
+
+	streamed atomic.Int64 // bytes the stream tool has handed to its stream
 }
 
 func (k *testKit) Close() error { k.closed.Add(1); return nil }
@@ -70,7 +73,8 @@ type (
 		MS int `json:"ms"`
 	}
 	streamArgs struct {
-		N int `json:"n"`
+		N    int `json:"n"`
+		Size int `json:"size,omitempty"` // each chunk this many bytes of 'x' instead of "chunk N"
 	}
 	noArgs struct{}
 )
@@ -125,7 +129,12 @@ func newTestKit(t testing.TB, barrierN int) (*testKit, *tools.Toolset) {
 		mk(tools.NewFunc(def("stream"), func(ctx context.Context, a streamArgs) (*tools.Observation, error) {
 			out := tools.StreamFrom(ctx)
 			for i := 1; i <= a.N; i++ {
-				out(fmt.Appendf(nil, "chunk %d\n", i))
+				b := fmt.Appendf(nil, "chunk %d\n", i)
+				if a.Size > 0 {
+					b = bytes.Repeat([]byte("x"), a.Size)
+				}
+				out(b)
+				k.streamed.Add(int64(len(b)))
 			}
 			return tools.TextResult("done", nil), nil
 		}, k)),

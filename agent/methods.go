@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/sandboxd/sandboxd/tools"
 )
@@ -82,9 +83,21 @@ func handleToolsCall(ctx context.Context, c *conn, f *frame) (any, error) {
 	if p.Name == "" {
 		return nil, fmt.Errorf("%w: tools/call needs the name of a tool", ErrInvalidParams)
 	}
-	var st *streamer
+	if p.Window < 0 {
+		return nil, fmt.Errorf("%w: tools/call window must not be negative", ErrInvalidParams)
+	}
 	if p.Stream {
-		st = &streamer{c: c, id: f.ID}
+		st := newStreamer(ctx, c, f.ID, p.Window)
+		if p.Window > 0 {
+			c.mu.Lock()
+			c.streams[f.ID] = st
+			c.mu.Unlock()
+			defer func() {
+				c.mu.Lock()
+				delete(c.streams, f.ID)
+				c.mu.Unlock()
+			}()
+		}
 		ctx = tools.WithStream(ctx, st.send)
 		defer st.finish() // before the reply: no chunk may follow the result
 	}
@@ -108,12 +121,30 @@ const streamChunkSize = 1 << 20
 // streamer sends a call's output as "stream" notifications numbered from 1.
 // It is safe for concurrent use; once finish has run (the call returned),
 // late chunks are dropped so the result is always the last frame of a call.
+//
+// With a window (callParams.Window), send blocks while the host has not
+// acknowledged window bytes: the tool's reader stops, its process blocks on
+// a full terminal or pipe, and no buffer between the process and the host
+// holds more than the window. The wait ends with an ack, the call's end
+// (ctx: cancelled by the host, the connection or the server), or finish.
 type streamer struct {
-	c    *conn
-	id   uint64
-	mu   sync.Mutex
+	c      *conn
+	id     uint64
+	ctx    context.Context
+	window int64
+
+	mu   sync.Mutex // one send at a time, in order
 	seq  uint64
 	done bool
+
+	unacked atomic.Int64
+	credit  chan struct{} // capacity 1: an ack arrived
+	stop    chan struct{} // closed by finish
+	once    sync.Once
+}
+
+func newStreamer(ctx context.Context, c *conn, id uint64, window int64) *streamer {
+	return &streamer{c: c, id: id, ctx: ctx, window: window, credit: make(chan struct{}, 1), stop: make(chan struct{})}
 }
 
 func (st *streamer) send(chunk []byte) {
@@ -121,6 +152,13 @@ func (st *streamer) send(chunk []byte) {
 	defer st.mu.Unlock()
 	for !st.done && len(chunk) > 0 {
 		n := min(len(chunk), streamChunkSize)
+		if st.window > 0 {
+			if !st.waitCredit() {
+				return // the call ends; what it printed stays in its observation
+			}
+			n = min(n, int(max(st.window-st.unacked.Load(), 1)))
+			st.unacked.Add(int64(n))
+		}
 		st.seq++
 		if err := st.c.notify(MethodStream, streamParams{ID: st.id, Seq: st.seq}, chunk[:n]); err != nil {
 			return // the connection is gone; the call's ctx is being cancelled
@@ -129,7 +167,36 @@ func (st *streamer) send(chunk []byte) {
 	}
 }
 
+// waitCredit waits until the window has room; false when the call ends
+// first.
+func (st *streamer) waitCredit() bool {
+	for st.unacked.Load() >= st.window {
+		select {
+		case <-st.credit:
+		case <-st.stop:
+			return false
+		case <-st.ctx.Done():
+			return false
+		}
+	}
+	return true
+}
+
+// ack returns n bytes of window (on the connection's read loop).
+func (st *streamer) ack(n int64) {
+	if st.unacked.Add(-n) < 0 {
+		st.unacked.Store(0) // a host acking more than it got: ignore the excess
+	}
+	select {
+	case st.credit <- struct{}{}:
+	default:
+	}
+}
+
+// finish ends the stream: a send waiting for credit returns, later ones
+// send nothing.
 func (st *streamer) finish() {
+	st.once.Do(func() { close(st.stop) })
 	st.mu.Lock()
 	st.done = true
 	st.mu.Unlock()

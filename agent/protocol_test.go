@@ -2,11 +2,13 @@ package agent
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net"
 	"strings"
@@ -191,10 +193,12 @@ func TestStreamOrderingAndCompleteness(t *testing.T) {
 	})
 	require.NoError(t, err)
 	assert.Equal(t, "done", obs.Text())
-	require.Len(t, got, n, "every chunk arrives before Call returns")
-	for i, s := range got {
-		require.Equal(t, fmt.Sprintf("chunk %d\n", i+1), s)
+	// Chunks that queued up while the stream func ran arrive joined.
+	var want strings.Builder
+	for i := 1; i <= n; i++ {
+		fmt.Fprintf(&want, "chunk %d\n", i)
 	}
+	require.Equal(t, want.String(), strings.Join(got, ""), "every chunk arrives, in order, before Call returns")
 
 	// Without a stream func the call still works and nothing is sent.
 	obs, err = p.cli.Call(ctxT(t), "stream", json.RawMessage(`{"n":3}`), nil)
@@ -581,4 +585,76 @@ func inFlight(s *Server) int {
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
 	require.Eventually(t, cond, 10*time.Second, 2*time.Millisecond)
+}
+
+// A streaming call is paced by its window: while the host's StreamFunc
+// holds its first chunk, the tool gets no further than StreamWindow bytes
+// (its send blocks, as a program's write to a full terminal does) and the
+// host holds no more than that; once the host takes output again, every
+// byte arrives, in order.
+func TestStreamWindowPacesTheTool(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newPair(t)
+		const n, size = 64, 64 << 10 // 4 MiB: four windows
+		hold := make(chan struct{})
+		var got int
+		done := make(chan error, 1)
+		go func() {
+			first := true
+			obs, err := p.cli.Call(context.Background(), "stream", json.RawMessage(fmt.Sprintf(`{"n":%d,"size":%d}`, n, size)), func(b []byte) {
+				if first {
+					first = false
+					<-hold
+				}
+				got += len(b)
+			})
+			if err == nil && obs.Text() != "done" {
+				err = fmt.Errorf("observation %q", obs.Text())
+			}
+			done <- err
+		}()
+		synctest.Wait() // everyone is blocked: the tool on its window
+		sent := p.kit.streamed.Load()
+		assert.LessOrEqual(t, sent, int64(StreamWindow)+size, "the tool ran past its window while the host held its output")
+		assert.Less(t, sent, int64(n*size), "the tool was never held back")
+		close(hold)
+		require.NoError(t, <-done)
+		assert.Equal(t, n*size, got, "every byte arrives once the host takes output")
+	})
+}
+
+// An agent that streams past its window (it ignores stream/ack) cannot make
+// the host hold more: the excess is dropped and the call fails saying so.
+func TestStreamPastTheWindowFailsTheCall(t *testing.T) {
+	hostEnd, agentEnd := net.Pipe()
+	cli := NewClient(hostEnd, WithLogger(quiet))
+	t.Cleanup(func() { _ = cli.Close(); _ = agentEnd.Close() })
+	done := make(chan error, 1)
+	var got int
+	hold := make(chan struct{}) // the host takes nothing until the agent is done
+	go func() {
+		_, err := cli.Call(ctxT(t), "stream", nil, func(b []byte) { <-hold; got += len(b) })
+		done <- err
+	}()
+	var hdr [frameHeaderSize]byte
+	body, _, err := readFrame(agentEnd, &hdr)
+	require.NoError(t, err)
+	go func() { _, _ = io.Copy(io.Discard, agentEnd) }() // the acks
+	var f frame
+	require.NoError(t, json.Unmarshal(body, &f))
+	var cp callParams
+	require.NoError(t, json.Unmarshal(f.Params, &cp))
+	require.Equal(t, int64(StreamWindow), cp.Window, "a streaming call asks for a window")
+	chunk := bytes.Repeat([]byte("y"), 256<<10)
+	for seq := uint64(1); seq <= 8; seq++ { // 2 MiB: twice the window, no ack awaited
+		raw, _ := json.Marshal(streamParams{ID: f.ID, Seq: seq})
+		_, err := agentEnd.Write(mustFrame(t, &frame{Method: MethodStream, Params: raw, Data: chunk}))
+		require.NoError(t, err)
+	}
+	_, err = agentEnd.Write(mustFrame(t, &frame{ID: f.ID, Result: json.RawMessage(`{"content":[{"type":"text","text":"x"}]}`)}))
+	require.NoError(t, err)
+	close(hold)
+	err = <-done
+	require.ErrorIs(t, err, ErrStreamWindow)
+	assert.LessOrEqual(t, got, StreamWindow)
 }

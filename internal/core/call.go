@@ -25,6 +25,11 @@ type CallRequest struct {
 	Stream bool
 	// Extra, if not nil, also receives the output.
 	Extra tools.StreamFunc
+	// Pace, if not nil, runs after each piece of output is handed on and
+	// may block until the caller has taken it: the tool's process waits
+	// meanwhile (the agent streams within a window, decision 0038). It
+	// must return when ctx ends.
+	Pace func(ctx context.Context)
 }
 
 // runningCall is a call Cancel can stop; done closes when Call returns.
@@ -61,6 +66,9 @@ func (s *Session) Call(parent context.Context, r CallRequest) (*tools.Observatio
 		}
 		if r.Extra != nil {
 			r.Extra(b)
+		}
+		if r.Pace != nil {
+			r.Pace(ctx)
 		}
 	}
 	if r.Stream || r.Extra != nil {

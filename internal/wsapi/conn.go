@@ -50,9 +50,11 @@ type conn struct {
 	closeWhy   string
 	writerDone chan struct{}
 	room       chan struct{} // capacity 1: the writer took a message (a waiting reply retries)
+	drainedCh  chan struct{} // capacity 1: the writer found the queue drained (a paced call goes on)
 
 	gmu      sync.Mutex
 	gaps     map[string]*wsproto.StreamGap // by session: output withheld, notice not yet queued
+	paced    map[pacedCall]int             // this connection's streaming calls in flight (with gmu)
 	gapsOpen atomic.Int32                  // len(gaps), for the writer's cheap check
 	dropping atomic.Bool                   // overloaded: being disconnected
 
@@ -83,6 +85,7 @@ func newConn(h *Handler, ws *websocket.Conn, p core.Principal, remote string) *c
 		writerDone: make(chan struct{}),
 		closing:    make(chan struct{}),
 		room:       make(chan struct{}, 1),
+		drainedCh:  make(chan struct{}, 1),
 		gaps:       map[string]*wsproto.StreamGap{},
 		grants:     map[string]*core.Session{},
 		attached:   map[string]*core.Session{},
@@ -105,17 +108,22 @@ func (c *conn) serve() {
 	c.mu.Unlock()
 }
 
+// alive extends the read deadline: the peer answered a ping, or took a
+// message the writer wrote. A client that reads slowly may find a ping
+// behind megabytes of output in the socket buffers and answer it late;
+// its reading is proof enough that it is there.
+func (c *conn) alive() {
+	select {
+	case <-c.closing: // keep the short deadline of the closing handshake
+	default:
+		_ = c.ws.SetReadDeadline(time.Now().Add(2*c.h.opts.PingInterval + c.h.opts.WriteTimeout))
+	}
+}
+
 func (c *conn) readLoop() {
 	c.ws.SetReadLimit(c.h.opts.MaxMessageBytes)
-	deadline := func() {
-		select {
-		case <-c.closing: // keep the short deadline of the closing handshake
-		default:
-			_ = c.ws.SetReadDeadline(time.Now().Add(2*c.h.opts.PingInterval + c.h.opts.WriteTimeout))
-		}
-	}
-	deadline()
-	c.ws.SetPongHandler(func(string) error { deadline(); return nil })
+	c.alive()
+	c.ws.SetPongHandler(func(string) error { c.alive(); return nil })
 	for {
 		kind, msg, err := c.ws.ReadMessage()
 		if err == nil && kind == websocket.TextMessage && !utf8.Valid(msg) {
@@ -145,7 +153,7 @@ func (c *conn) readLoop() {
 			}
 			return
 		}
-		deadline()
+		c.alive()
 		c.dispatch(msg)
 	}
 }
@@ -213,11 +221,20 @@ func (c *conn) writeLoop() {
 		case c.room <- struct{}{}:
 		default:
 		}
+		if err == nil {
+			c.alive()
+		}
 		if err == nil && msg.written != nil {
 			msg.written()
 		}
-		if err == nil && c.gapsOpen.Load() > 0 && c.drained() {
-			c.flushGaps("")
+		if err == nil && c.drained() {
+			if c.gapsOpen.Load() > 0 {
+				c.flushGaps("")
+			}
+			select {
+			case c.drainedCh <- struct{}{}:
+			default:
+			}
 		}
 		return err
 	}
@@ -338,6 +355,63 @@ func (c *conn) drained() bool {
 	return c.queued.Load() <= c.h.opts.OutputBytes/2 && len(c.out) <= c.h.opts.OutputMessages/2
 }
 
+// pace holds back a streaming call of this connection (core.CallRequest.Pace)
+// while the queue is not drained: the caller's own output is then never
+// withheld, and the command prints at the pace its caller reads (decision
+// 0038). Other connections of the session still get gaps, never a wait.
+// It returns at once when the connection has ended: the call, detached
+// from it, goes on unpaced.
+func (c *conn) pace(ctx context.Context) {
+	if c.drained() {
+		return
+	}
+	// A fallback tick: a signal taken by another paced call of this
+	// connection is passed on below, but a missed one must not stall.
+	t := time.NewTicker(paceTick)
+	defer t.Stop()
+	for !c.drained() {
+		select {
+		case <-c.drainedCh:
+		case <-t.C:
+		case <-ctx.Done():
+			return
+		case <-c.ctx.Done():
+			return
+		}
+	}
+	select { // another paced call may wait for the same room
+	case c.drainedCh <- struct{}{}:
+	default:
+	}
+}
+
+// pacedCall names a streaming call of this connection: its output is paced
+// to the connection (pace), so Output gives it the whole queue rather
+// than the output budget, never withholding it for want of budget.
+type pacedCall struct{ session, call string }
+
+// trackPaced registers a streaming call made on this connection until the
+// returned func runs.
+func (c *conn) trackPaced(sessionID string, callID json.RawMessage) (untrack func()) {
+	k := pacedCall{sessionID, string(callID)}
+	c.gmu.Lock()
+	if c.paced == nil {
+		c.paced = map[pacedCall]int{}
+	}
+	c.paced[k]++
+	c.gmu.Unlock()
+	return func() {
+		c.gmu.Lock()
+		if c.paced[k]--; c.paced[k] <= 0 {
+			delete(c.paced, k)
+		}
+		c.gmu.Unlock()
+	}
+}
+
+// paceTick bounds how long a paced call waits for a drain it missed.
+const paceTick = 50 * time.Millisecond
+
 // flushGaps queues the notices of the open gaps (of one session, or all
 // for ""), in order behind what the connection already has of each.
 func (c *conn) flushGaps(sessionID string) {
@@ -446,7 +520,13 @@ func (c *conn) Output(sessionID string, ch core.Chunk) {
 		c.log.Error("marshal", "err", err)
 		return
 	}
-	if len(c.out) >= c.h.opts.OutputMessages || !c.tryEnqueue(b, nil, c.h.opts.OutputBytes) {
+	msgs, room := c.h.opts.OutputMessages, c.h.opts.OutputBytes
+	if c.paced[pacedCall{sessionID, string(ch.CallID)}] > 0 {
+		// Paced to this connection: at most one piece past the drain
+		// pace waits for is ever queued.
+		msgs, room = c.h.opts.QueueMessages, c.h.opts.QueueBytes
+	}
+	if len(c.out) >= msgs || !c.tryEnqueue(b, nil, room) {
 		g = &wsproto.StreamGap{SessionID: sessionID, FromSeq: ch.Seq, CallIDs: []json.RawMessage{}}
 		c.gaps[sessionID] = g
 		c.gapsOpen.Store(int32(len(c.gaps)))

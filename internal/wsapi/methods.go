@@ -246,7 +246,14 @@ func toolsCall(c *conn, req *wsproto.Request) (any, error) {
 	// The call runs detached from this connection; a retry with the same
 	// id (after a reconnect) joins it or gets its stored result.
 	return s.Idempotent(c.ctx, req.ID, req.Method, retryForm(&p, &p.SessionRef), func() (json.RawMessage, error) {
-		obs, err := s.Call(c.detached(), core.CallRequest{Transport: metrics.TransportWS, CallID: req.ID, Name: p.Name, Args: p.Arguments, Stream: p.Stream})
+		r := core.CallRequest{Transport: metrics.TransportWS, CallID: req.ID, Name: p.Name, Args: p.Arguments, Stream: p.Stream}
+		if p.Stream {
+			// Paced to this connection (decision 0038): its output waits
+			// for the queue to drain, and is never withheld from it.
+			r.Pace = c.pace
+			defer c.trackPaced(s.ID(), req.ID)()
+		}
+		obs, err := s.Call(c.detached(), r)
 		if err != nil {
 			return nil, err
 		}

@@ -177,3 +177,51 @@ func metricCount(t *testing.T, c prometheus.Counter) float64 {
 	t.Helper()
 	return testutil.ToFloat64(c)
 }
+
+// A streaming call of this connection is paced to it (conn.pace, decision
+// 0038): output that waits for the drain after each chunk is never
+// withheld from its caller, however small the budget: 16 MiB arrive
+// whole, in order, without one gap, and the queue stays within the budget
+// plus the chunk in hand. (Not with a tiny socket buffer: loopback's
+// silly-window avoidance then stalls the sender on its persist timer.)
+func TestPacedCallIsNeverWithheld(t *testing.T) {
+	const budget = 64 << 10
+	_, ws, c := pacingServer(t, Options{OutputBytes: budget, ReplyWait: time.Minute}, 0)
+	const chunks, size = 2048, 8 << 10 // 16 MiB
+	data := strings.Repeat("x", size)
+	over := make(chan int64, 1)
+	go func() {
+		ctx := context.Background()
+		for i := 1; i <= chunks; i++ {
+			c.Output("s1", core.Chunk{Seq: uint64(i), CallID: json.RawMessage(`7`), Data: data})
+			if q := c.queued.Load(); q > budget+2*size {
+				select {
+				case over <- q:
+				default:
+				}
+			}
+			c.pace(ctx)
+		}
+	}()
+	for next := uint64(1); next <= chunks; {
+		_ = ws.SetReadDeadline(time.Now().Add(20 * time.Second))
+		var m wsproto.Message
+		if err := ws.ReadJSON(&m); err != nil {
+			t.Fatalf("read after seq %d: %v", next-1, err)
+		}
+		if m.Method != wsproto.NotifyStreamOutput {
+			t.Fatalf("after seq %d: %s %s: a paced call's output was withheld", next-1, m.Method, m.Params)
+		}
+		var o wsproto.StreamOutput
+		_ = json.Unmarshal(m.Params, &o)
+		if o.Seq != next || len(o.Data) != size {
+			t.Fatalf("chunk %d (%d bytes), want %d", o.Seq, len(o.Data), next)
+		}
+		next++
+	}
+	select {
+	case q := <-over:
+		t.Fatalf("the queue held %d bytes, over the budget of %d", q, budget)
+	default:
+	}
+}
