@@ -33,7 +33,7 @@ var (
 	harnessSessions = flag.Int("harness-sessions", 16, "harness suite: sessions created at once per round")
 	harnessCalls    = flag.Int("harness-calls", 10, "harness suite: no-op tool calls per session")
 	harnessPool     = flag.Int("harness-pool", -1, "harness suite: size of the warm pool of the pooled rounds (-1: as many as -harness-sessions)")
-	harnessStarts   = flag.Int("harness-starts", 0, "harness suite: sandbox.ManagerOptions.MaxConcurrentStarts (0: the manager's default)")
+	harnessStarts   = flag.Int("harness-starts", 0, "harness and scale suites: sandbox.ManagerOptions.MaxConcurrentStarts (0: the manager's default)")
 )
 
 func init() {

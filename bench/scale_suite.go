@@ -251,7 +251,7 @@ func runScaleSuite(ctx context.Context, e *env) (_ []row, err error) {
 			kind = "pool"
 		}
 		// One server per pool setting; every way in draws from it in turn.
-		srv, err := startHarnessServer(ctx, bin, image, map[string]string{scopeKey: scope, serverKey: kind}, pool, 0, quiet)
+		srv, err := startHarnessServer(ctx, bin, image, map[string]string{scopeKey: scope, serverKey: kind}, pool, *harnessStarts, quiet)
 		if err != nil {
 			return nil, err
 		}
