@@ -19,6 +19,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"time"
@@ -61,7 +62,21 @@ func run() int {
 	list := flag.Bool("list", false, "list the suites and exit")
 	scale := flag.Float64("scale", 1, "multiply every scenario's iteration count (e.g. 0.2 for a smoke run, 5 for tighter p99s)")
 	agentBin := flag.String("agent", "", "sandboxd binary to benchmark (default: build ./cmd/sandboxd with CGO_ENABLED=0)")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the bench process (the in-process servers and clients) to this file")
 	flag.Parse()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			return 2
+		}
+		defer func() { _ = f.Close() }()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			return 2
+		}
+		defer pprof.StopCPUProfile()
+	}
 	if *list {
 		for _, s := range suites {
 			note := ""

@@ -176,6 +176,7 @@ type Manager struct {
 	bg     sync.WaitGroup
 
 	sidecarTools sidecarToolCache // learned MCP servers' tools (sidecartools.go)
+	claims       *claimer         // claims of handed-out pooled sandboxes (claims.go)
 	mu           sync.Mutex
 	sessions     map[string]*Session // handed out (or adopted), not yet forgotten
 	pools        map[string]*pool    // by options key
@@ -199,6 +200,7 @@ func NewManager(ctx context.Context, rt Runtime, opts ManagerOptions) (*Manager,
 		slots:    newStartSlots(opts.MaxConcurrentStarts),
 		sessions: map[string]*Session{},
 		pools:    map[string]*pool{},
+		claims:   newClaimer(),
 	}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	for _, po := range opts.Pools {
@@ -217,6 +219,7 @@ func NewManager(ctx context.Context, rt Runtime, opts ManagerOptions) (*Manager,
 		return nil, fmt.Errorf("sandbox: reclaiming resources of a previous run: %w", err)
 	}
 	m.goBackground(m.reaper)
+	m.goBackground(m.runClaims)
 	for _, p := range m.pools {
 		m.goBackground(p.run)
 	}
@@ -312,20 +315,11 @@ func (m *Manager) handOut(s *Session, co CreateOptions) error {
 	}
 	m.sessions[s.id] = s
 	m.mu.Unlock()
-	// The claim is off the hand-out path: if the daemon dies before it
-	// lands, the next one recycles the sandbox as pooled, which is what a
-	// session nobody could reach any more deserves.
-	// Shutdown cancels the manager's context but waits for background work,
-	// so the claim runs on a context Shutdown does not cancel: a session
-	// kept for adoption must be renamed before the next daemon lists it, or
-	// that daemon would recycle it as a pooled sandbox and lose it.
-	m.goBackground(func(ctx context.Context) {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.opts.RemoveTimeout)
-		defer cancel()
-		if err := m.rt.Claim(ctx, s.id); err != nil && !errors.Is(err, ErrNotFound) { // gone: closed already
-			s.log.Warn("claiming pooled sandbox", "err", err)
-		}
-	})
+	// The claim is off the hand-out path, and waits for hand-outs to pause
+	// (claims.go).
+	if !m.claims.add(s) {
+		m.claim(s) // the worker has stopped (Shutdown): claim it here
+	}
 	s.log.Info("session handed out from pool")
 	return nil
 }

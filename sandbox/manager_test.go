@@ -367,6 +367,11 @@ func TestWarmPool(t *testing.T) {
 		synctest.Wait()
 		assert.Equal(t, 3, rt.count(), "refilled")
 		rt.mu.Lock()
+		assert.True(t, rt.boxes[s.ID()].pooled, "the claim waits for hand-outs to pause")
+		rt.mu.Unlock()
+		time.Sleep(claimQuiet)
+		synctest.Wait()
+		rt.mu.Lock()
 		assert.False(t, rt.boxes[s.ID()].pooled, "claimed")
 		rt.mu.Unlock()
 

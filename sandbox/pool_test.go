@@ -317,3 +317,63 @@ func TestPoolRefillsArithmetic(t *testing.T) {
 		assert.Empty(t, p.claims, "claims older than the window are forgotten")
 	})
 }
+
+// Claims wait for hand-outs to pause: hand-outs every 100 ms claim nothing
+// until claimMaxWait after the first (then those queued), and the rest
+// once they pause for claimQuiet. A claim still queued at Shutdown lands
+// before Shutdown returns.
+func TestClaimsWaitForAPause(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt := newFakeRuntime(t)
+		m := newTestManager(t, rt, ManagerOptions{Pools: []PoolOptions{{Size: 40}}, MaxConcurrentStarts: 40})
+		synctest.Wait()
+		pooled := func() (n int) {
+			rt.mu.Lock()
+			defer rt.mu.Unlock()
+			for _, b := range rt.boxes {
+				if b.pooled {
+					n++
+				}
+			}
+			return n
+		}
+		var got []*Session
+		create := func() {
+			s, err := m.Create(context.Background(), SessionOptions{})
+			require.NoError(t, err)
+			got = append(got, s)
+		}
+		start := time.Now()
+		for time.Since(start) < claimMaxWait-claimQuiet {
+			create()
+			time.Sleep(100 * time.Millisecond)
+			synctest.Wait()
+		}
+		n := len(got)
+		ready := m.Pools()[0].Ready
+		assert.Equal(t, ready+n, pooled(), "no claim while hand-outs go on")
+		for range 5 {
+			create()
+			time.Sleep(100 * time.Millisecond)
+			synctest.Wait()
+		}
+		assert.Less(t, pooled(), m.Pools()[0].Ready+len(got), "claimMaxWait: the queued claims ran")
+		time.Sleep(claimQuiet)
+		synctest.Wait()
+		for _, s := range got {
+			rt.mu.Lock()
+			assert.False(t, rt.boxes[s.ID()].pooled, "claimed once hand-outs paused")
+			rt.mu.Unlock()
+		}
+
+		// Queued at Shutdown (keeping sessions, as a restart does): claimed
+		// before it returns.
+		create()
+		last := got[len(got)-1]
+		require.NoError(t, m.Shutdown(context.Background(), true))
+		rt.mu.Lock()
+		assert.False(t, rt.boxes[last.ID()].pooled, "claimed at Shutdown")
+		rt.mu.Unlock()
+		rt.stopAll() // the kept sandboxes
+	})
+}
