@@ -59,6 +59,9 @@ const (
 	// ptyKillGrace is how long the processes of a closing PTY have between
 	// SIGHUP and SIGKILL.
 	ptyKillGrace = time.Second
+	// ptyKillBound bounds each of the freeze and kill phases after it
+	// (pty.Sweeper.FreezeAndKill): for processes that cannot stop at once.
+	ptyKillBound = 10 * time.Second
 	// ptyDrain bounds how long a PTY whose process ended keeps reading
 	// what is still in the pty (a process that left the session may hold
 	// it open) and waits for the host's acknowledgements.
@@ -575,38 +578,46 @@ func (t *agentPTY) end() {
 }
 
 // hangUp ends every process of the PTY's session: SIGHUP and SIGCONT (a
-// stopped job acts on SIGHUP only once continued), then SIGKILL to what is
-// left after ptyKillGrace.
+// stopped job acts on SIGHUP only once continued), then, after up to
+// ptyKillGrace, what is left is frozen and killed (pty.Sweeper).
 func (t *agentPTY) hangUp() {
-	sig := func(s unix.Signal) int {
-		n := pty.SignalSession(t.pid, s)
+	// The terminal tool's sweeper (decision 0012): a scan of /proc is no
+	// snapshot, so a fork bomb's churning chains can slip past any one
+	// scan; process groups seen once are signalled whole from then on, and
+	// "nothing found" is believed only after rounds of freezing.
+	w := pty.NewSweeper(t.pid, func() []pty.Member { return pty.ScanSession(t.pid, nil) })
+	leader := func(s unix.Signal) bool {
 		select {
 		case <-t.exited:
+			return false
 		default: // not reaped yet: the pid is still the leader's
 			_ = unix.Kill(t.pid, s)
+			return true
+		}
+	}
+	sig := func(s unix.Signal) int {
+		n, _ := w.Signal(s)
+		if leader(s) {
 			n++
 		}
 		return n
 	}
-	if sig(unix.SIGHUP) == 0 {
-		return
-	}
+	sig(unix.SIGHUP)
 	sig(unix.SIGCONT)
 	deadline := time.Now().Add(ptyKillGrace)
+grace:
 	for wait := time.Millisecond; time.Now().Before(deadline); wait = min(2*wait, 50*time.Millisecond) {
 		select {
 		case <-t.exited:
-			if pty.SignalSession(t.pid, 0) == 0 {
-				return
+			if n, _ := w.Signal(0); n == 0 {
+				break grace // likely all gone: FreezeAndKill makes sure
 			}
 		default:
 		}
 		time.Sleep(min(wait, time.Until(deadline)))
 	}
-	// Until none is left: a process that forked between a scan and the
-	// kill of its parent is caught by the next round.
-	for end := time.Now().Add(time.Second); sig(unix.SIGKILL) > 0 && time.Now().Before(end); {
-		time.Sleep(time.Millisecond)
+	if frozen, left := w.FreezeAndKill(ptyKillBound, leader); !frozen || left > 0 {
+		t.log.Warn("pty: the session's processes did not all end", "frozen", frozen, "left", left, "bound", ptyKillBound)
 	}
 	select {
 	case <-t.exited:

@@ -8,14 +8,17 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandboxd/internal/pty"
 )
@@ -354,4 +357,38 @@ func TestWatchBufferDrops(t *testing.T) {
 	w.close()
 	_, err = w.Read(buf)
 	assert.ErrorIs(t, err, io.EOF)
+}
+
+// Close ends processes that fork and exit at once (a fork bomb churning at
+// its pids limit), which a scan of /proc can miss round after round: 8
+// chains that ignore SIGHUP and SIGTERM hold a FIFO open, and EOF on the
+// test's end proves every link died (pty.Sweeper freezes process groups,
+// then kills them).
+func TestPTYCloseEndsChurningProcesses(t *testing.T) {
+	p := newPair(t)
+	ctx := ctxT(t)
+	fifo := filepath.Join(t.TempDir(), "alive")
+	require.NoError(t, unix.Mkfifo(fifo, 0o600))
+	fr, err := os.OpenFile(fifo, os.O_RDONLY|unix.O_NONBLOCK, 0)
+	require.NoError(t, err)
+	defer fr.Close()
+	term, r := openRec(ctx, t, p.cli, PTYOptions{Rows: 24, Cols: 80, Command: []string{"bash", "--norc", "-i"}})
+	sid := term.Opened().PID
+	t.Cleanup(func() { // whatever the outcome, leave no chain running on the host
+		w := pty.NewSweeper(sid, func() []pty.Member { return pty.ScanSession(sid, nil) })
+		for range 1000 {
+			if n, _ := w.Signal(unix.SIGKILL); n == 0 {
+				return
+			}
+		}
+	})
+	require.NoError(t, term.Input(ctx, []byte(`exec 3>`+fifo+`; trap '' TERM HUP; w(){ sleep 0.01; w & }; for i in 1 2 3 4 5 6 7 8; do w & done; exec 3>&-; echo "sta""rted"`+"\n")))
+	r.waitFor(ctx, t, "the chains", func(out string) bool { return strings.Contains(out, "started") })
+	_, err = term.Close(ctx)
+	require.NoError(t, err)
+	require.NoError(t, fr.SetReadDeadline(time.Now().Add(20*time.Second)))
+	n, err := fr.Read(make([]byte, 1))
+	assert.Equal(t, 0, n)
+	require.ErrorIs(t, err, io.EOF, "a process of the pty's session outlived Close (it holds the FIFO open)")
+	assert.Empty(t, pty.ScanSession(sid, nil), "nothing of the session is left, stopped or running")
 }

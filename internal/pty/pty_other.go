@@ -8,6 +8,7 @@ import (
 	"errors"
 	"os"
 	"syscall"
+	"time"
 )
 
 var errNotLinux = errors.New("pty: pseudo-terminals are opened on Linux only")
@@ -20,3 +21,21 @@ func Size(*os.File) (rows, cols uint16, err error) { return 0, 0, errNotLinux }
 func ProcStat(int) (state byte, session int, ok bool)            { return 0, 0, false }
 func ProcStatGroup(int) (state byte, pgrp, session int, ok bool) { return 0, 0, 0, false }
 func SignalSession(int, syscall.Signal) int                      { return 0 }
+
+// Member is a process found by ScanSession (Linux only).
+type Member struct {
+	PID, Pgrp int
+	State     byte
+}
+
+// Stopped reports whether the member was stopped when read.
+func (m Member) Stopped() bool { return false }
+
+func ScanSession(int, func(int) bool) []Member { return nil }
+
+// Sweeper ends a terminal session's processes (Linux only).
+type Sweeper struct{}
+
+func NewSweeper(int, func() []Member) *Sweeper                                      { return &Sweeper{} }
+func (*Sweeper) Signal(syscall.Signal) (found, running int)                         { return 0, 0 }
+func (*Sweeper) FreezeAndKill(time.Duration, func(syscall.Signal) bool) (bool, int) { return true, 0 }

@@ -766,7 +766,7 @@ func TestCloseEndsChurningProcesses(t *testing.T) {
 	t.Cleanup(func() { // whatever the outcome, leave no chain running on the host
 		w := newSweeper(shellPID, tag)
 		for range 1000 {
-			if n, _ := w.signal(unix.SIGKILL); n == 0 {
+			if n, _ := w.Signal(unix.SIGKILL); n == 0 {
 				return
 			}
 		}

@@ -7,6 +7,8 @@ import (
 	"os"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandboxd/internal/pty"
 )
 
 // The terminal runs inside Linux sandboxes only; these stubs keep the
@@ -21,7 +23,4 @@ func foregroundPgrp(*os.File) (int, error)            { return 0, errNotLinux }
 func sessionMembers(int, string) []int                { return nil }
 func procStat(int) (state byte, session int, ok bool) { return 0, 0, false }
 
-type sweeper struct{}
-
-func newSweeper(int, string) *sweeper                    { return &sweeper{} }
-func (*sweeper) signal(unix.Signal) (found, running int) { return 0, 0 }
+func newSweeper(int, string) *pty.Sweeper { return &pty.Sweeper{} }

@@ -597,10 +597,17 @@ func (s *session) terminate() {
 		}
 	}
 	w := newSweeper(sid, s.tag)
-	signal := func(sig unix.Signal) (found, running int) {
-		found, running = w.signal(sig)
+	// The shell itself, until it is reaped.
+	leader := func(sig unix.Signal) bool {
 		if alive() {
 			_ = unix.Kill(sid, sig)
+			return true
+		}
+		return false
+	}
+	signal := func(sig unix.Signal) (found, running int) {
+		found, running = w.Signal(sig)
+		if leader(sig) {
 			found++
 		}
 		return found, running
@@ -619,41 +626,10 @@ func (s *session) terminate() {
 			time.Sleep(min(wait, time.Until(deadline)))
 		}
 	}
-	// Freeze first: a stopped process cannot fork, so a fork bomb stops
-	// growing while it is rounded up; the sweeper stops whole process
-	// groups at once, so one sighting of a job's member freezes the job
-	// (see sweeper). Rounds until several in a row, over a few
-	// milliseconds, find every member stopped already: a count that merely
-	// stays level is no proof (at the pids limit a bomb's size is constant
-	// while it churns), and a single scan can miss a fast chain of
-	// processes outright. The bound is for processes that cannot stop (an
-	// uninterruptible sleep), not for a slow round: an agent starved of CPU
-	// by the bomb it is ending still stops more of it each round, and every
-	// stopped process frees CPU.
-	frozen := false
-	for end, clean, since := time.Now().Add(killBound), 0, time.Now(); time.Now().Before(end); time.Sleep(time.Millisecond) {
-		if _, running := w.signal(unix.SIGSTOP); running > 0 {
-			clean, since = 0, time.Now()
-			continue
-		}
-		if clean++; clean >= cleanRounds && time.Since(since) >= cleanSpan {
-			frozen = true
-			break
-		}
-	}
-	// Until none is left: members that forked between a scan and the
-	// kill of their parent (none, once frozen) are caught by the next round.
-	left := 0
-	for end, clean := time.Now().Add(killBound), 0; clean < 2; time.Sleep(time.Millisecond) {
-		if left, _ = signal(unix.SIGKILL); left > 0 {
-			clean = 0
-		} else {
-			clean++
-		}
-		if !time.Now().Before(end) {
-			break
-		}
-	}
+	// Freeze first, then kill (pty.Sweeper.FreezeAndKill): a stopped
+	// process cannot fork, so a fork bomb stops growing while it is rounded
+	// up, and the sweeper stops whole process groups at once.
+	frozen, left := w.FreezeAndKill(killBound, leader)
 	if !frozen || left > 0 {
 		s.log.Warn("terminal: the shell's processes did not all end", "frozen", frozen, "left", left, "bound", killBound)
 	}
@@ -677,14 +653,6 @@ func (s *session) terminate() {
 // shell and a few jobs; a whole pids limit of a bomb, with the agent
 // starved of CPU, took longer than the 1 s this once was).
 const killBound = 10 * time.Second
-
-// cleanRounds and cleanSpan are how many freeze rounds in a row, and over
-// how long at least, must find nothing of the session running before it
-// counts as frozen (each round has its own chance to sight a fast chain).
-const (
-	cleanRounds = 5
-	cleanSpan   = 20 * time.Millisecond
-)
 
 // shellQuote quotes s for a POSIX shell.
 func shellQuote(s string) string {
