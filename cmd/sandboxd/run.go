@@ -46,9 +46,10 @@ both work; arguments are quoted as given.
 
 As with docker run, CMD's standard input is empty (/dev/null) unless -i is
 given: then sandboxd reads its own standard input to the end and hands it
-to CMD ("git diff | sandboxd run -i -- 'cd repo && git apply'"). Its
-output goes to a pipe, as with docker run (stdout and stderr merged, as
-text): programs buffer it as they do into a pipe, and it flows at a
+to CMD ("git diff | sandboxd run -i -- 'cd repo && git apply'").
+
+CMD's output goes to a pipe, as with docker run (stdout and stderr merged,
+as text): programs buffer it as they do into a pipe, and it flows at a
 pipe's speed. With -t CMD writes to the session's terminal instead:
 line-buffered and in colour, as with docker run -t, but a program that
 prints a line at a time pays the terminal's cost per line (seq 1 5000000:
