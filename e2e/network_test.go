@@ -110,6 +110,23 @@ func gateway(t *testing.T, sessionID string) string {
 }
 
 // rulesOf lists sandboxd's firewall rules of a session.
+// closedOrDump asserts that a probe finds the port closed; if not, it logs
+// what the host firewall held then (sandboxd's chains, DOCKER-USER,
+// FORWARD) and the session's own rules, so a failure says whether the
+// rules were missing or bypassed.
+func closedOrDump(t *testing.T, s *sandbox.Session, host string, port int) {
+	t.Helper()
+	out := sh(t, s, fmt.Sprintf(`timeout 3 bash -c 'exec 3<>/dev/tcp/%s/%d' 2>/dev/null && echo OPEN || echo CLOSED`, host, port))
+	if got := strings.TrimSpace(out); !strings.Contains(got, "CLOSED") || strings.Contains(got, "OPEN") {
+		var dump strings.Builder
+		for _, chain := range []string{sdocker.ChainForward, sdocker.ChainInput, "DOCKER-USER", "FORWARD"} {
+			out, err := exec.Command("iptables", "-w", "-S", chain).CombinedOutput()
+			fmt.Fprintf(&dump, "iptables -S %s (%v):\n%s\n", chain, err, out)
+		}
+		t.Errorf("session %s reached %s:%d (the probe's whole output: %q); its rules: %v\n%s", s.ID(), host, port, out, rulesOf(s.ID()), dump.String())
+	}
+}
+
 func rulesOf(sessionID string) []sdocker.FirewallRule {
 	var out []sdocker.FirewallRule
 	for _, r := range sdocker.FirewallRules(context.Background()) {
@@ -279,7 +296,7 @@ func TestNetworkEgressAllowHosts(t *testing.T) {
 	require.NoError(t, err)
 	assert.Contains(t, sh(t, byName, "cat /etc/hosts"), tn.allowed+"\t"+name, "the name is pinned to the address allowed")
 	assert.Equal(t, "OPEN", probe(t, byName, name, port))
-	assert.Equal(t, "CLOSED", probe(t, byName, tn.other, port))
+	closedOrDump(t, byName, tn.other, port)
 	assert.Equal(t, "CLOSED", probe(t, byName, "169.254.169.254", 80))
 	assert.Equal(t, 2, tn.ln.count(tn.allowed))
 	assert.Equal(t, 1, tn.ln.count(tn.other), "nothing of the restricted session arrived at the other address")
@@ -287,7 +304,7 @@ func TestNetworkEgressAllowHosts(t *testing.T) {
 	byPrefix, err := m.Create(ctxT(t), sandbox.SessionOptions{Network: sandbox.NetworkBridge, AllowHosts: []string{tn.other + "/32"}})
 	require.NoError(t, err)
 	assert.Equal(t, "OPEN", probe(t, byPrefix, tn.other, port))
-	assert.Equal(t, "CLOSED", probe(t, byPrefix, tn.allowed, port))
+	closedOrDump(t, byPrefix, tn.allowed, port)
 	assert.Equal(t, 2, tn.ln.count(tn.allowed))
 	assert.Equal(t, 2, tn.ln.count(tn.other))
 
