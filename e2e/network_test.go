@@ -77,7 +77,7 @@ func (l *listener) total() int {
 // probe tries a TCP connection from inside the session: "OPEN" or "CLOSED".
 func probe(t *testing.T, s *sandbox.Session, host string, port int) string {
 	t.Helper()
-	out := sh(t, s, fmt.Sprintf(`timeout 3 bash -c 'exec 3<>/dev/tcp/%s/%d' 2>/dev/null && echo OPEN || echo CLOSED`, host, port))
+	out := probeOutput(t, s, host, port)
 	switch {
 	case strings.Contains(out, "OPEN"):
 		return "OPEN"
@@ -86,6 +86,13 @@ func probe(t *testing.T, s *sandbox.Session, host string, port int) string {
 	}
 	t.Fatalf("probe %s:%d: %q", host, port, out)
 	return ""
+}
+
+// probeOutput is what the terminal printed for a TCP connect to host:port
+// from s: OPEN or CLOSED, unless something went wrong.
+func probeOutput(t *testing.T, s *sandbox.Session, host string, port int) string {
+	t.Helper()
+	return sh(t, s, fmt.Sprintf(`timeout 3 bash -c 'exec 3<>/dev/tcp/%s/%d' 2>/dev/null && echo OPEN || echo CLOSED`, host, port))
 }
 
 // needFirewall skips a test that needs sandboxd's host firewall where it
@@ -116,7 +123,7 @@ func gateway(t *testing.T, sessionID string) string {
 // rules were missing or bypassed.
 func closedOrDump(t *testing.T, s *sandbox.Session, host string, port int) {
 	t.Helper()
-	out := sh(t, s, fmt.Sprintf(`timeout 3 bash -c 'exec 3<>/dev/tcp/%s/%d' 2>/dev/null && echo OPEN || echo CLOSED`, host, port))
+	out := probeOutput(t, s, host, port)
 	if got := strings.TrimSpace(out); !strings.Contains(got, "CLOSED") || strings.Contains(got, "OPEN") {
 		var dump strings.Builder
 		for _, chain := range []string{sdocker.ChainForward, sdocker.ChainInput, "DOCKER-USER", "FORWARD"} {
