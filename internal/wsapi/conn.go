@@ -51,6 +51,7 @@ type conn struct {
 	writerDone chan struct{}
 	room       chan struct{} // capacity 1: the writer took a message (a waiting reply retries)
 	drainedCh  chan struct{} // capacity 1: the writer found the queue drained (a paced call goes on)
+	aliveAt    atomic.Int64  // unix nanoseconds of the last read deadline extension (alive)
 
 	gmu      sync.Mutex
 	gaps     map[string]*wsproto.StreamGap // by session: output withheld, notice not yet queued
@@ -116,7 +117,17 @@ func (c *conn) alive() {
 	select {
 	case <-c.closing: // keep the short deadline of the closing handshake
 	default:
-		_ = c.ws.SetReadDeadline(time.Now().Add(2*c.h.opts.PingInterval + c.h.opts.WriteTimeout))
+		now := time.Now()
+		c.aliveAt.Store(now.UnixNano())
+		_ = c.ws.SetReadDeadline(now.Add(2*c.h.opts.PingInterval + c.h.opts.WriteTimeout))
+	}
+}
+
+// wroteAlive is alive for the writer, at most once a second: not a
+// deadline update per message on the hot path.
+func (c *conn) wroteAlive() {
+	if time.Now().UnixNano()-c.aliveAt.Load() >= int64(time.Second) {
+		c.alive()
 	}
 }
 
@@ -222,7 +233,7 @@ func (c *conn) writeLoop() {
 		default:
 		}
 		if err == nil {
-			c.alive()
+			c.wroteAlive()
 		}
 		if err == nil && msg.written != nil {
 			msg.written()
