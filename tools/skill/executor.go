@@ -273,6 +273,8 @@ func (x *Executor) call(ctx context.Context, s *skills.Skill, name string, raw j
 		switch v, err := parseJSON(stdout); {
 		case jsonTooBig:
 			note += fmt.Sprintf("\n[Its stdout is larger than %d MiB and was not parsed as JSON.]", maxJSONBytes>>20)
+		case errors.As(err, new(unfitJSON)):
+			note += fmt.Sprintf("\n[Its stdout is valid JSON but is passed as text only: %v.]", err)
 		case err != nil && !isErr:
 			note += fmt.Sprintf("\n[The skill returns JSON, but its stdout is not valid JSON: %v.]", err)
 		case err == nil:
@@ -303,11 +305,22 @@ func parseJSON(stdout []byte) (any, error) {
 	if dec.More() {
 		return nil, errors.New("more than one JSON value")
 	}
+	// JSON Go reads may still be more than clients can: too deep a
+	// nesting, or a number out of a double's range.
+	if err := tools.CheckStructured(v); err != nil {
+		return nil, unfitJSON{err}
+	}
 	if _, ok := v.(map[string]any); ok {
 		return v, nil
 	}
 	return map[string]any{"result": v}, nil
 }
+
+// unfitJSON is valid JSON that clients could not take as structured
+// content (tools.CheckStructured).
+type unfitJSON struct{ err error }
+
+func (e unfitJSON) Error() string { return e.err.Error() }
 
 // startError words why a script did not start.
 func startError(err error) string {

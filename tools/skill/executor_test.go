@@ -95,6 +95,10 @@ func TestReturnsJSON(t *testing.T) {
 		mk("arr", `echo '[1, 2]'`+"\n"),
 		mk("bad", `echo 'not json'`+"\n"),
 		mk("failed", `echo 'oops'; exit 2`+"\n"),
+		// Valid JSON that clients cannot take (attacks-2026-11b K12): 9,000
+		// deep (under Go's limit of 10,000), and a number no double holds.
+		mk("deep", `printf '%.0s[' $(seq 9000); printf '%.0s]' $(seq 9000); echo`+"\n"),
+		mk("hugenum", `echo '{"n": -1e999999}'`+"\n"),
 	))
 	obs := call(t, ts, "obj", `{}`)
 	require.False(t, obs.IsError, obs.Text())
@@ -118,6 +122,18 @@ func TestReturnsJSON(t *testing.T) {
 	assert.True(t, obs.IsError)
 	assert.Nil(t, obs.Structured)
 	assert.Equal(t, "oops\n[The skill exited with code 2.]", obs.Text(), "no JSON note on a failure")
+
+	obs = call(t, ts, "deep", `{}`)
+	assert.False(t, obs.IsError, "the script succeeded")
+	assert.Nil(t, obs.Structured, "9,000-deep JSON is not passed as structured content")
+	assert.Contains(t, obs.Text(), "[Its stdout is valid JSON but is passed as text only: it is nested deeper than 64 levels.]")
+
+	obs = call(t, ts, "hugenum", `{}`)
+	assert.False(t, obs.IsError, "the script succeeded")
+	assert.Nil(t, obs.Structured, "-1e999999 is not passed as structured content")
+	assert.Contains(t, obs.Text(), "[Its stdout is valid JSON but is passed as text only: its number -1e999999 is out of the range of a double.]")
+	_, err = json.Marshal(obs)
+	require.NoError(t, err, "the observation encodes")
 }
 
 // A call past the skill's timeout is killed with its whole process group
