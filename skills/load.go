@@ -101,7 +101,7 @@ func Load(dir, root string) ([]*Skill, []Skipped) {
 		return nil, []Skipped{{Root: root, Reason: fmt.Sprintf("cannot open the root: %v", pathless(err))}}
 	}
 	defer r.Close()
-	skills, skipped := LoadFS(r.FS(), root)
+	skills, skipped := LoadFS(rootFS{r}, root)
 	for _, s := range skills {
 		s.Dir = filepath.Join(dir, filepath.FromSlash(s.Path))
 	}

@@ -154,6 +154,13 @@ func (p *parser) run() {
 // read returns SKILL.md's text: UTF-8, bounded, without a BOM, with LF line
 // ends.
 func (p *parser) read() (string, bool) {
+	// The mode is checked before the open: opening a FIFO for reading
+	// blocks until a writer comes (Load's file system also opens
+	// O_NONBLOCK, for a file swapped in between the two).
+	if fi, err := fs.Stat(p.fsys, p.rel(SkillFile)); err == nil && !fi.Mode().IsRegular() {
+		p.add(sevFatal, 0, "", "not a regular file (%s)", fileKind(fi.Mode()))
+		return "", false
+	}
 	f, err := p.fsys.Open(p.rel(SkillFile))
 	if err != nil {
 		p.add(sevFatal, 0, "", "cannot read: %v", pathless(err))
@@ -162,7 +169,7 @@ func (p *parser) read() (string, bool) {
 	defer func() { _ = f.Close() }() // read only
 	if fi, err := f.Stat(); err == nil {
 		if !fi.Mode().IsRegular() {
-			p.add(sevFatal, 0, "", "not a regular file")
+			p.add(sevFatal, 0, "", "not a regular file (%s)", fileKind(fi.Mode()))
 			return "", false
 		}
 		if fi.Size() > MaxSkillFile {
@@ -189,6 +196,24 @@ func (p *parser) read() (string, bool) {
 		return "", false
 	}
 	return strings.ReplaceAll(string(data), "\r\n", "\n"), true
+}
+
+// fileKind names a file's type for a message.
+func fileKind(m fs.FileMode) string {
+	switch {
+	case m.IsDir():
+		return "a directory"
+	case m&fs.ModeNamedPipe != 0:
+		return "a FIFO"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	case m&fs.ModeDevice != 0:
+		return "a device"
+	case m&fs.ModeSymlink != 0:
+		return "a symbolic link"
+	default:
+		return "type " + m.Type().String()
+	}
 }
 
 // pathless drops the path from a *fs.PathError: the caller's message

@@ -64,7 +64,7 @@ func ValidateCount(dir string) (int, []Problem) {
 		return 0, []Problem{{File: dir, Msg: fmt.Sprintf("cannot open: %v", pathless(err))}}
 	}
 	defer r.Close()
-	fsys := r.FS()
+	fsys := rootFS{r}
 	if _, err := os.Lstat(filepath.Join(dir, SkillFile)); err == nil {
 		abs, err := filepath.Abs(dir)
 		if err != nil {

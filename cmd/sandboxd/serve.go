@@ -275,7 +275,7 @@ func runServe(ctx context.Context, std stdio, args []string) error {
 	if err := checkProfiles(ctx, file, defaults, rt.CheckRuntime); err != nil {
 		return err
 	}
-	skillSrc, err := loadSkills(cfg.stateDir, skillRoots, log)
+	skillSrc, err := loadSkills(ctx, cfg.stateDir, skillRoots, log)
 	if err != nil {
 		return err
 	}
@@ -414,7 +414,8 @@ func profilePools(file *config.File, cfg serveConfig, log *slog.Logger) []sandbo
 // then the built-in skills, written (content-addressed, read-only) under
 // the state directory so that sandboxes can mount them. What a root holds
 // that cannot be used is logged with the reason; it never stops the server.
-func loadSkills(stateDir string, operatorRoots []string, log *slog.Logger) (sandboxmgr.Skills, error) {
+// SIGINT and SIGTERM (ctx) end a load that is stuck.
+func loadSkills(ctx context.Context, stateDir string, operatorRoots []string, log *slog.Logger) (sandboxmgr.Skills, error) {
 	builtinDir, err := skills.ExtractBuiltin(filepath.Join(stateDir, "skills"))
 	if err != nil {
 		return sandboxmgr.Skills{}, fmt.Errorf("writing the built-in skills under %s: %w", stateDir, err)
@@ -423,7 +424,10 @@ func loadSkills(stateDir string, operatorRoots []string, log *slog.Logger) (sand
 	for _, d := range operatorRoots {
 		roots = append(roots, skills.Root{Dir: d})
 	}
-	lib := skills.NewLibrary(append(roots, skills.BuiltinRoot(builtinDir))...)
+	lib, err := loadLibrary(ctx, append(roots, skills.BuiltinRoot(builtinDir))...)
+	if err != nil {
+		return sandboxmgr.Skills{}, err
+	}
 	for _, sk := range lib.Skipped() {
 		log.Warn("skill not loaded", "path", sk.Path, "root", sk.Root, "reason", sk.Reason)
 	}

@@ -100,9 +100,25 @@ func plural(n int, one, many string) string {
 }
 
 // skillLibrary loads the operator roots dirs (a configuration file's roots
-// are more of them, after the flags') and the built-in skills.
-func skillLibrary(dirs []string) *skills.Library {
-	return skills.NewLibrary(skills.OperatorRoots(dirs...)...)
+// are more of them, after the flags') and the built-in skills, or returns
+// ctx's error once SIGINT or SIGTERM cancels it (see loadLibrary).
+func skillLibrary(ctx context.Context, dirs []string) (*skills.Library, error) {
+	return loadLibrary(ctx, skills.OperatorRoots(dirs...)...)
+}
+
+// loadLibrary loads the roots (skills.NewLibrary) unless ctx ends first: a
+// root on a stuck file system (a hung NFS mount, a file that blocks on
+// open) must not make serve or skills list ignore SIGTERM. The load then
+// goes on in the background until its read returns; the command exits.
+func loadLibrary(ctx context.Context, roots ...skills.Root) (*skills.Library, error) {
+	done := make(chan *skills.Library, 1)
+	go func() { done <- skills.NewLibrary(roots...) }()
+	select {
+	case lib := <-done:
+		return lib, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("loading the skill roots: %w", context.Cause(ctx))
+	}
 }
 
 // skillListing is one skill as `skills list --json` prints it.
@@ -149,7 +165,7 @@ func orDefault(d, def time.Duration) time.Duration {
 	return d
 }
 
-func runSkillsList(_ context.Context, std stdio, args []string) error {
+func runSkillsList(ctx context.Context, std stdio, args []string) error {
 	fs := newFlagSet("skills list", std, "[--config FILE] [--skills-dir DIR]... [--json]", listHelp)
 	var dirs pathList
 	fs.Var(&dirs, "skills-dir", "a root of skills, repeatable; earlier roots shadow later ones, all shadow the built-in skills")
@@ -175,7 +191,10 @@ func runSkillsList(_ context.Context, std stdio, args []string) error {
 	if err != nil {
 		return err
 	}
-	lib := skillLibrary(roots)
+	lib, err := skillLibrary(ctx, roots)
+	if err != nil {
+		return err
+	}
 	all, skipped := lib.Skills(), lib.Skipped()
 	if *asJSON {
 		out := struct {
