@@ -10,6 +10,9 @@
 #   sandboxd-mcp-testserver:latest   e2e/mcptestserver of this repository (stdio): a
 #                                    go-sdk server whose tool list changes and that
 #                                    counts cancellations (go build, no registry)
+#   sandboxd-mcp-evil:latest         e2e/evilmcp of this repository (stdio, or -http
+#                                    ADDR): a hostile MCP server, stdlib only, that
+#                                    plays the sidecar attacks of issue 21 (-attack)
 # An image whose recipe (this script, the version, the base image's id) is current
 # is skipped.
 #
@@ -40,7 +43,7 @@ done
 step "checking prerequisites"
 need_docker
 command -v go >/dev/null 2>&1 || die "go not found in PATH"
-servers=(memory everything sse testserver)
+servers=(memory everything sse testserver evil)
 module=github.com/modelcontextprotocol/go-sdk
 version=$(cd "$here/.." && go list -m -f '{{.Version}}' "$module")
 [ -n "$version" ] || die "no $module in go.mod"
@@ -62,6 +65,7 @@ for name in "${servers[@]}"; do
 		cat "$0"
 		printf '%s\n' "image=$image" "server=$name" "version=$version" "base=$base_id"
 		if [ "$name" = testserver ]; then cat "$here/../e2e/mcptestserver/main.go"; fi
+		if [ "$name" = evil ]; then cat "$here/../e2e/evilmcp/main.go"; fi
 	} | sha256_of)
 	if [ "$force" -eq 0 ] && [ "$(image_label "$image" "$SANDBOXD_LABEL_RECIPE")" = "$recipe" ]; then
 		step "$image is up to date (recipe ${recipe:0:12}); nothing to do (--force rebuilds)"
@@ -73,6 +77,10 @@ for name in "${servers[@]}"; do
 		source="sandboxd e2e/mcptestserver (go-sdk $version)"
 		step "go build ./e2e/mcptestserver"
 		(cd "$here/.." && CGO_ENABLED=0 go build -trimpath -o "$work/$name/$name" ./e2e/mcptestserver)
+	elif [ "$name" = evil ]; then
+		source="sandboxd e2e/evilmcp (hostile, stdlib only)"
+		step "go build ./e2e/evilmcp"
+		(cd "$here/.." && CGO_ENABLED=0 go build -trimpath -o "$work/$name/$name" ./e2e/evilmcp)
 	else
 		step "go install $source"
 		CGO_ENABLED=0 GOBIN="$work/$name" GOFLAGS=-trimpath go install "$source"

@@ -14,6 +14,7 @@ import (
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"golang.org/x/time/rate"
 
 	"github.com/sandboxd/sandboxd/tools"
 )
@@ -55,7 +56,10 @@ type sidecars struct {
 type sidecar struct {
 	set *sidecars
 	srv MCPServer
-	log *slog.Logger
+	log *slog.Logger // bounded (package loglimit): the session's budget of hostile input
+
+	requests *rate.Limiter // the server's requests to sandboxd (guard)
+	relists  relister      // re-reads after list_changed
 
 	mu       sync.Mutex
 	cs       *mcp.ClientSession // nil while down
@@ -67,12 +71,13 @@ type sidecar struct {
 	restarts int                // restarts after exits
 	gen      int                // counts starts, so a stale exit is ignored
 	down     chan struct{}      // closed when the running client session ends
+	flooded  *mcp.ClientSession // the client session cut off for flooding (guard)
 }
 
 func newSidecars(s *Session, rt SidecarRuntime) *sidecars {
 	set := &sidecars{s: s, rt: rt, by: map[string]*sidecar{}, closed: make(chan struct{})}
 	for _, srv := range s.opts.MCPServers {
-		c := &sidecar{set: set, srv: srv, log: s.log.With("sidecar", srv.Name)}
+		c := &sidecar{set: set, srv: srv, log: s.agentLog.With("sidecar", srv.Name), requests: newRequestLimiter()}
 		set.all = append(set.all, c)
 		set.by[srv.Name] = c
 	}
@@ -341,16 +346,17 @@ func (c *sidecar) connect(ctx context.Context, conn *SidecarConn) (*mcp.ClientSe
 	client := mcp.NewClient(sidecarClient, &mcp.ClientOptions{
 		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) { c.relist() },
 	})
+	client.AddReceivingMiddleware(c.guard)
 	if c.srv.Transport == TransportStdio {
-		return client.Connect(ctx, &mcp.IOTransport{Reader: conn.Stream, Writer: conn.Stream}, nil)
+		return client.Connect(ctx, &mcp.IOTransport{Reader: conn.Stream, Writer: conn.Stream, MaxLineLength: SidecarMaxMessage}, nil)
 	}
-	hc := &http.Client{Transport: &http.Transport{DisableCompression: true, MaxIdleConnsPerHost: 64}}
+	hc := &http.Client{Transport: limitedBodies{&http.Transport{DisableCompression: true, MaxIdleConnsPerHost: 64}}}
 	for {
 		var t mcp.Transport
 		if c.srv.Transport == TransportSSE {
-			t = &mcp.SSEClientTransport{Endpoint: conn.URL, HTTPClient: hc}
+			t = &mcp.SSEClientTransport{Endpoint: conn.URL, HTTPClient: hc, MaxEventSize: SidecarMaxMessage}
 		} else {
-			t = &mcp.StreamableClientTransport{Endpoint: conn.URL, HTTPClient: hc, MaxRetries: -1}
+			t = &mcp.StreamableClientTransport{Endpoint: conn.URL, HTTPClient: hc, MaxRetries: -1, MaxEventSize: SidecarMaxMessage}
 		}
 		// The SSE transport's event stream lives on the context of
 		// Connect: it must outlive the start, and end only with the
@@ -382,38 +388,48 @@ func (c *sidecar) connect(ctx context.Context, conn *SidecarConn) (*mcp.ClientSe
 	}
 }
 
-// relist re-reads the tools after notifications/tools/list_changed.
+// relist re-reads the tools after notifications/tools/list_changed,
+// coalesced (relister): a flood of notifications costs one re-read a
+// second at most.
 func (c *sidecar) relist() {
+	c.mu.Lock()
+	live := c.cs != nil
+	c.mu.Unlock()
+	if live {
+		c.relists.request(c.reread)
+	}
+}
+
+// reread is one re-read of the running client session's tools.
+func (c *sidecar) reread() {
 	c.mu.Lock()
 	cs := c.cs
 	c.mu.Unlock()
 	if cs == nil {
 		return
 	}
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), SidecarReadyTimeout)
-		defer cancel()
-		defs, orig, err := listSidecarTools(ctx, c.srv.Name, cs)
-		if err != nil {
-			c.log.Warn("re-reading tools after list_changed", "err", err)
-			return
-		}
-		c.mu.Lock()
-		current := c.cs == cs
-		changed := current && !sameTools(c.defs, defs)
-		if current {
-			c.defs, c.orig = defs, orig
-		}
-		c.mu.Unlock()
-		if !current {
-			return
-		}
-		c.set.s.m.learnedTools(c.srv, defs)
-		c.log.Info("mcp sidecar tools changed", "tools", len(defs))
-		if changed {
-			c.set.changed()
-		}
-	}()
+	ctx, cancel := context.WithTimeout(context.Background(), SidecarReadyTimeout)
+	defer cancel()
+	stop := context.AfterFunc(c.set.s.m.ctx, cancel)
+	defer stop()
+	defs, orig, err := listSidecarTools(ctx, c.srv.Name, cs)
+	if err != nil {
+		c.log.Warn("re-reading tools after list_changed", "err", err)
+		return
+	}
+	c.mu.Lock()
+	current := c.cs == cs
+	changed := current && !sameTools(c.defs, defs)
+	if current {
+		c.defs, c.orig = defs, orig
+	}
+	c.mu.Unlock()
+	if !current || !changed {
+		return
+	}
+	c.set.s.m.learnedTools(c.srv, defs)
+	c.log.Info("mcp sidecar tools changed", "tools", len(defs))
+	c.set.changed()
 }
 
 // watch waits for the client session to end. Unless the session closes,
@@ -432,11 +448,15 @@ func (c *sidecar) watch(cs *mcp.ClientSession, gen int, down chan struct{}) {
 		tail = c.conn.Stderr()
 	}
 	conn := c.conn
-	c.cs, c.conn = nil, nil
+	flooded := c.flooded == cs
+	c.cs, c.conn, c.flooded = nil, nil, nil
 	c.restarts++
 	n := c.restarts
 	why := "its connection ended"
-	if werr != nil {
+	switch {
+	case flooded:
+		why = errSidecarFlood.Error()
+	case werr != nil:
 		why += " (" + werr.Error() + ")"
 	}
 	if tail != "" {
@@ -529,10 +549,13 @@ func (c *sidecar) call(ctx context.Context, exposed string, args json.RawMessage
 	if len(args) == 0 {
 		arguments = map[string]any{}
 	}
-	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: orig, Arguments: arguments})
+	res, err := c.callTool(ctx, cs, &mcp.CallToolParams{Name: orig, Arguments: arguments})
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
+		}
+		if errors.Is(err, context.DeadlineExceeded) {
+			return tools.Errorf("mcp server %q did not answer %s within %v, the deadline of a sidecar call", c.srv.Name, exposed, SidecarCallTimeout), nil
 		}
 		var rpc *jsonrpc.Error
 		if errors.As(err, &rpc) {
@@ -556,29 +579,38 @@ func (c *sidecar) call(ctx context.Context, exposed string, args json.RawMessage
 		}
 		return tools.Errorf("%v", down), nil
 	}
-	return fromMCPResult(res), nil
+	return boundResult(c.srv.Name, fromMCPResult(res)), nil
 }
 
-// listSidecarTools reads every page of a server's tools and names them for
-// the session.
-func listSidecarTools(ctx context.Context, server string, cs *mcp.ClientSession) ([]tools.Definition, map[string]string, error) {
-	defs := []tools.Definition{}
-	orig := map[string]string{}
-	for t, err := range cs.Tools(ctx, nil) {
-		if err != nil {
-			return nil, nil, err
-		}
-		d, err := fromMCPTool(server, t)
-		if err != nil {
-			return nil, nil, err
-		}
-		if prev, ok := orig[d.Name]; ok {
-			return nil, nil, fmt.Errorf("its tools %q and %q are both exposed as %q", prev, t.Name, d.Name)
-		}
-		orig[d.Name] = t.Name
-		defs = append(defs, d)
+// callTool is cs.CallTool within SidecarCallTimeout, returning at most
+// sidecarCancelGrace after ctx ends whatever the transport does: a POST
+// to an HTTP server that never answers held a cancelled call 16.7 s (M14).
+// The abandoned call ends with the client session at the latest.
+func (c *sidecar) callTool(ctx context.Context, cs *mcp.ClientSession, params *mcp.CallToolParams) (*mcp.CallToolResult, error) {
+	cctx, cancel := context.WithTimeout(ctx, SidecarCallTimeout)
+	defer cancel()
+	type answer struct {
+		res *mcp.CallToolResult
+		err error
 	}
-	return defs, orig, nil
+	done := make(chan answer, 1)
+	go func() {
+		res, err := cs.CallTool(cctx, params)
+		done <- answer{res, err}
+	}()
+	select {
+	case a := <-done:
+		return a.res, a.err
+	case <-cctx.Done():
+	}
+	t := time.NewTimer(sidecarCancelGrace)
+	defer t.Stop()
+	select {
+	case a := <-done:
+		return a.res, a.err
+	case <-t.C:
+		return nil, cctx.Err()
+	}
 }
 
 // fromMCPTool is a server's tool as the session shows it: the exposed

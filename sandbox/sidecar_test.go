@@ -28,6 +28,8 @@ type fakeSidecars struct {
 	kill   func()      // ends the running server's connection, as a killed container would
 	srv    *mcp.Server // the running server
 	total  atomic.Int64
+
+	setup func(*mcp.Server) // adds to each server before it connects (when set)
 }
 
 const longTool = "a_tool_name_of_ninety_characters_that_no_model_api_accepts_as_it_is_written_by_its_server__"
@@ -48,10 +50,14 @@ func (f *fakeSidecars) StartSidecar(ctx context.Context, spec SidecarSpec) (*Sid
 		return &mcp.CallToolResult{IsError: true, StructuredContent: map[string]any{"k": "v"},
 			Content: []mcp.Content{&mcp.TextContent{Text: "t"}, &mcp.ImageContent{Data: []byte{1, 2}, MIMEType: "image/png"}}}, nil, nil
 	})
+	if f.setup != nil {
+		f.setup(srv)
+	}
 	ss, err := srv.Connect(context.Background(), &mcp.IOTransport{Reader: server, Writer: server}, nil)
 	if err != nil {
 		return nil, err
 	}
+
 	f.mu.Lock()
 	f.starts++
 	f.kill = func() { _ = ss.Close(); server.Close() }

@@ -1,0 +1,338 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"golang.org/x/time/rate"
+
+	"github.com/sandboxd/sandboxd/tools"
+)
+
+// What an MCP sidecar can make the daemon hold or do. A sidecar runs a
+// third party's server: everything it sends is hostile input
+// (attacks-2026-11b M5-M14), bounded here whatever the SDK does by default.
+const (
+	// SidecarMaxMessage bounds one message from a sidecar: a stdio line,
+	// an HTTP response body, a server-sent event.
+	SidecarMaxMessage = 16 << 20
+	// SidecarMaxTools, SidecarMaxToolBytes and SidecarMaxListBytes bound
+	// a sidecar's tool list: how many, one tool's JSON (name, description,
+	// schemas), and all of them together; SidecarMaxPages bounds the pages
+	// of tools/list. A server over any of them does not start, saying
+	// which.
+	SidecarMaxTools     = 1000
+	SidecarMaxToolBytes = 64 << 10
+	SidecarMaxListBytes = 4 << 20
+	SidecarMaxPages     = 100
+	// SidecarMaxResultChars bounds the text of one result, as the
+	// terminal's output is bounded; past it the middle is cut, saying so.
+	SidecarMaxResultChars = 30000
+	// SidecarMaxResultBinary bounds the image and audio bytes of one
+	// result.
+	SidecarMaxResultBinary = 8 << 20
+	// SidecarCallTimeout is the deadline of one sidecar tool call.
+	SidecarCallTimeout = 10 * time.Minute
+	// sidecarCancelGrace is how long a cancelled call waits for the SDK
+	// to give it up before it returns anyway (the protocol promises 3 s).
+	sidecarCancelGrace = 500 * time.Millisecond
+	// sidecarRelistEvery spaces the re-reads of a sidecar's tools after
+	// notifications/tools/list_changed: at most one in flight, one
+	// pending, and one started per this interval.
+	sidecarRelistEvery = time.Second
+	// A sidecar may send sandboxd requests (ping; roots, sampling and
+	// elicitation are refused: sandboxd offers none) at this rate after a
+	// burst; one that sends more is cut off as flooding.
+	sidecarRequestBurst = 32
+	sidecarRequestRate  = 10
+)
+
+// errSidecarFlood is why a flooding sidecar was cut off.
+var errSidecarFlood = errors.New("it sent sandboxd requests faster than " +
+	fmt.Sprint(sidecarRequestRate) + " a second (sandboxd answers ping and offers MCP servers no roots, sampling or elicitation): its connection was closed")
+
+// limitedBodies is an http.RoundTripper whose response bodies end in an
+// error past SidecarMaxMessage, except event streams, whose events the SDK
+// bounds one by one (MaxEventSize): the SDK reads a JSON body whole
+// (streamableClientConn.handleJSON uses io.ReadAll), so one 1 GiB reply
+// took the daemon to 9 GB (M13).
+type limitedBodies struct{ base http.RoundTripper }
+
+func (l limitedBodies) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := l.base.RoundTrip(req)
+	if err != nil || resp.Body == nil {
+		return resp, err
+	}
+	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt == "text/event-stream" {
+		return resp, nil
+	}
+	if resp.ContentLength > SidecarMaxMessage {
+		_ = resp.Body.Close()
+		return nil, errBodyTooLarge(resp.ContentLength)
+	}
+	resp.Body = &limitedBody{rc: resp.Body, left: SidecarMaxMessage}
+	return resp, nil
+}
+
+func errBodyTooLarge(n int64) error {
+	what := "more than"
+	if n > 0 {
+		what = fmt.Sprintf("%d MiB, more than", n>>20)
+	}
+	return fmt.Errorf("its HTTP reply is %s the limit of %d MiB a message", what, SidecarMaxMessage>>20)
+}
+
+// limitedBody reads at most left bytes, then fails.
+type limitedBody struct {
+	rc   io.ReadCloser
+	left int64
+}
+
+func (b *limitedBody) Read(p []byte) (int, error) {
+	if b.left <= 0 {
+		_ = b.rc.Close() // stop the sender at once
+		return 0, errBodyTooLarge(0)
+	}
+	if int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.rc.Read(p)
+	b.left -= int64(n)
+	return n, err
+}
+
+func (b *limitedBody) Close() error { return b.rc.Close() }
+
+// guard is the receiving middleware of a sidecar's client session: what
+// the server sends that is not an answer. Notifications pass (tool list
+// changes are coalesced by relist); requests are rate-limited, and a
+// server past the rate is cut off: sandboxd answers ping and refuses the
+// rest at once (M8: a flood of roots/list, sampling/createMessage and ping
+// grew the daemon's goroutines without bound).
+func (c *sidecar) guard(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		if strings.HasPrefix(method, "notifications/") {
+			return next(ctx, method, req)
+		}
+		if !c.requests.Allow() {
+			c.cutOff(req)
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "sandboxd: too many requests; disconnecting"}
+		}
+		if method == "ping" {
+			return next(ctx, method, req)
+		}
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: fmt.Sprintf("sandboxd offers MCP servers no %.64s", method)}
+	}
+}
+
+// cutOff closes a flooding sidecar's client session (once per start); its
+// watcher then says why it went down.
+func (c *sidecar) cutOff(req mcp.Request) {
+	cs, _ := req.GetSession().(*mcp.ClientSession)
+	c.mu.Lock()
+	first := c.flooded == nil && cs != nil && c.cs == cs
+	if first {
+		c.flooded = cs
+	}
+	c.mu.Unlock()
+	if first {
+		c.log.Warn("mcp sidecar cut off", "err", errSidecarFlood)
+		go func() { _ = cs.Close() }()
+	}
+}
+
+// newRequestLimiter is a sidecar's budget of requests to sandboxd.
+func newRequestLimiter() *rate.Limiter {
+	return rate.NewLimiter(sidecarRequestRate, sidecarRequestBurst)
+}
+
+// relister coalesces a sidecar's re-reads of its tools (M7: one goroutine
+// and a 30 s re-read per notifications/tools/list_changed made 34,000
+// goroutines and 13 MB of log in 45 s): at most one re-read in flight and
+// one pending, started at most once per sidecarRelistEvery.
+type relister struct {
+	mu      sync.Mutex
+	running bool
+	again   bool
+}
+
+// request asks for a re-read; run is started unless one is in flight, in
+// which case one more follows it.
+func (r *relister) request(run func()) {
+	r.mu.Lock()
+	if r.running {
+		r.again = true
+		r.mu.Unlock()
+		return
+	}
+	r.running = true
+	r.mu.Unlock()
+	go r.loop(run)
+}
+
+func (r *relister) loop(run func()) {
+	for {
+		began := time.Now()
+		run()
+		r.mu.Lock()
+		if !r.again {
+			r.running = false
+			r.mu.Unlock()
+			return
+		}
+		r.again = false
+		r.mu.Unlock()
+		if wait := sidecarRelistEvery - time.Since(began); wait > 0 {
+			time.Sleep(wait)
+		}
+	}
+}
+
+// listSidecarTools reads every page of a server's tools and names them for
+// the session, within the list limits.
+func listSidecarTools(ctx context.Context, server string, cs *mcp.ClientSession) ([]tools.Definition, map[string]string, error) {
+	defs := []tools.Definition{}
+	orig := map[string]string{}
+	total := 0
+	var cursor string
+	for page := 1; ; page++ {
+		if page > SidecarMaxPages {
+			return nil, nil, fmt.Errorf("its tools/list has more than %d pages, the limit", SidecarMaxPages)
+		}
+		res, err := cs.ListTools(ctx, &mcp.ListToolsParams{Cursor: cursor})
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, t := range res.Tools {
+			if len(defs) == SidecarMaxTools {
+				return nil, nil, fmt.Errorf("it lists more than %d tools, the limit", SidecarMaxTools)
+			}
+			b, err := json.Marshal(t)
+			if err != nil {
+				return nil, nil, fmt.Errorf("tool %.64q: %w", t.Name, err)
+			}
+			if len(b) > SidecarMaxToolBytes {
+				return nil, nil, fmt.Errorf("its tool %.64q is %d bytes of JSON, above the limit of %d KiB a tool", t.Name, len(b), SidecarMaxToolBytes>>10)
+			}
+			if total += len(b); total > SidecarMaxListBytes {
+				return nil, nil, fmt.Errorf("its tools are more than %d MiB of JSON together, the limit (%d tools so far)", SidecarMaxListBytes>>20, len(defs))
+			}
+			d, err := fromMCPTool(server, t)
+			if err != nil {
+				return nil, nil, err
+			}
+			if prev, ok := orig[d.Name]; ok {
+				return nil, nil, fmt.Errorf("its tools %q and %q are both exposed as %q", prev, t.Name, d.Name)
+			}
+			orig[d.Name] = t.Name
+			defs = append(defs, d)
+		}
+		if res.NextCursor == "" {
+			return defs, orig, nil
+		}
+		cursor = res.NextCursor
+	}
+}
+
+// boundResult cuts an observation from a sidecar to the result limits:
+// text past SidecarMaxResultChars loses its middle, images and audio past
+// SidecarMaxResultBinary are left out, and structured content clients
+// could not take (tools.CheckStructured) is left out; each says so in a
+// note the model reads (M12, K12).
+func boundResult(server string, obs *tools.Observation) *tools.Observation {
+	var notes []string
+	if obs.Structured != nil {
+		if err := tools.CheckStructured(obs.Structured); err != nil {
+			obs.Structured = nil
+			notes = append(notes, fmt.Sprintf("its structured content is left out: %v", err))
+		}
+	}
+	chars, binary := 0, 0
+	for _, c := range obs.Content {
+		chars += utf8.RuneCountInString(c.Text)
+		binary += len(c.Data)
+	}
+	if binary > SidecarMaxResultBinary {
+		kept := obs.Content[:0]
+		for _, c := range obs.Content {
+			if len(c.Data) == 0 {
+				kept = append(kept, c)
+			}
+		}
+		obs.Content = kept
+		notes = append(notes, fmt.Sprintf("its images and audio (%d MiB) are left out, above the limit of %d MiB a result", binary>>20, SidecarMaxResultBinary>>20))
+	}
+	if chars > SidecarMaxResultChars {
+		obs.Content = cutText(obs.Content, chars)
+		notes = append(notes, fmt.Sprintf("its text was %d characters: the middle was cut to keep %d, the limit of a result", chars, SidecarMaxResultChars))
+	}
+	if len(notes) > 0 {
+		obs.Content = append(obs.Content, tools.Content{Type: "text",
+			Text: fmt.Sprintf("\n[sandboxd: mcp server %q's result was cut: %s.]", server, strings.Join(notes, "; "))})
+	}
+	return obs
+}
+
+// cutText keeps the first and last SidecarMaxResultChars/2 characters of
+// the text blocks (of chars in all, more than SidecarMaxResultChars),
+// dropping the text between and marking the cut once.
+func cutText(content []tools.Content, chars int) []tools.Content {
+	head, tail := SidecarMaxResultChars/2, SidecarMaxResultChars-SidecarMaxResultChars/2
+	out := make([]tools.Content, 0, len(content))
+	pos, marked := 0, false // pos: characters of text before this block
+	for _, c := range content {
+		if c.Type != "text" || c.Text == "" {
+			out = append(out, c)
+			continue
+		}
+		n := utf8.RuneCountInString(c.Text)
+		from, to := pos, pos+n
+		pos = to
+		var b strings.Builder
+		if from < head {
+			b.WriteString(runes(c.Text, 0, min(n, head-from)))
+		}
+		if !marked && from < chars-tail && to > head { // the cut [head, chars-tail) meets this block
+			b.WriteString("\n[...]\n")
+			marked = true
+		}
+		if to > chars-tail {
+			b.WriteString(runes(c.Text, max(0, chars-tail-from), n))
+		}
+		if b.Len() > 0 {
+			c.Text = b.String()
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// runes is s's characters [i, j).
+func runes(s string, i, j int) string {
+	if i >= j {
+		return ""
+	}
+	start, end, n := len(s), len(s), 0
+	for off := range s {
+		if n == i {
+			start = off
+		}
+		if n == j {
+			end = off
+			break
+		}
+		n++
+	}
+	return s[start:end]
+}
