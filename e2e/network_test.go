@@ -352,3 +352,86 @@ func TestNetworkBridgeWithoutFirewall(t *testing.T) {
 	assert.Contains(t, err.Error(), "--insecure-bridge-host-access")
 	assert.Contains(t, err.Error(), why)
 }
+
+// Attack T8: a client asks for another session's network, by name and by
+// its ID or a prefix of it, for a session's sidecar network, for the
+// engine's bridge by ID, and for networks the operator did not list; each
+// is refused with the clear error (had one been accepted, the attacker's
+// session would reach the victim's listener on its internal network). A
+// listed name that the engine resolves to another network (an ID prefix
+// the operator listed) is refused too. A network the operator listed by
+// name, made by the test, is joined, and gets no firewall rules of
+// sandboxd's.
+func TestNetworkChoiceRefusesOthers(t *testing.T) {
+	t.Parallel()
+	rt := newRuntime(t)
+	needFirewall(t, rt)
+	// The operator's networks: no label of sandboxd's, removed after the
+	// manager (cleanups run last first).
+	mkNet := func(name string) network.Inspect {
+		_, err := docker.NetworkCreate(ctxT(t), name, network.CreateOptions{Driver: "bridge", Internal: true})
+		require.NoError(t, err)
+		t.Cleanup(func() { assert.NoError(t, docker.NetworkRemove(context.Background(), name)) })
+		n, err := docker.NetworkInspect(ctxT(t), name, network.InspectOptions{})
+		require.NoError(t, err)
+		return n
+	}
+	listed, unlisted := mkNet("sbxe2e-listed-"+runID[:6]), mkNet("sbxe2e-unlisted-"+runID[:6])
+	br, err := docker.NetworkInspect(ctxT(t), "bridge", network.InspectOptions{})
+	require.NoError(t, err)
+	m := newManager(t, rt, sandbox.ManagerOptions{Networks: []string{listed.Name, unlisted.ID[:12], br.ID[:12]}})
+
+	victim, err := m.Create(ctxT(t), sandbox.SessionOptions{Network: sandbox.NetworkInternal})
+	require.NoError(t, err)
+	vnet := "sandboxd-" + victim.ID()
+	vip := containerOf(t, victim.ID()).NetworkSettings.Networks[vnet].IPAddress
+	require.NotEmpty(t, vip)
+	sh(t, victim, `(nc -ll -p 8081 -e echo VICTIM-SECRET >/dev/null 2>&1 &); sleep 0.3`)
+	vn, err := docker.NetworkInspect(ctxT(t), vnet, network.InspectOptions{})
+	require.NoError(t, err)
+
+	const (
+		notAllowed = `is not allowed on this server: ask for "none", "bridge", "internal" or one of the networks the operator lists`
+		own        = "one of sandboxd's own networks"
+		byID       = "never by an ID or a prefix of one"
+	)
+	for ask, want := range map[string]string{
+		vnet:                          own,
+		vn.ID[:6]:                     notAllowed,
+		vn.ID:                         notAllowed,
+		"sandboxd-mcp-" + victim.ID(): own,
+		br.ID[:12]:                    byID, // listed, but the engine's bridge
+		unlisted.Name:                 notAllowed,
+		unlisted.ID[:12]:              byID, // listed, but not the network's name
+		"host":                        "never allowed",
+		"sandboxd-" + victim.ID()[:8]: own,
+		listed.ID[:12]:                notAllowed,
+		"Sandboxd-" + victim.ID():     own,
+	} {
+		s, err := m.Create(ctxT(t), sandbox.SessionOptions{Network: ask})
+		if err == nil {
+			t.Errorf("network %q: accepted; the attacker reaches the victim's listener at %s:8081: %s", ask, vip, probe(t, s, vip, 8081))
+			require.NoError(t, s.Close(ctxT(t)))
+			continue
+		}
+		require.ErrorIs(t, err, sandbox.ErrInvalidOptions, "network %q", ask)
+		assert.Contains(t, err.Error(), "network: ", "network %q", ask)
+		assert.Contains(t, err.Error(), want, "network %q", ask)
+		if want == notAllowed {
+			assert.Contains(t, err.Error(), "serve --allow-network NAME", "network %q: the error says how the operator allows one", ask)
+		}
+	}
+	assert.Len(t, m.List(), 1, "only the victim's session")
+
+	// The operator's network, by its name: joined, no firewall rules.
+	s, err := m.Create(ctxT(t), sandbox.SessionOptions{Network: listed.Name})
+	require.NoError(t, err)
+	info := containerOf(t, s.ID())
+	assert.Equal(t, listed.Name, string(info.HostConfig.NetworkMode))
+	require.Contains(t, info.NetworkSettings.Networks, listed.Name)
+	assert.Equal(t, listed.ID, info.NetworkSettings.Networks[listed.Name].NetworkID)
+	assert.Len(t, info.NetworkSettings.Networks, 1)
+	assert.Empty(t, rulesOf(s.ID()), "sandboxd does not firewall an operator's network")
+	assert.Equal(t, "CLOSED", probe(t, s, vip, 8081), "not the victim's network")
+	require.NoError(t, s.Close(ctxT(t)))
+}

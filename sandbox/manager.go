@@ -31,6 +31,12 @@ type ManagerOptions struct {
 	Defaults SessionOptions
 	// Pools keep started sandboxes ready to hand out.
 	Pools []PoolOptions
+	// Networks are the engine networks, by exact name, that a session may
+	// join besides the modes (SessionOptions.Network): the operator's
+	// list, each passing CheckNetworkName. Any other name is refused
+	// (CheckNetworkAllowed). sandboxd neither makes nor firewalls them:
+	// a session on one reaches whatever the network reaches.
+	Networks []string
 	// MaxConcurrentStarts bounds sandboxes being created at once (by
 	// Create and by pool refills together); it protects the engine. A
 	// Create waiting for a slot goes before waiting refills.
@@ -137,7 +143,12 @@ func (o *ManagerOptions) setDefaults() error {
 	if o.MaxConcurrentStarts < 0 {
 		p.add("max_concurrent_starts", "%d is negative", o.MaxConcurrentStarts)
 	}
-	if _, err := (SessionOptions{}).Resolve(o.Defaults); err != nil {
+	for i, n := range o.Networks {
+		if err := CheckNetworkName(n); err != nil {
+			p.add(fmt.Sprintf("networks[%d]", i), "%v", err)
+		}
+	}
+	if _, err := o.resolve(SessionOptions{}); err != nil {
 		var oe *OptionsError
 		if errors.As(err, &oe) {
 			for _, pr := range oe.Problems {
@@ -155,11 +166,24 @@ func (o *ManagerOptions) setDefaults() error {
 		if po.Idle < 0 {
 			p.add(fmt.Sprintf("pools[%d].idle", i), "%v is negative", po.Idle)
 		}
-		if _, err := po.Options.Resolve(o.Defaults); err != nil {
+		if _, err := o.resolve(po.Options); err != nil {
 			p.add(fmt.Sprintf("pools[%d].options", i), "%v", err)
 		}
 	}
 	return p.err()
+}
+
+// resolve resolves a session's options over the defaults and checks its
+// network against the operator's list.
+func (o *ManagerOptions) resolve(so SessionOptions) (SessionOptions, error) {
+	r, err := so.Resolve(o.Defaults)
+	if err != nil {
+		return SessionOptions{}, err
+	}
+	if err := r.CheckNetworkAllowed(o.Networks); err != nil {
+		return SessionOptions{}, err
+	}
+	return r, nil
 }
 
 // Manager owns the sessions of one runtime.
@@ -228,7 +252,7 @@ func NewManager(ctx context.Context, rt Runtime, opts ManagerOptions) (*Manager,
 
 // Resolve applies the manager's defaults to o and validates it.
 func (m *Manager) Resolve(o SessionOptions) (SessionOptions, error) {
-	r, err := o.Resolve(m.opts.Defaults)
+	r, err := m.opts.resolve(o)
 	if err != nil {
 		return SessionOptions{}, err
 	}

@@ -48,7 +48,9 @@ const (
 )
 
 // Network modes of SessionOptions.Network. Any other value names an existing
-// engine network that the session joins and that sandboxd does not own.
+// engine network that the session joins and that sandboxd neither makes nor
+// firewalls: only one the operator lists by name (ManagerOptions.Networks),
+// never sandboxd's own or the engine's predefined ones.
 const (
 	// NetworkNone (the default): loopback only; no DNS, no egress, no way to
 	// the host or other sandboxes. The agent needs no network.
@@ -177,7 +179,8 @@ type SessionOptions struct {
 	// Limits on memory, CPU, processes, /tmp and /workspace.
 	Limits Limits `json:"limits"`
 	// Network is NetworkNone (default), NetworkBridge, NetworkInternal, or
-	// the name of an existing engine network.
+	// the exact name of an engine network the operator allows
+	// (ManagerOptions.Networks; see CheckNetworkName).
 	Network string `json:"network,omitempty"`
 	// AllowHosts, with NetworkBridge only, limits the session's egress to
 	// these hosts: names (resolved to IPv4 addresses on the host when the

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"path"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -426,13 +427,61 @@ func (o SessionOptions) validateNetwork(p *problems) {
 	case NetworkNone, NetworkBridge, NetworkInternal:
 	case "":
 		p.add("network", "is empty")
-	case "host", "default":
-		p.add("network", "%q is never allowed: it would share the host's network or the engine's shared bridge", o.Network)
 	default:
-		if !networkNameRe.MatchString(o.Network) {
-			p.add("network", "%q is neither %q, %q, %q nor a network name", o.Network, NetworkNone, NetworkBridge, NetworkInternal)
+		if err := CheckNetworkName(o.Network); err != nil {
+			p.add("network", "%v", err)
 		}
 	}
+}
+
+// ownNetworkPrefix starts the name of every network sandboxd makes: a
+// session's (bridge, internal), its sidecars' and their egress networks.
+const ownNetworkPrefix = "sandboxd-"
+
+// CheckNetworkName checks the name of an engine network that sessions may
+// be allowed to join (ManagerOptions.Networks), whatever the operator's
+// list: a network name, never one of the modes, never one of the engine's
+// predefined networks (the host's network, its default bridge, none), and
+// never one of sandboxd's own (another session's network: its isolation
+// is what the session's firewall rules and Docker's bridge separation
+// give). That the engine's network of the name is really so named, and
+// not sandboxd's, is checked again when a session joins it.
+func CheckNetworkName(name string) error {
+	switch {
+	case name == NetworkNone || name == NetworkBridge || name == NetworkInternal:
+		return fmt.Errorf("%q is a network mode of sandboxd's, not an engine network to list", name)
+	case name == "host" || name == "default":
+		return fmt.Errorf("%q is never allowed: it would share the host's network or the engine's shared bridge", name)
+	case !networkNameRe.MatchString(name) || len(name) > maxNetworkName:
+		return fmt.Errorf("%q is not a network name (letters, digits, '_', '.' and '-', at most %d)", name, maxNetworkName)
+	case strings.HasPrefix(strings.ToLower(name), ownNetworkPrefix):
+		return fmt.Errorf("%q names one of sandboxd's own networks (another session's, or its sidecars'): never allowed", name)
+	}
+	return nil
+}
+
+// maxNetworkName bounds a network name (Docker sets none; an interface
+// or a label is far shorter).
+const maxNetworkName = 128
+
+// CheckNetworkAllowed checks resolved options' network against the engine
+// networks the operator allows sessions to join, by exact name (an ID or
+// a prefix of one is not a name): the modes none, bridge and internal are
+// always allowed; any other name must be in allowed.
+func (o SessionOptions) CheckNetworkAllowed(allowed []string) error {
+	var p problems
+	switch {
+	case o.Network == NetworkNone || o.Network == NetworkBridge || o.Network == NetworkInternal:
+	case slices.Contains(allowed, o.Network):
+	case len(allowed) == 0:
+		p.add("network", "%q is not allowed on this server: ask for %q, %q or %q (an engine network is joined only if the operator lists it: "+
+			"serve --allow-network NAME, or allow_networks in the config)", o.Network, NetworkNone, NetworkBridge, NetworkInternal)
+	default:
+		p.add("network", "%q is not allowed on this server: ask for %q, %q, %q or one of the networks the operator lists (%s); "+
+			"the operator lists one with serve --allow-network NAME, or allow_networks in the config", o.Network,
+			NetworkNone, NetworkBridge, NetworkInternal, strings.Join(allowed, ", "))
+	}
+	return p.err()
 }
 
 // validateAllowHosts checks the allow_hosts (field) of a session or a

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -92,7 +93,8 @@ func (r *Runtime) Start(ctx context.Context, spec sandbox.Spec) (_ io.ReadWriteC
 		helperErr <- nil
 	}
 	var created string
-	skills, cerr := r.skillMounts(ctx, spec.Options.Image, spec.Skills)
+	skills, skillDirs, cerr := r.skillMounts(ctx, spec.Options.Image, spec.Skills)
+	defer skillDirs.close()
 	if cerr == nil {
 		var direct []mount.Mount
 		direct, cerr = r.directMount(id)
@@ -125,9 +127,19 @@ func (r *Runtime) Start(ctx context.Context, spec sandbox.Spec) (_ io.ReadWriteC
 	if err != nil {
 		return nil, fmt.Errorf("attaching to the container: %w", err)
 	}
+	// The engine resolves the skill binds' sources as it starts: they are
+	// checked right before and right after (decision 0039).
+	if err := skillDirs.check(); err != nil {
+		hj.Close()
+		return nil, err
+	}
 	if err := r.cli.ContainerStart(cctx, created, container.StartOptions{}); err != nil {
 		hj.Close()
 		return nil, fmt.Errorf("starting the container: %w", err)
+	}
+	if err := skillDirs.check(); err != nil {
+		hj.Close()
+		return nil, err
 	}
 	log.Debug("sandbox started", "container", created[:12], "network", netName, "cwd", l.cwd, "user", fmt.Sprintf("%d:%d", l.uid, l.gid))
 	return newStream(hj, r.agentLog(id).With("stream", "attach")), nil
@@ -204,25 +216,31 @@ func (r *Runtime) createContainer(ctx context.Context, spec sandbox.Spec, netNam
 }
 
 // createNetwork makes the session's private network for the bridge and
-// internal modes, with its host firewall rules (firewall.go), and returns
-// the network mode for the container and, for allow_hosts, the
-// "name:address" pins of its /etc/hosts.
+// internal modes, with its host firewall rules (firewall.go), or checks
+// that a network the operator listed is what its name says
+// (checkJoinable; it gets no firewall rules), and returns the network
+// mode for the container and, for allow_hosts, the "name:address" pins
+// of its /etc/hosts.
 func (r *Runtime) createNetwork(ctx context.Context, id string, o sandbox.SessionOptions, labels map[string]string) (string, []string, error) {
 	mode := o.Network
 	switch mode {
 	case sandbox.NetworkNone:
 		return "none", nil, nil
 	case sandbox.NetworkBridge, sandbox.NetworkInternal:
-	default: // an existing network, not ours
+	default: // a network the operator listed (sandbox.ManagerOptions.Networks)
 		cctx, cancel := r.call(ctx)
 		defer cancel()
-		if _, err := r.cli.NetworkInspect(cctx, mode, network.InspectOptions{}); err != nil {
+		n, err := r.cli.NetworkInspect(cctx, mode, network.InspectOptions{})
+		if err != nil {
 			if cerrdefs.IsNotFound(err) {
 				return "", nil, &sandbox.OptionsError{Problems: []string{fmt.Sprintf(
-					"network: the engine has no network %q; use %q, %q, %q or the name of an existing network",
+					"network: the engine has no network named %q (the operator allows it, but it does not exist); use %q, %q or %q",
 					mode, sandbox.NetworkNone, sandbox.NetworkBridge, sandbox.NetworkInternal)}}
 			}
 			return "", nil, fmt.Errorf("inspecting network %s: %w", mode, err)
+		}
+		if err := checkJoinable(mode, n); err != nil {
+			return "", nil, err
 		}
 		return mode, nil, nil
 	}
@@ -232,6 +250,34 @@ func (r *Runtime) createNetwork(ctx context.Context, id string, o sandbox.Sessio
 		return "", nil, err
 	}
 	return name, pins, nil
+}
+
+// predefinedNetworks are the engine's own networks (default is an alias of
+// bridge on Linux).
+var predefinedNetworks = []string{"bridge", "host", "none", "default"}
+
+// checkJoinable checks the engine's network n, inspected by the name a
+// session asked for, before the session joins it: the engine's inspect
+// also matches an ID or a prefix of one, so n must be named exactly so,
+// and it must be neither one of the engine's predefined networks nor one
+// of sandboxd's (any label of sandboxd's: another runtime's session or
+// sidecar network), whatever the operator listed.
+func checkJoinable(name string, n network.Inspect) error {
+	refuse := func(format string, args ...any) error {
+		return &sandbox.OptionsError{Problems: []string{"network: " + fmt.Sprintf(format, args...)}}
+	}
+	if n.Name != name {
+		return refuse("%q is not the name of an engine network (a network is joined by its exact name, never by an ID or a prefix of one)", name)
+	}
+	if slices.Contains(predefinedNetworks, n.Name) || n.Driver == "host" || n.Driver == "null" {
+		return refuse("%q is one of the engine's predefined networks: never allowed", name)
+	}
+	for k := range n.Labels {
+		if strings.HasPrefix(k, sandbox.ReservedLabelPrefix) {
+			return refuse("%q is one of sandboxd's own networks (label %s): never allowed", name, k)
+		}
+	}
+	return nil
 }
 
 // makeBridge makes a private network, name, in mode NetworkBridge or
