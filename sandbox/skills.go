@@ -20,7 +20,9 @@ const SkillsFactory = "skills"
 type SkillMount struct {
 	// Path is the folder relative to SkillsDir, slash-separated.
 	Path string
-	// Source is the folder on the daemon's host.
+	// Source is the folder on the daemon's host: <skill root>/<Path>. The
+	// runtime opens it under the root at every create and refuses a
+	// component of Path that is a link or not a folder (decision 0039).
 	Source string
 }
 

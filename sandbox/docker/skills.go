@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"sort"
 	"sync"
+	"syscall"
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/mount"
@@ -41,27 +42,47 @@ type skillVolumes struct {
 // folders (the operator's, or the built-ins the daemon extracted; never a
 // client's). In copy mode (a remote engine cannot bind this host's paths)
 // each folder is a read-only volume named by its content, filled once.
-func (r *Runtime) skillMounts(ctx context.Context, image string, skills []sandbox.SkillMount) ([]mount.Mount, error) {
+//
+// Each folder is checked now, under its skill root (skillDir): a link or
+// a file where a folder was is refused. In bind mode the folders stay
+// open and the caller checks them again before and after the container
+// starts (the engine resolves a bind's source then), and closes them.
+func (r *Runtime) skillMounts(ctx context.Context, image string, skills []sandbox.SkillMount) (_ []mount.Mount, _ skillDirs, err error) {
 	ms := make([]mount.Mount, 0, len(skills))
+	dirs := make(skillDirs, 0, len(skills))
+	defer func() {
+		if err != nil || r.opts.CopyAgent {
+			dirs.close()
+		}
+	}()
 	for _, s := range skills {
+		d, err := openSkillDir(s)
+		if err != nil {
+			r.log.Warn("skill refused at create", "skill", s.Path, "folder", s.Source, "err", err)
+			return nil, nil, err
+		}
+		dirs = append(dirs, d)
 		target := path.Join(sandbox.SkillsDir, s.Path)
 		if !r.opts.CopyAgent {
 			ms = append(ms, mount.Mount{
-				Type: mount.TypeBind, Source: s.Source, Target: target, ReadOnly: true,
+				Type: mount.TypeBind, Source: filepath.Join(d.root, filepath.FromSlash(s.Path)), Target: target, ReadOnly: true,
 				BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate},
 			})
 			continue
 		}
-		vol, err := r.ensureSkillVolume(ctx, image, s.Source)
+		vol, err := r.ensureSkillVolume(ctx, image, d)
 		if err != nil {
-			return nil, fmt.Errorf("skill %s: %w", s.Path, err)
+			return nil, nil, fmt.Errorf("skill %s: %w", s.Path, err)
 		}
 		ms = append(ms, mount.Mount{
 			Type: mount.TypeVolume, Source: vol, Target: target, ReadOnly: true,
 			VolumeOptions: &mount.VolumeOptions{NoCopy: true},
 		})
 	}
-	return ms, nil
+	if r.opts.CopyAgent { // the volumes hold copies; no path is bound
+		return ms, nil, nil
+	}
+	return ms, dirs, nil
 }
 
 // skillFile is one entry of a skill folder, as it goes into the volume.
@@ -74,16 +95,11 @@ type skillFile struct {
 
 // scanSkill lists a skill folder (regular files and folders only: a
 // symlink or device is skipped) and hashes its content, paths and modes.
-func scanSkill(dir string) ([]skillFile, string, error) {
-	root, err := os.OpenRoot(dir)
-	if err != nil {
-		return nil, "", err
-	}
-	defer root.Close()
+func scanSkill(root *os.Root) ([]skillFile, string, error) {
 	var files []skillFile
 	var total int64
 	h := sha256.New()
-	err = fs.WalkDir(root.FS(), ".", func(p string, d fs.DirEntry, err error) error {
+	err := fs.WalkDir(root.FS(), ".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -125,7 +141,7 @@ func scanSkill(dir string) ([]skillFile, string, error) {
 }
 
 func hashFile(w io.Writer, root *os.Root, rel string) error {
-	f, err := root.Open(rel)
+	f, err := openRegular(root, rel)
 	if err != nil {
 		return err
 	}
@@ -134,10 +150,26 @@ func hashFile(w io.Writer, root *os.Root, rel string) error {
 	return err
 }
 
+// openRegular opens the regular file rel of root, without blocking: a FIFO
+// swapped in since the scan is refused, not waited on.
+func openRegular(root *os.Root, rel string) (*os.File, error) {
+	f, err := root.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		_ = f.Close()
+		return nil, fmt.Errorf("%s: not a regular file any more", rel)
+	}
+	return f, nil
+}
+
 // ensureSkillVolume fills (once) the read-only volume of a skill folder's
-// content, as ensureAgentVolume does for the agent binary.
-func (r *Runtime) ensureSkillVolume(ctx context.Context, image, dir string) (string, error) {
-	files, sum, err := scanSkill(dir)
+// content, as ensureAgentVolume does for the agent binary. It reads the
+// checked folder through its open root, never by path.
+func (r *Runtime) ensureSkillVolume(ctx context.Context, image string, d *skillDir) (string, error) {
+	dir := d.mount.Source
+	files, sum, err := scanSkill(d.dir)
 	if err != nil {
 		return "", fmt.Errorf("reading %s: %w", dir, err)
 	}
@@ -177,7 +209,7 @@ func (r *Runtime) ensureSkillVolume(ctx context.Context, image, dir string) (str
 		return vol, nil
 	}
 	pr, pw := io.Pipe()
-	go func() { pw.CloseWithError(writeSkillTar(pw, dir, files)) }()
+	go func() { pw.CloseWithError(writeSkillTar(pw, d.dir, files)) }()
 	err = r.cli.CopyToContainer(cctx, created.ID, target, pr, container.CopyToContainerOptions{})
 	pr.CloseWithError(err)
 	if err != nil {
@@ -197,12 +229,7 @@ func (r *Runtime) markSkillVolume(vol string) {
 
 // writeSkillTar writes a skill folder as a tar of root-owned, read-only
 // entries (executables keep their execute bits), then the marker.
-func writeSkillTar(w io.Writer, dir string, files []skillFile) error {
-	root, err := os.OpenRoot(dir)
-	if err != nil {
-		return err
-	}
-	defer root.Close()
+func writeSkillTar(w io.Writer, root *os.Root, files []skillFile) error {
 	tw := tar.NewWriter(w)
 	for _, f := range files {
 		hdr := &tar.Header{Name: f.rel, Mode: 0o444, Typeflag: tar.TypeReg, Size: f.size}
@@ -229,7 +256,7 @@ func writeSkillTar(w io.Writer, dir string, files []skillFile) error {
 }
 
 func copySkillFile(w io.Writer, root *os.Root, f skillFile) error {
-	rf, err := root.Open(filepath.FromSlash(f.rel))
+	rf, err := openRegular(root, filepath.FromSlash(f.rel))
 	if err != nil {
 		return err
 	}

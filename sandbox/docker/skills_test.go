@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"testing"
@@ -17,13 +18,20 @@ import (
 )
 
 func TestSkillMountsBind(t *testing.T) {
-	ms, err := testRuntime(false).skillMounts(context.Background(), "img", []sandbox.SkillMount{
-		{Path: "fuzz/run", Source: "/srv/skills/fuzz/run"},
+	root := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(root, "fuzz", "run"), 0o755))
+	r := testRuntime(false)
+	r.log = slog.New(slog.DiscardHandler)
+	ms, dirs, err := r.skillMounts(context.Background(), "img", []sandbox.SkillMount{
+		{Path: "fuzz/run", Source: filepath.Join(root, "fuzz", "run")},
 	})
 	require.NoError(t, err)
+	defer dirs.close()
+	require.Len(t, dirs, 1, "kept open, to be checked again around the start")
+	require.NoError(t, dirs.check())
 	require.Len(t, ms, 1)
 	assert.Equal(t, mount.TypeBind, ms[0].Type)
-	assert.Equal(t, "/srv/skills/fuzz/run", ms[0].Source)
+	assert.Equal(t, filepath.Join(root, "fuzz", "run"), ms[0].Source)
 	assert.Equal(t, "/skills/fuzz/run", ms[0].Target)
 	assert.True(t, ms[0].ReadOnly, "skills are read-only in the sandbox")
 }
@@ -77,14 +85,17 @@ func TestScanAndTarSkill(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "scripts", "run.sh"), []byte("echo hi\n"), 0o755))
 	require.NoError(t, os.Symlink("/etc/passwd", filepath.Join(dir, "leak")))
 
-	files, sum, err := scanSkill(dir)
+	root, err := os.OpenRoot(dir)
 	require.NoError(t, err)
-	_, again, err := scanSkill(dir)
+	defer root.Close()
+	files, sum, err := scanSkill(root)
+	require.NoError(t, err)
+	_, again, err := scanSkill(root)
 	require.NoError(t, err)
 	assert.Equal(t, sum, again)
 
 	var buf bytes.Buffer
-	require.NoError(t, writeSkillTar(&buf, dir, files))
+	require.NoError(t, writeSkillTar(&buf, root, files))
 	got := map[string]int64{}
 	tr := tar.NewReader(&buf)
 	for {
@@ -99,7 +110,7 @@ func TestScanAndTarSkill(t *testing.T) {
 	assert.Equal(t, map[string]int64{"SKILL.md": 0o444, "scripts/": 0o555, "scripts/run.sh": 0o555, ".sandboxd-skill": 0o444}, got)
 
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "SKILL.md"), []byte("---\nname: t\n---\n"), 0o644))
-	_, changed, err := scanSkill(dir)
+	_, changed, err := scanSkill(root)
 	require.NoError(t, err)
 	assert.NotEqual(t, sum, changed)
 }
