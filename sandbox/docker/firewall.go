@@ -40,6 +40,10 @@ import (
 //     at 169.254.169.254) is rejected, and with allow_hosts only the
 //     allowed prefixes pass and the rest is rejected.
 //
+// The internal network of a session's HTTP sidecars gets the INPUT rules
+// of an internal session (key sidecarNetworkKey), and a sidecar's egress
+// network those of a bridge session (key sidecarEgressKey).
+//
 // Every rule carries the comment ruleTag(scope, session), so a session's
 // rules are found and deleted with it, and a starting runtime re-installs
 // the rules of its live networks and deletes those of networks that are
@@ -515,18 +519,21 @@ func parseEgress(s string) ([]netip.Prefix, error) {
 	return out, nil
 }
 
-// rulesOf rebuilds the rules of one of sandboxd's session networks (or of
-// a sidecar's egress network) from what the engine reports of it; ok is
-// false for a network that is neither.
+// rulesOf rebuilds the rules of one of sandboxd's session networks, of a
+// session's sidecar network or of a sidecar's egress network from what the
+// engine reports of it; ok is false for a network that is none of them.
 func rulesOf(n network.Summary) (netRules, bool, error) {
 	id := n.Labels[sandbox.LabelSession]
 	key := id
-	if srv := n.Labels[sandbox.LabelSidecar]; srv != "" {
+	switch srv := n.Labels[sandbox.LabelSidecar]; {
+	case srv != "":
 		if n.Name != sidecarEgressName(id, srv) {
 			return netRules{}, false, nil
 		}
 		key = sidecarEgressKey(id, srv)
-	} else if n.Name != networkName(id) {
+	case n.Name == sidecarNetworkName(id):
+		key = sidecarNetworkKey(id)
+	case n.Name != networkName(id):
 		return netRules{}, false, nil
 	}
 	if id == "" || n.Driver != "bridge" {
@@ -604,7 +611,13 @@ func (r *Runtime) errNoFirewall(o sandbox.SessionOptions) error {
 		return &sandbox.OptionsError{Problems: []string{fmt.Sprintf(
 			"allow_hosts: this server cannot enforce an egress allowlist: %v", r.fwErr)}}
 	}
+	return r.errUnguarded(fmt.Sprintf("network: %q sessions", o.Network))
+}
+
+// errUnguarded is the refusal of what, something on a network the host
+// firewall would guard ("network: \"bridge\" sessions").
+func (r *Runtime) errUnguarded(what string) error {
 	return &sandbox.OptionsError{Problems: []string{fmt.Sprintf(
-		"network: %q sessions are refused on this server: it cannot keep them from the host's services (%v); "+
-			"the operator can accept that with --insecure-bridge-host-access", o.Network, r.fwErr)}}
+		"%s are refused on this server: it cannot keep them from the host's services (%v); "+
+			"the operator can accept that with --insecure-bridge-host-access", what, r.fwErr)}}
 }

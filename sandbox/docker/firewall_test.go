@@ -127,6 +127,22 @@ func TestRulesOf(t *testing.T) {
 	eg.Name = sidecarNetworkName("s1")
 	_, ok, _ = rulesOf(eg)
 	assert.False(t, ok, "a sidecar label on another network")
+
+	// The session's sidecar network (internal, labelled as the session's
+	// resources): the INPUT rules of an internal network, keyed apart from
+	// the session's network and every egress network, and removed with
+	// the session (firewall.remove matches "s1/").
+	sc := network.Summary{ID: "0123456789abcdef", Name: sidecarNetworkName("s1"), Driver: "bridge", Internal: true,
+		Labels:  map[string]string{sandbox.LabelSession: "s1"},
+		Options: map[string]string{bridgeNameOption: bridgeName(sidecarNetworkKey("s1"))}}
+	r, ok, err = rulesOf(sc)
+	require.NoError(t, err)
+	require.True(t, ok)
+	assert.Equal(t, netRules{sessionID: "s1/_mcp", iface: bridgeName("s1/_mcp"), internal: true}, r)
+	assert.NotEqual(t, sidecarEgressKey("s1", "mcp"), r.sessionID)
+	sc.Options = nil
+	r, _, _ = rulesOf(sc)
+	assert.Equal(t, "br-0123456789ab", r.iface, "a sidecar network made before it had rules gets them at the next start")
 }
 
 // fakeTables is an in-memory iptables for one family: chains of rule
@@ -281,6 +297,13 @@ func TestNoFirewallRefuses(t *testing.T) {
 	ok, why := r.HostFirewall()
 	assert.False(t, ok)
 	assert.Contains(t, why, "root")
+
+	// An HTTP sidecar's network is guarded as an internal session's.
+	r.opts.InsecureBridge = false
+	err = r.ensureSidecarNetwork(context.Background(), "s", nil)
+	require.ErrorIs(t, err, sandbox.ErrInvalidOptions)
+	assert.Contains(t, err.Error(), "mcp_servers: HTTP and SSE sidecars are refused on this server")
+	assert.Contains(t, err.Error(), "--insecure-bridge-host-access")
 }
 
 func TestResolveEgress(t *testing.T) {

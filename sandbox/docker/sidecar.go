@@ -41,6 +41,11 @@ func sidecarEgressName(id, server string) string { return "sandboxd-egress-" + i
 // containers) and the server.
 func sidecarEgressKey(id, server string) string { return id + "/" + server }
 
+// sidecarNetworkKey keys the firewall rules of a session's sidecar network
+// as sidecarEgressKey does, with "_mcp" for the server: no server's name
+// starts with '_', so no egress network's key is ever the same.
+func sidecarNetworkKey(id string) string { return id + "/_mcp" }
+
 // StartSidecar starts one MCP sidecar of a session: the sandbox's security
 // settings (a non-root user, no capabilities, no-new-privileges and the
 // seccomp profile, a read-only root with a tmpfs /tmp, the declaration's
@@ -74,7 +79,7 @@ func (r *Runtime) StartSidecar(ctx context.Context, spec sandbox.SidecarSpec) (_
 	stdio := srv.Transport == sandbox.TransportStdio
 	if !stdio {
 		netMode = sidecarNetworkName(id)
-		if err := r.ensureSidecarNetwork(cctx, netMode, resLabels); err != nil {
+		if err := r.ensureSidecarNetwork(cctx, id, resLabels); err != nil {
 			return nil, err
 		}
 	}
@@ -258,9 +263,19 @@ func (r *Runtime) removeSidecarEgress(ctx context.Context, id, server string) er
 	return nil
 }
 
-// ensureSidecarNetwork makes the session's internal sidecar network unless
-// it exists.
-func (r *Runtime) ensureSidecarNetwork(ctx context.Context, name string, labels map[string]string) error {
+// ensureSidecarNetwork makes the session's internal sidecar network
+// unless it exists, with the host firewall's INPUT rules of an internal
+// session's network on its bridge (named as makeBridge names one, keyed
+// by sidecarNetworkKey): Docker's internal flag stops forwarding, not the
+// host's own address on the bridge, so without them a sidecar reaches
+// every host service bound to all addresses. Where the firewall cannot be
+// managed, HTTP sidecars are refused as internal sessions are, unless the
+// operator accepted that (Options.InsecureBridge).
+func (r *Runtime) ensureSidecarNetwork(ctx context.Context, id string, labels map[string]string) error {
+	if r.fw == nil && !r.opts.InsecureBridge {
+		return r.errUnguarded("mcp_servers: HTTP and SSE sidecars")
+	}
+	name := sidecarNetworkName(id)
 	r.sidecarNetMu.Lock()
 	defer r.sidecarNetMu.Unlock()
 	if _, err := r.cli.NetworkInspect(ctx, name, network.InspectOptions{}); err == nil {
@@ -268,9 +283,19 @@ func (r *Runtime) ensureSidecarNetwork(ctx context.Context, name string, labels 
 	} else if !cerrdefs.IsNotFound(err) {
 		return fmt.Errorf("inspecting network %s: %w", name, err)
 	}
-	_, err := r.cli.NetworkCreate(ctx, name, network.CreateOptions{Driver: "bridge", Internal: true, Labels: labels})
-	if err != nil && !cerrdefs.IsConflict(err) {
+	rules := netRules{sessionID: sidecarNetworkKey(id), iface: bridgeName(sidecarNetworkKey(id)), internal: true}
+	_, err := r.cli.NetworkCreate(ctx, name, network.CreateOptions{Driver: "bridge", Internal: true, Labels: labels,
+		Options: map[string]string{bridgeNameOption: rules.iface}})
+	switch {
+	case cerrdefs.IsConflict(err):
+		return nil // made meanwhile by another runtime, which installs its rules
+	case err != nil:
 		return fmt.Errorf("creating network %s: %w", name, err)
+	}
+	if r.fw != nil {
+		if err := r.fw.install(ctx, rules); err != nil {
+			return err
+		}
 	}
 	return nil
 }
