@@ -52,8 +52,8 @@ SIGTERM or SIGINT shuts down gracefully: no new work, calls in flight get
 removed (or kept running with --keep-sessions, for the next start to adopt).
 
 --config FILE names a YAML file of session profiles (named kinds of
-session: image, env, cwd, limits, network, idle timeout, warm pool, skills)
-and skill roots; session.create takes "profile", /mcp/NAME serves profile
+session: image, env, cwd, limits, network, idle timeout, warm pool, skills),
+skill roots and the engine networks sessions may join (allow_networks); session.create takes "profile", /mcp/NAME serves profile
 NAME, and a profile named "default" is what a create without profile and
 /mcp get. A bad file refuses to start, naming file:line and the option.
 Without it, every session takes the flags' defaults.
@@ -67,6 +67,7 @@ type serveConfig struct {
 	insecureRemote, keepSessions        bool
 	insecureBridge, direct              bool
 	allowOrigins, allowHosts, allowImgs listFlag
+	allowNetworks                       listFlag
 	image, mcpImage, agentBinary        string
 	runtime                             string
 	mcpIdle, drainTimeout, shutdownTime time.Duration
@@ -155,8 +156,11 @@ func runServe(ctx context.Context, std stdio, args []string) error {
 	fs.StringVar(&cfg.tlsKey, "tls-key", "", "the key of --tls-cert (PEM)")
 	fs.BoolVar(&cfg.insecureRemote, "insecure-allow-remote", false, "allow a non-loopback --listen without TLS (only behind a TLS-terminating proxy)")
 	fs.BoolVar(&cfg.insecureBridge, "insecure-bridge-host-access", false, "where sandboxd cannot install its host firewall rules (not root, no iptables, "+
-		"a remote engine), start network bridge and internal sessions anyway, although their code can then reach every host service not bound to loopback; "+
+		"a remote engine), start network bridge and internal sessions and HTTP/SSE MCP sidecars anyway, although their code can then reach every host service not bound to loopback; "+
 		"without it they are refused there (allow_hosts is refused either way)")
+	fs.Var(&cfg.allowNetworks, "allow-network", "an engine network that sessions may join by its exact name (\"network\":\"NAME\"), besides none, bridge and internal, repeatable; "+
+		"added to the config's allow_networks. sandboxd installs no firewall rules for it: a session there reaches whatever the network reaches. "+
+		"Never sandboxd's own networks (sandboxd-*) or the engine's host, bridge and none")
 	fs.Var(&cfg.allowOrigins, "allow-origin", "browser origin allowed to call the API (scheme://host[:port]), repeatable; '*' allows any")
 	fs.Var(&cfg.allowHosts, "allow-host", "Host name accepted besides the loopback names (for a remote or proxied server), repeatable; '*' allows any")
 	fs.Var(&cfg.allowImgs, "allow-image", "image pattern (path.Match) clients may ask for, repeatable; default: any image")
@@ -235,6 +239,9 @@ func runServe(ctx context.Context, std stdio, args []string) error {
 	if err != nil {
 		return err
 	}
+	if file.AllowNetworks, err = allowNetworks(file.AllowNetworks, cfg.allowNetworks); err != nil {
+		return err
+	}
 	if cfg.stateDir == "" {
 		if cfg.stateDir, err = auth.DefaultStateDir(); err != nil {
 			return err
@@ -287,7 +294,10 @@ func runServe(ctx context.Context, std stdio, args []string) error {
 		return err
 	}
 	mopts := sandbox.ManagerOptions{Defaults: defaults, MaxConcurrentStarts: cfg.maxStarts, Logger: log,
-		Pools: profilePools(file, cfg, log), Skills: skillSrc, Secrets: secrets}
+		Pools: profilePools(file, cfg, log), Skills: skillSrc, Secrets: secrets, Networks: file.AllowNetworks}
+	if len(file.AllowNetworks) > 0 {
+		log.Info("sessions may join these engine networks, which sandboxd does not firewall", "networks", strings.Join(file.AllowNetworks, ", "))
+	}
 	m, err := sandbox.NewManager(ctx, rt, mopts)
 	if err != nil {
 		return err
@@ -467,6 +477,21 @@ func skillRoots(fromConfig, fromFlags []string) ([]string, error) {
 		}
 	}
 	return roots, nil
+}
+
+// allowNetworks are the networks sessions may join: the config's
+// allow_networks, then --allow-network's.
+func allowNetworks(fromConfig, fromFlags []string) ([]string, error) {
+	nets := slices.Clone(fromConfig)
+	for _, n := range fromFlags {
+		if err := sandbox.CheckNetworkName(n); err != nil {
+			return nil, usageErrorf("--allow-network %v", err)
+		}
+		if !slices.Contains(nets, n) {
+			nets = append(nets, n)
+		}
+	}
+	return nets, nil
 }
 
 // Disk backends (--disk-backend).

@@ -33,6 +33,8 @@ func TestServeRefusesBadConfig(t *testing.T) {
 		{[]string{"--config", filepath.Join(dir, "missing.yaml")}, exitError, "no such file or directory"},
 		{[]string{"--skills-dir", "relative/skills"}, exitUsage, `--skills-dir "relative/skills" is not an absolute path`},
 		{[]string{"--skills-dir", filepath.Join(dir, "none")}, exitUsage, "no such file or directory"},
+		{[]string{"--allow-network", "sandboxd-abc"}, exitUsage, `--allow-network "sandboxd-abc" names one of sandboxd's own networks`},
+		{[]string{"--allow-network", "corp,host"}, exitUsage, `--allow-network "host" is never allowed`},
 	} {
 		var out, errb bytes.Buffer
 		code := run(append([]string{"serve", "--state-dir", t.TempDir()}, c.args...), stdio{in: &bytes.Buffer{}, out: &out, err: &errb})

@@ -1,5 +1,6 @@
 // Package config reads the configuration file of `sandboxd serve --config`:
-// named session profiles and the operator's skill roots.
+// named session profiles, the operator's skill roots and the engine
+// networks sessions may join.
 //
 // The file is YAML, decoded through yaml.Node rather than into structs, so
 // that every error names the file, line and column, and the option's path
@@ -62,6 +63,11 @@ type File struct {
 	// SkillsDirs are the operator's skill roots: absolute paths of
 	// existing directories on the daemon's host, in the file's order.
 	SkillsDirs []string
+	// AllowNetworks are the engine networks, by exact name, that sessions
+	// may join besides none, bridge and internal
+	// (sandbox.ManagerOptions.Networks): `allow_networks`, to which
+	// `serve --allow-network` adds. sandboxd does not firewall them.
+	AllowNetworks []string
 }
 
 // Profile is one named kind of session.
@@ -157,8 +163,10 @@ func Parse(name string, data []byte) (*File, error) {
 			p.profiles(cfg, v)
 		case "skills_dirs":
 			cfg.SkillsDirs = p.skillsDirs(v, key)
+		case "allow_networks":
+			cfg.AllowNetworks = p.networks(v, key)
 		default:
-			p.unknown(k, "", key, "profiles", "skills_dirs")
+			p.unknown(k, "", key, "profiles", "skills_dirs", "allow_networks")
 		}
 	})
 	if err := p.err(); err != nil {
@@ -172,12 +180,16 @@ func (f *File) Names() []string { return slices.Sorted(maps.Keys(f.Profiles)) }
 
 // Check resolves every profile over the server's defaults (the options the
 // serve flags give every session) and reports, at the line of the option
-// at fault, every problem sandbox.SessionOptions.Validate finds.
+// at fault, every problem sandbox.SessionOptions.Validate finds, and a
+// network that AllowNetworks does not list.
 func (f *File) Check(defaults sandbox.SessionOptions) error {
 	var errs []error
 	for _, name := range f.Names() {
 		p := f.Profiles[name]
-		_, err := p.Options.Resolve(defaults)
+		r, err := p.Options.Resolve(defaults)
+		if err == nil {
+			err = r.CheckNetworkAllowed(f.AllowNetworks)
+		}
 		if err == nil {
 			continue
 		}
@@ -471,6 +483,27 @@ func (p *parser) skillsDirs(n *yaml.Node, path string) []string {
 		}
 	})
 	return dirs
+}
+
+// networks reads allow_networks: names of engine networks, each as
+// sandbox.CheckNetworkName accepts it, none twice.
+func (p *parser) networks(n *yaml.Node, path string) []string {
+	var names []string
+	p.list(n, path, func(i int, v *yaml.Node) {
+		ipath := fmt.Sprintf("%s[%d]", path, i)
+		name, ok := p.str(v, ipath)
+		if !ok {
+			return
+		}
+		if err := sandbox.CheckNetworkName(name); err != nil {
+			p.errorf(v, ipath, "%v", err)
+		} else if slices.Contains(names, name) {
+			p.errorf(v, ipath, "%q is listed twice", name)
+		} else {
+			names = append(names, name)
+		}
+	})
+	return names
 }
 
 // CheckSkillsDir checks a skill root: the absolute, clean path of an

@@ -145,7 +145,7 @@ func TestParseErrors(t *testing.T) {
 			`config.yaml:4:15: profiles.fuzz.limits.memory: "2 GB" is not a size (e.g. 2GiB)`},
 		"size type":          {"profiles:\n  a:\n    limits: {tmpfs: [1]}\n", `config.yaml:3:21: profiles.a.limits.tmpfs: want a size such as 2GiB`},
 		"negative size":      {"profiles:\n  a:\n    limits:\n      disk: -5\n", `config.yaml:4:13: profiles.a.limits.disk: "-5" is not a size`},
-		"unknown top":        {"profile:\n  a: {}\n", `config.yaml:1:1: profile: unknown key (known here: profiles, skills_dirs)`},
+		"unknown top":        {"profile:\n  a: {}\n", `config.yaml:1:1: profile: unknown key (known here: allow_networks, profiles, skills_dirs)`},
 		"unknown in profile": {"profiles:\n  a:\n    imagee: x\n", `config.yaml:3:5: profiles.a.imagee: unknown key (known here: allow_hosts, cwd, editable_paths, env, idle_timeout, image, labels, limits, mcp_servers, network, pool, runtime, skills, skills_install, terminal, user, writable_rootfs)`},
 		"unknown in limits":  {"profiles:\n  a:\n    limits:\n      mem: 1GiB\n", `config.yaml:4:7: profiles.a.limits.mem: unknown key (known here: cpus, disk, disk_quota, memory, pids, tmpfs)`},
 		"profile name":       {"profiles:\n  Fuzz: {}\n", `config.yaml:2:3: profiles.Fuzz: "Fuzz" is not a profile name`},
@@ -182,6 +182,12 @@ func TestParseErrors(t *testing.T) {
 		"skills dir file":    {"skills_dirs: [" + file + "]\n", `skills_dirs[0]: "` + file + `" is not a directory`},
 		"skills dir unclean": {"skills_dirs: [/tmp/]\n", `skills_dirs[0]: "/tmp/" is not a clean path (did you mean "/tmp"?)`},
 		"skills dirs map":    {"skills_dirs: {a: b}\n", `config.yaml:1:14: skills_dirs: want a list, not a mapping`},
+		"network own":        {"allow_networks: [corp, sandboxd-abc]\n", `config.yaml:1:24: allow_networks[1]: "sandboxd-abc" names one of sandboxd's own networks`},
+		"network sidecar":    {"allow_networks:\n  - sandboxd-mcp-x\n", `config.yaml:2:5: allow_networks[0]: "sandboxd-mcp-x" names one of sandboxd's own networks`},
+		"network mode":       {"allow_networks: [bridge]\n", `allow_networks[0]: "bridge" is a network mode of sandboxd's, not an engine network to list`},
+		"network host":       {"allow_networks: [host]\n", `allow_networks[0]: "host" is never allowed`},
+		"network twice":      {"allow_networks: [corp, corp]\n", `config.yaml:1:24: allow_networks[1]: "corp" is listed twice`},
+		"network syntax":     {"allow_networks: [\"a b\"]\n", `allow_networks[0]: "a b" is not a network name`},
 		"syntax":             {"profiles:\n  a:\n    image: \"x\n", `config.yaml:3: not valid YAML: found unexpected end of stream`},
 		"tab":                {"profiles:\n\ta: {}\n", `config.yaml:2: not valid YAML: found character that cannot start any token`},
 		"two docs":           {"profiles: {}\n---\nprofiles: {}\n", `config.yaml:2:1: a second YAML document: the file holds one`},
@@ -330,4 +336,34 @@ func TestReadmeExample(t *testing.T) {
 	assert.Equal(t, 2, f.Profiles["fuzz"].Pool)
 	assert.Equal(t, []string{"/testbed", "/opt/venv"}, f.Profiles["swe"].Options.EditablePaths)
 	assert.Equal(t, sandbox.UserImage, f.Profiles["swe-as-image"].Options.User)
+}
+
+// A profile names an engine network only if allow_networks lists it, and
+// the error is at the profile's line.
+func TestCheckAllowNetworks(t *testing.T) {
+	src := `allow_networks: [corp-proxy]
+profiles:
+  proxied:
+    network: corp-proxy
+  other:
+    network: lab
+  own:
+    network: sandboxd-abc
+  bridged:
+    network: bridge
+`
+	f, err := Parse("config.yaml", []byte(src))
+	require.NoError(t, err)
+	assert.Equal(t, []string{"corp-proxy"}, f.AllowNetworks)
+	err = f.Check(sandbox.SessionOptions{Image: "img"})
+	require.Error(t, err)
+	msg := err.Error()
+	assert.Contains(t, msg, `config.yaml:6:5: profiles.other.network: "lab" is not allowed on this server: ask for "none", "bridge", "internal" or one of the networks the operator lists (corp-proxy)`)
+	assert.Contains(t, msg, `config.yaml:8:5: profiles.own.network: "sandboxd-abc" names one of sandboxd's own networks`)
+	assert.Len(t, strings.Split(msg, "\n"), 2, msg)
+
+	f.AllowNetworks = append(f.AllowNetworks, "lab") // serve --allow-network lab
+	err = f.Check(sandbox.SessionOptions{Image: "img"})
+	require.Error(t, err)
+	assert.NotContains(t, err.Error(), "profiles.other")
 }

@@ -75,11 +75,12 @@ type Options struct {
 	// Logger receives structured logs (component=docker); nil is
 	// slog.Default().
 	Logger *slog.Logger
-	// InsecureBridge starts bridge and internal sessions even when the
-	// host firewall cannot be managed (not root, no iptables, a remote
+	// InsecureBridge starts bridge and internal sessions, and HTTP and
+	// SSE sidecars (on their internal network), even when the host
+	// firewall cannot be managed (not root, no iptables, a remote
 	// engine), although their code can then reach every service the host
-	// listens on beyond loopback. Without it such sessions are refused
-	// there. allow_hosts is refused there either way.
+	// listens on beyond loopback. Without it they are refused there.
+	// allow_hosts is refused there either way.
 	InsecureBridge bool
 	// LookupHost resolves the host names of allow_hosts when a session
 	// starts; nil is the host's resolver (IPv4 addresses). Tests map names
@@ -199,10 +200,10 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 			return nil, fmt.Errorf("docker runtime: host firewall: %w", err)
 		}
 	case r.opts.InsecureBridge:
-		r.log.Warn("host firewall unavailable: bridge and internal sessions can reach every service the host listens on beyond loopback "+
+		r.log.Warn("host firewall unavailable: bridge and internal sessions and HTTP/SSE sidecars can reach every service the host listens on beyond loopback "+
 			"(accepted by --insecure-bridge-host-access); allow_hosts is refused", "why", r.fwErr)
 	default:
-		r.log.Warn("host firewall unavailable: bridge and internal sessions are refused (--insecure-bridge-host-access accepts them unguarded)", "why", r.fwErr)
+		r.log.Warn("host firewall unavailable: bridge and internal sessions and HTTP/SSE sidecars are refused (--insecure-bridge-host-access accepts them unguarded)", "why", r.fwErr)
 	}
 	path := opts.AgentBinary
 	if path == "" {
