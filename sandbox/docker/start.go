@@ -212,6 +212,9 @@ func (r *Runtime) createContainer(ctx context.Context, spec sandbox.Spec, netNam
 	if err := r.checkCwd(cctx, created.ID, spec.Options, l); err != nil {
 		return created.ID, err
 	}
+	if err := checkEditablePaths(cctx, r.cli, created.ID, spec.Options.EditablePaths); err != nil {
+		return created.ID, err
+	}
 	return created.ID, nil
 }
 
