@@ -34,7 +34,7 @@ func TestEditablePathThroughLink(t *testing.T) {
 	m := newManager(t, newRuntime(t), sandbox.ManagerOptions{})
 	for _, tc := range []struct {
 		name, path, want string
-		user              string
+		user             string
 	}{
 		{"root link, hardened", "/opt/rootl/usr/local", `/opt/rootl is a symbolic link in the image (to "/")`, ""},
 		{"etc link, hardened", "/opt/etcl/ssl", `/opt/etcl is a symbolic link in the image (to "/etc")`, ""},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
@@ -51,4 +52,26 @@ func (r *Runtime) Prune(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// closePruneTimeout bounds the prune at Close: a few engine calls, and a
+// shutdown must not wait on a stuck engine for long.
+const closePruneTimeout = 10 * time.Second
+
+// pruneAtClose is Prune when the runtime closes, at the daemon's shutdown:
+// a clean shutdown leaves nothing of sandboxd on the engine, and the agent
+// volume of writable roots (and copy mode's agent and skill volumes) would
+// otherwise outlive it. What a session kept for adoption (--keep-sessions)
+// still mounts stays, in use, for the next start, which reuses it. Best
+// effort: a failure is logged, and the next start's pruneStaleAgentVolumes
+// or Prune removes what is left.
+func (r *Runtime) pruneAtClose() {
+	if r.cli == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), min(closePruneTimeout, r.opts.CallTimeout))
+	defer cancel()
+	if err := r.Prune(ctx); err != nil {
+		r.log.Warn("removing the shared volumes no session uses, at close", "err", err)
+	}
 }

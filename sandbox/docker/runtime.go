@@ -238,9 +238,11 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 // Client is the engine client (for tests and tools built on the runtime).
 func (r *Runtime) Client() *client.Client { return r.cli }
 
-// Close releases the engine client if the runtime made it. Sandboxes are
-// left alone.
+// Close removes the runtime's shared resources that no sandbox uses
+// (pruneAtClose) and releases the engine client if the runtime made it.
+// Sandboxes are left alone.
 func (r *Runtime) Close() error {
+	r.pruneAtClose()
 	if r.ownClient {
 		return r.cli.Close()
 	}
