@@ -48,7 +48,7 @@ func TestEditablePathThroughLink(t *testing.T) {
 				_ = s.Close(context.Background())
 				t.Fatalf("editable path %s accepted; mounts in the sandbox: %q", tc.path, out)
 			}
-			assert.ErrorIs(t, err, sandbox.ErrInvalidOptions)
+			require.ErrorIs(t, err, sandbox.ErrInvalidOptions)
 			assert.ErrorContains(t, err, "editable_paths: "+tc.want)
 		})
 	}

@@ -51,10 +51,10 @@ func TestSkillSwappedForLink(t *testing.T) {
 				_ = s.Close(context.Background())
 				t.Fatalf("the create was accepted; /skills/okskill/secret.txt in the sandbox reads %q", out)
 			}
-			assert.ErrorIs(t, err, sandbox.ErrInvalidOptions)
-			assert.ErrorContains(t, err, "skill okskill cannot be mounted: okskill is a symbolic link under its skill root")
+			require.ErrorIs(t, err, sandbox.ErrInvalidOptions)
+			require.ErrorContains(t, err, "skill okskill cannot be mounted: okskill is a symbolic link under its skill root")
 			assert.NotContains(t, err.Error(), host, "no host path for the client")
-			assert.Zero(t, len(m.List()), "nothing left of the refused create")
+			assert.Empty(t, m.List(), "nothing left of the refused create")
 		})
 	}
 }

@@ -71,7 +71,7 @@ func TestLoadLibraryCancelled(t *testing.T) {
 	lib, err := loadLibrary(ctx, skills.Root{Name: "stuck", FS: stuck})
 	assert.Nil(t, lib)
 	require.ErrorIs(t, err, context.Canceled)
-	assert.ErrorContains(t, err, "loading the skill roots")
+	require.ErrorContains(t, err, "loading the skill roots")
 
 	ok := fstest.MapFS{"a/SKILL.md": {Data: []byte("---\nname: a\ndescription: A.\n---\nbody\n")}}
 	lib, err = loadLibrary(context.Background(), skills.Root{Name: "mem", FS: ok})

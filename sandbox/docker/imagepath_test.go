@@ -60,7 +60,7 @@ func TestCheckEditablePaths(t *testing.T) {
 				assert.Equal(t, tc.asked, f.asked)
 				return
 			}
-			assert.ErrorIs(t, err, sandbox.ErrInvalidOptions)
+			require.ErrorIs(t, err, sandbox.ErrInvalidOptions)
 			assert.ErrorContains(t, err, tc.want)
 		})
 	}

@@ -1,7 +1,6 @@
 package docker
 
 import (
-	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -75,8 +74,8 @@ func TestOpenSkillDir(t *testing.T) {
 			}
 			_, err := openSkillDir(mountOf(root))
 			require.Error(t, err)
-			assert.ErrorIs(t, err, sandbox.ErrInvalidOptions, "the client can drop the skill")
-			assert.ErrorContains(t, err, "skill cat/okskill cannot be mounted: "+tc.want)
+			require.ErrorIs(t, err, sandbox.ErrInvalidOptions, "the client can drop the skill")
+			require.ErrorContains(t, err, "skill cat/okskill cannot be mounted: "+tc.want)
 			assert.NotContains(t, err.Error(), root, "no host path for the client")
 		})
 	}
@@ -92,8 +91,8 @@ func TestOpenSkillDir(t *testing.T) {
 		root, _ := skillRoot(t)
 		require.NoError(t, os.RemoveAll(filepath.Join(root, "cat")))
 		_, err := openSkillDir(mountOf(root))
-		assert.ErrorContains(t, err, "skill cat/okskill cannot be mounted: cat: ")
-		assert.True(t, errors.Is(err, sandbox.ErrInvalidOptions))
+		require.ErrorContains(t, err, "skill cat/okskill cannot be mounted: cat: ")
+		require.ErrorIs(t, err, sandbox.ErrInvalidOptions)
 	})
 	t.Run("source not under its path", func(t *testing.T) {
 		_, err := openSkillDir(sandbox.SkillMount{Path: "cat/okskill", Source: "/srv/elsewhere"})
@@ -117,7 +116,7 @@ func TestSkillDirCheck(t *testing.T) {
 			defer d.close()
 			p := filepath.Join(root, filepath.FromSlash(tc.swapped))
 			swap(t, p, host)
-			assert.ErrorContains(t, skillDirs{d}.check(), tc.want)
+			require.ErrorContains(t, skillDirs{d}.check(), tc.want)
 			require.NoError(t, os.Remove(p))
 			require.NoError(t, os.Rename(p+".old", p))
 			assert.NoError(t, skillDirs{d}.check())
