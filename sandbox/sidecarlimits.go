@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -62,11 +63,14 @@ const (
 var errSidecarFlood = errors.New("it sent sandboxd requests faster than " +
 	fmt.Sprint(sidecarRequestRate) + " a second (sandboxd answers ping and offers MCP servers no roots, sampling or elicitation): its connection was closed")
 
-// limitedBodies is an http.RoundTripper whose response bodies end in an
-// error past SidecarMaxMessage, except event streams, whose events the SDK
-// bounds one by one (MaxEventSize): the SDK reads a JSON body whole
-// (streamableClientConn.handleJSON uses io.ReadAll), so one 1 GiB reply
-// took the daemon to 9 GB (M13).
+// limitedBodies is an http.RoundTripper that bounds what a sidecar's
+// replies make the daemon read (M13: the SDK reads a JSON body whole with
+// io.ReadAll, and one 1 GiB reply took the daemon to 9 GB). A JSON reply
+// is read here, up to SidecarMaxMessage: past it, reading stops and the
+// reply becomes a JSON-RPC error for the request's id, so that call fails
+// saying why and the connection stays up. Other bodies (an event stream,
+// whose events the SDK bounds one by one with MaxEventSize) end in an
+// error past SidecarMaxMessage.
 type limitedBodies struct{ base http.RoundTripper }
 
 func (l limitedBodies) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -74,23 +78,58 @@ func (l limitedBodies) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err != nil || resp.Body == nil {
 		return resp, err
 	}
-	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt == "text/event-stream" {
+	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	if mt == "text/event-stream" {
 		return resp, nil
 	}
-	if resp.ContentLength > SidecarMaxMessage {
-		_ = resp.Body.Close()
-		return nil, errBodyTooLarge(resp.ContentLength)
+	if mt != "application/json" {
+		resp.Body = &limitedBody{rc: resp.Body, left: SidecarMaxMessage}
+		return resp, nil
 	}
-	resp.Body = &limitedBody{rc: resp.Body, left: SidecarMaxMessage}
+	var body []byte
+	if resp.ContentLength <= SidecarMaxMessage {
+		body, err = io.ReadAll(io.LimitReader(resp.Body, SidecarMaxMessage+1))
+	}
+	_ = resp.Body.Close() // stops a sender past the limit at once
+	if err != nil {
+		return nil, err
+	}
+	if resp.ContentLength > SidecarMaxMessage || len(body) > SidecarMaxMessage {
+		body = tooLargeReply(req, resp.ContentLength)
+	}
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+	resp.ContentLength = int64(len(body))
+	resp.Header.Del("Content-Length")
 	return resp, nil
 }
 
-func errBodyTooLarge(n int64) error {
+// tooLargeReply is the JSON-RPC error that replaces a reply over the
+// limit: for the request's id when it has one, else (a notification or a
+// batch) a body the SDK fails on, ending the connection.
+func tooLargeReply(req *http.Request, n int64) []byte {
 	what := "more than"
 	if n > 0 {
 		what = fmt.Sprintf("%d MiB, more than", n>>20)
 	}
-	return fmt.Errorf("its HTTP reply is %s the limit of %d MiB a message", what, SidecarMaxMessage>>20)
+	msg := fmt.Sprintf("sandboxd: the server's reply is %s the limit of %d MiB a message; it was not read", what, SidecarMaxMessage>>20)
+	var call struct {
+		ID json.RawMessage `json:"id"`
+	}
+	if req.GetBody != nil {
+		if rc, err := req.GetBody(); err == nil {
+			_ = json.NewDecoder(io.LimitReader(rc, SidecarMaxMessage)).Decode(&call)
+			_ = rc.Close()
+		}
+	}
+	if len(call.ID) == 0 || string(call.ID) == "null" {
+		return []byte(msg)
+	}
+	b, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": call.ID,
+		"error": map[string]any{"code": jsonrpc.CodeInternalError, "message": msg}})
+	if err != nil {
+		return []byte(msg)
+	}
+	return b
 }
 
 // limitedBody reads at most left bytes, then fails.
@@ -102,7 +141,7 @@ type limitedBody struct {
 func (b *limitedBody) Read(p []byte) (int, error) {
 	if b.left <= 0 {
 		_ = b.rc.Close() // stop the sender at once
-		return 0, errBodyTooLarge(0)
+		return 0, fmt.Errorf("its HTTP reply is more than the limit of %d MiB a message", SidecarMaxMessage>>20)
 	}
 	if int64(len(p)) > b.left {
 		p = p[:b.left]

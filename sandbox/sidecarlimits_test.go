@@ -199,18 +199,33 @@ func TestBoundResult(t *testing.T) {
 	assert.Contains(t, obs.Text(), "its images and audio (8 MiB) are left out")
 }
 
-// An HTTP sidecar's reply body ends in an error past the message limit
-// (M13); an event stream is the SDK's to bound, event by event.
+// An HTTP sidecar's JSON reply past the message limit becomes a JSON-RPC
+// error for the call's id, read no further (M13); another body ends in an
+// error there; an event stream is the SDK's to bound, event by event.
 func TestLimitedBodies(t *testing.T) {
 	big := strings.Repeat("x", SidecarMaxMessage+1)
+	var sent atomic.Int64
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/sse":
 			w.Header().Set("Content-Type", "text/event-stream")
-		case "/chunked": // no Content-Length
+		case "/plain":
+			w.Header().Set("Content-Type", "text/plain")
+		case "/small":
 			w.Header().Set("Content-Type", "application/json")
-			_, _ = io.WriteString(w, big[:1<<20])
-			w.(http.Flusher).Flush()
+			_, _ = io.WriteString(w, `{"jsonrpc":"2.0","id":7,"result":{}}`)
+			return
+		case "/endless": // JSON without a length that never ends
+			w.Header().Set("Content-Type", "application/json")
+			chunk := []byte(strings.Repeat("y", 1<<20))
+			for r.Context().Err() == nil && sent.Load() < 1<<30 {
+				n, err := w.Write(chunk)
+				sent.Add(int64(n))
+				if err != nil {
+					return
+				}
+			}
+			return
 		default:
 			w.Header().Set("Content-Type", "application/json")
 			w.Header().Set("Content-Length", fmt.Sprint(len(big)))
@@ -219,23 +234,65 @@ func TestLimitedBodies(t *testing.T) {
 	}))
 	defer srv.Close()
 	hc := &http.Client{Transport: limitedBodies{http.DefaultTransport}}
-	get := func(path string) (int, error) {
-		resp, err := hc.Get(srv.URL + path)
+	post := func(path string) (string, error) {
+		resp, err := hc.Post(srv.URL+path, "application/json", strings.NewReader(`{"jsonrpc":"2.0","id":7,"method":"tools/call"}`))
 		if err != nil {
-			return 0, err
+			return "", err
 		}
 		defer resp.Body.Close()
 		b, err := io.ReadAll(resp.Body)
-		return len(b), err
+		return string(b), err
 	}
-	_, err := get("/json")
-	require.Error(t, err, "a body with a Content-Length over the limit")
-	assert.Contains(t, err.Error(), "its HTTP reply is 16 MiB, more than the limit of 16 MiB a message")
-	n, err := get("/chunked")
+	const want = `{"error":{"code":-32603,"message":"sandboxd: the server's reply is `
+	body, err := post("/json")
+	require.NoError(t, err)
+	assert.JSONEq(t, want+`16 MiB, more than the limit of 16 MiB a message; it was not read"},"id":7,"jsonrpc":"2.0"}`, body)
+	body, err = post("/endless")
+	require.NoError(t, err)
+	assert.JSONEq(t, want+`more than the limit of 16 MiB a message; it was not read"},"id":7,"jsonrpc":"2.0"}`, body)
+	assert.Less(t, sent.Load(), int64(64<<20), "the sender was stopped soon after the limit")
+	body, err = post("/small")
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"jsonrpc":"2.0","id":7,"result":{}}`, body)
+	body, err = post("/plain")
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "its HTTP reply is more than the limit of 16 MiB a message")
-	assert.Equal(t, SidecarMaxMessage, n)
-	n, err = get("/sse")
+	assert.Len(t, body, SidecarMaxMessage)
+	body, err = post("/sse")
 	require.NoError(t, err)
-	assert.Equal(t, len(big), n)
+	assert.Len(t, body, len(big))
+}
+
+// A sidecar call that is never answered ends at the call deadline (M14),
+// saying so; a cancelled one returns at once.
+func TestSidecarCallDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		release := make(chan struct{})
+		f := &fakeSidecars{setup: func(srv *mcp.Server) {
+			mcp.AddTool(srv, &mcp.Tool{Name: "hang"}, func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
+				<-release // never answers, even when cancelled, until the test ends
+				return nil, nil, context.Canceled
+			})
+		}}
+		set, cancel := newTestSidecars(t, f)
+		defer cancel()
+		defer set.close()
+		defer close(release)
+		require.NoError(t, set.startEager(context.Background()))
+		c, _ := set.route("fake__hang")
+		began := time.Now()
+		obs, err := c.call(context.Background(), "fake__hang", nil)
+		require.NoError(t, err)
+		assert.Equal(t, SidecarCallTimeout, time.Since(began))
+		assert.True(t, obs.IsError)
+		assert.Contains(t, obs.Text(), `mcp server "fake" did not answer fake__hang within 10m0s, the deadline of a sidecar call`)
+
+		ctx, stop := context.WithTimeout(context.Background(), time.Second)
+		defer stop()
+		began = time.Now()
+		_, err = c.call(ctx, "fake__hang", nil)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.LessOrEqual(t, time.Since(began), time.Second+sidecarCancelGrace)
+		assert.Equal(t, "1", callText(t, set, "fake__count"), "the sidecar still answers")
+	})
 }

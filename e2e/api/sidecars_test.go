@@ -43,7 +43,7 @@ const (
 // script skips what is current).
 func ensureSidecarImages(ctx context.Context, t *testing.T) {
 	t.Helper()
-	for _, img := range []string{memoryImage, everythingImage, testserverImage} {
+	for _, img := range []string{memoryImage, everythingImage, testserverImage, evilImage} {
 		if _, err := engine.ImageInspect(ctx, img); err == nil {
 			continue
 		}

@@ -24,8 +24,10 @@
 //	              reading (and dropping) the answers (M8; stdio)
 //	manytools     lists 20,000 tools of about 500 bytes (M5)
 //	hugetool      lists one tool with a 4 MiB description (M5)
-//	pages         every tools/list page has 1,000 tools and a nextCursor
+//	pages         every tools/list page has 5 tools and a nextCursor
 //	              (M6)
+//	holdcancel    over HTTP: never answers the POST of a
+//	              notifications/cancelled (M14)
 //
 // Tools:
 //
@@ -34,7 +36,11 @@
 //	bigjson {}    over HTTP: an application/json reply of 1 GiB, written
 //	              as it goes (M13); over stdio: like big
 //	hang {}       never answers (M14)
-//	deep {}       answers a structuredContent nested 9,000 deep (K12)
+//	hangsse {}    over HTTP: starts an event stream as its answer, then
+//	              sends nothing (M14); over stdio: like hang
+//	deep {}       answers a structuredContent nested 500 deep (K12: past
+//	              sandboxd's 64, under the SDK's decoder limit of 1,000,
+//	              past which the connection ends as garbage would)
 //	hugenum {}    answers a structuredContent holding -1e999999 (K12)
 package main
 
@@ -121,7 +127,8 @@ var baseTools = []map[string]any{
 	tool("big", "answers 15 MiB of text"),
 	tool("bigjson", "answers 1 GiB over HTTP"),
 	tool("hang", "never answers"),
-	tool("deep", "a structured result 9,000 deep"),
+	tool("hangsse", "starts an event stream and sends nothing"),
+	tool("deep", "a structured result 500 deep"),
 	tool("hugenum", "a structured result holding -1e999999"),
 }
 
@@ -143,8 +150,8 @@ func listTools(params json.RawMessage) any {
 		}
 		_ = json.Unmarshal(params, &p)
 		n, _ := strconv.Atoi(p.Cursor)
-		page := make([]map[string]any, 0, 1000)
-		for i := range 1000 {
+		page := make([]map[string]any, 0, 5)
+		for i := range 5 {
 			page = append(page, tool(fmt.Sprintf("p%d_%d", n, i), "a tool of an endless list"))
 		}
 		return map[string]any{"tools": page, "nextCursor": strconv.Itoa(n + 1)}
@@ -169,12 +176,12 @@ func callTool(ctx context.Context, params json.RawMessage) any {
 		return text(s)
 	case "big", "bigjson":
 		return text(strings.Repeat("B", 15<<20))
-	case "hang":
+	case "hang", "hangsse":
 		<-ctx.Done()
 		return nil
 	case "deep":
 		var v any = "bottom"
-		for range 9000 {
+		for range 500 {
 			v = []any{v}
 		}
 		return map[string]any{"content": []any{map[string]any{"type": "text", "text": "deep"}}, "structuredContent": map[string]any{"v": v}}
@@ -309,6 +316,10 @@ func serveHTTP(addr string) {
 			return
 		}
 		if len(m.ID) == 0 { // a notification or an answer
+			if *attack == "holdcancel" && m.Method == "notifications/cancelled" {
+				<-r.Context().Done()
+				return
+			}
 			w.WriteHeader(http.StatusAccepted)
 			return
 		}
@@ -324,8 +335,15 @@ func serveHTTP(addr string) {
 				Name string `json:"name"`
 			}
 			_ = json.Unmarshal(m.Params, &p)
-			if p.Name == "bigjson" {
+			switch p.Name {
+			case "bigjson":
 				writeHugeJSON(r.Context(), w, m.ID)
+				return
+			case "hangsse":
+				w.Header().Set("Content-Type", "text/event-stream")
+				w.WriteHeader(http.StatusOK)
+				w.(http.Flusher).Flush()
+				<-r.Context().Done()
 				return
 			}
 			res := callTool(r.Context(), m.Params)
