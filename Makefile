@@ -76,7 +76,7 @@ clean: ## remove build outputs
 # calls `make fuzz`. Minimizing a new input is capped (10 runs): by default
 # it may take 60 s, more than the whole budget.
 FUZZTIME     ?= 5s
-FUZZ_TARGETS := ./agent:FuzzReadFrame ./agent:FuzzExtractTar ./server:FuzzJSONRPC ./skills:FuzzParse
+FUZZ_TARGETS := ./agent/proto:FuzzReadFrame ./agent:FuzzExtractTar ./server:FuzzJSONRPC ./skills:FuzzParse
 
 fuzz: ## run each fuzz target for FUZZTIME (default 5s) past its seed corpus
 	@set -e; for t in $(FUZZ_TARGETS); do \

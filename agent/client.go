@@ -13,12 +13,26 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sandboxd/sandboxd/agent/proto"
 	"github.com/sandboxd/sandboxd/internal/loglimit"
 	"github.com/sandboxd/sandboxd/tools"
 )
 
 // errClientClosed is why a connection ended when the host closed it.
 var errClientClosed = errors.New("the client was closed")
+
+// ErrStreamWindow: the agent streamed more of a call's output than its
+// window allows (StreamWindow); the excess was dropped.
+var ErrStreamWindow = errors.New("agent streamed past the call's window")
+
+// remoteError is an error response as the client returns it: the agent's
+// *proto.Error, which also matches the tool set's sentinels of its code
+// (errors.Is(err, tools.ErrUnknownTool) holds for an unknown tool).
+type remoteError struct{ err *proto.Error }
+
+func (e remoteError) Error() string        { return e.err.Error() }
+func (e remoteError) Is(target error) bool { return codes.Matches(e.err.Code, target) }
+func (e remoteError) Unwrap() error        { return e.err }
 
 // invalidJSONError: params held a json.RawMessage (the tool arguments) that
 // is not valid JSON, found while encoding the request.
@@ -79,8 +93,8 @@ type outFrame struct {
 // queued here by the read loop and handed to the StreamFunc by the calling
 // goroutine, so a slow StreamFunc never stalls other calls.
 type pendingCall struct {
-	resp chan *frame // capacity 1: the one response
-	sent atomic.Bool // the request is on the wire
+	resp chan *proto.Frame // capacity 1: the one response
+	sent atomic.Bool       // the request is on the wire
 
 	mu      sync.Mutex
 	chunks  [][]byte
@@ -148,13 +162,13 @@ func (c *Client) Close() error {
 
 // Ping checks that the agent answers.
 func (c *Client) Ping(ctx context.Context) error {
-	_, err := c.roundTrip(ctx, MethodPing, struct{}{}, nil)
+	_, err := c.roundTrip(ctx, proto.MethodPing, struct{}{}, nil)
 	return err
 }
 
 // ListTools returns the definitions of the agent's tools.
 func (c *Client) ListTools(ctx context.Context) ([]tools.Definition, error) {
-	raw, err := c.roundTrip(ctx, MethodToolsList, struct{}{}, nil)
+	raw, err := c.roundTrip(ctx, proto.MethodToolsList, struct{}{}, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -174,14 +188,14 @@ func (c *Client) ListTools(ctx context.Context) ([]tools.Definition, error) {
 // CancelWait; at once when the request never reached the agent), unknown tool (errors.Is tools.ErrUnknownTool), agent
 // shutting down, or the connection ended (ErrDisconnected).
 func (c *Client) Call(ctx context.Context, name string, args json.RawMessage, stream tools.StreamFunc) (*tools.Observation, error) {
-	if len(args) > MaxFrameSize {
-		return nil, fmt.Errorf("agent %s %s: %w: %d bytes of arguments, the limit is %d", MethodToolsCall, name, ErrFrameTooLarge, len(args), MaxFrameSize)
+	if len(args) > proto.MaxFrameSize {
+		return nil, fmt.Errorf("agent %s %s: %w: %d bytes of arguments, the limit is %d", proto.MethodToolsCall, name, proto.ErrFrameTooLarge, len(args), proto.MaxFrameSize)
 	}
-	cp := callParams{Name: name, Arguments: args, Stream: stream != nil}
+	cp := proto.CallParams{Name: name, Arguments: args, Stream: stream != nil}
 	if cp.Stream {
 		cp.Window = StreamWindow
 	}
-	raw, err := c.roundTrip(ctx, MethodToolsCall, cp, stream)
+	raw, err := c.roundTrip(ctx, proto.MethodToolsCall, cp, stream)
 	if ije := (*invalidJSONError)(nil); errors.As(err, &ije) {
 		// Same contract as the tool framework: the model reads this.
 		return tools.Errorf("Invalid arguments for tool %q: %v", name, ije), nil
@@ -200,7 +214,7 @@ func (c *Client) Call(ctx context.Context, name string, args json.RawMessage, st
 // its tools (ending their processes) and answers before it closes the
 // connection.
 func (c *Client) Shutdown(ctx context.Context) error {
-	_, err := c.roundTrip(ctx, MethodShutdown, struct{}{}, nil)
+	_, err := c.roundTrip(ctx, proto.MethodShutdown, struct{}{}, nil)
 	return err
 }
 
@@ -213,7 +227,7 @@ func (c *Client) Shutdown(ctx context.Context) error {
 // bounds the wait, and the agent stops waiting (the installer itself runs
 // to its own timeout) when it is cancelled.
 func (c *Client) InstallSkills(ctx context.Context) error {
-	_, err := c.roundTrip(ctx, MethodSkillsInstall, struct{}{}, nil)
+	_, err := c.roundTrip(ctx, proto.MethodSkillsInstall, struct{}{}, nil)
 	return err
 }
 
@@ -228,7 +242,7 @@ func (c *Client) roundTrip(ctx context.Context, method string, params any, strea
 
 // exchange sends one request with an optional binary payload and returns
 // its successful response frame.
-func (c *Client) exchange(ctx context.Context, method string, params any, data []byte, stream tools.StreamFunc) (*frame, error) {
+func (c *Client) exchange(ctx context.Context, method string, params any, data []byte, stream tools.StreamFunc) (*proto.Frame, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -243,10 +257,10 @@ func (c *Client) exchange(ctx context.Context, method string, params any, data [
 		return nil, fmt.Errorf("agent %s: encoding params: %w", method, err)
 	}
 	id := c.nextID.Add(1)
-	p := &pendingCall{resp: make(chan *frame, 1), c: c, id: id}
+	p := &pendingCall{resp: make(chan *proto.Frame, 1), c: c, id: id}
 	if stream != nil {
 		p.notify = make(chan struct{}, 1)
-		if cp, ok := params.(callParams); ok && cp.Window > 0 {
+		if cp, ok := params.(proto.CallParams); ok && cp.Window > 0 {
 			p.window = cp.Window
 		}
 	}
@@ -259,7 +273,7 @@ func (c *Client) exchange(ctx context.Context, method string, params any, data [
 	c.pending[id] = p
 	c.mu.Unlock()
 
-	if err := c.sendTracked(ctx, &frame{ID: id, Method: method, Params: raw, Data: data}, &p.sent); err != nil {
+	if err := c.sendTracked(ctx, &proto.Frame{ID: id, Method: method, Params: raw, Data: data}, &p.sent); err != nil {
 		c.forget(id)
 		if ctx.Err() != nil {
 			return nil, ctx.Err() // never queued: nothing to cancel
@@ -274,7 +288,7 @@ func (c *Client) exchange(ctx context.Context, method string, params any, data [
 			p.deliver(stream)
 		case <-ctx.Done():
 			c.cancelAsync(id)
-			if method == MethodToolsCall && p.sent.Load() {
+			if method == proto.MethodToolsCall && p.sent.Load() {
 				c.awaitCancelled(p, stream)
 			}
 			c.forget(id)
@@ -312,10 +326,10 @@ func (c *Client) awaitCancelled(p *pendingCall, stream tools.StreamFunc) {
 	}
 }
 
-func (p *pendingCall) finish(method string, f *frame, stream tools.StreamFunc) (*frame, error) {
+func (p *pendingCall) finish(method string, f *proto.Frame, stream tools.StreamFunc) (*proto.Frame, error) {
 	p.deliver(stream) // every chunk came before the response
 	if f.Error != nil {
-		return nil, fmt.Errorf("agent %s: %w", method, f.Error)
+		return nil, fmt.Errorf("agent %s: %w", method, remoteError{f.Error})
 	}
 	p.mu.Lock()
 	over := p.overflow
@@ -359,19 +373,19 @@ func (p *pendingCall) ack(n int64) {
 	p.mu.Lock()
 	p.unacked -= n
 	p.mu.Unlock()
-	raw, _ := json.Marshal(streamAckParams{ID: p.id, Bytes: n})
-	p.c.notifyAsync(&frame{Method: MethodStreamAck, Params: raw})
+	raw, _ := json.Marshal(proto.StreamAckParams{ID: p.id, Bytes: n})
+	p.c.notifyAsync(&proto.Frame{Method: proto.MethodStreamAck, Params: raw})
 }
 
 // cancelAsync tells the agent to cancel request id without making the
 // caller wait for the write (the stream may be busy with a large frame).
 func (c *Client) cancelAsync(id uint64) {
-	raw, _ := json.Marshal(cancelParams{ID: id})
-	c.notifyAsync(&frame{Method: MethodCancel, Params: raw})
+	raw, _ := json.Marshal(proto.CancelParams{ID: id})
+	c.notifyAsync(&proto.Frame{Method: proto.MethodCancel, Params: raw})
 }
 
-func (c *Client) notifyAsync(f *frame) {
-	buf, err := encodeFrame(f)
+func (c *Client) notifyAsync(f *proto.Frame) {
+	buf, err := proto.EncodeFrame(f)
 	if err != nil {
 		c.log.Debug("notification not sent", "method", f.Method, "err", err)
 		return
@@ -404,8 +418,8 @@ func (c *Client) forget(id uint64) {
 // before anything is written (the connection stays usable). It returns
 // once the frame is queued, ctx ends, or the connection ends; a write
 // error later ends the connection, which pending calls see.
-func (c *Client) sendTracked(ctx context.Context, f *frame, sent *atomic.Bool) error {
-	buf, err := encodeFrame(f)
+func (c *Client) sendTracked(ctx context.Context, f *proto.Frame, sent *atomic.Bool) error {
+	buf, err := proto.EncodeFrame(f)
 	if err != nil {
 		return err
 	}
@@ -446,9 +460,9 @@ func (c *Client) fail(cause error) {
 	}
 	switch {
 	case errors.Is(cause, io.EOF) || errors.Is(cause, io.ErrUnexpectedEOF):
-		c.err = fmt.Errorf("%w: the agent closed the stream (it exited, crashed or its container stopped): %w", ErrDisconnected, cause)
+		c.err = fmt.Errorf("%w: the agent closed the stream (it exited, crashed or its container stopped): %w", proto.ErrDisconnected, cause)
 	default:
-		c.err = fmt.Errorf("%w: %w", ErrDisconnected, cause)
+		c.err = fmt.Errorf("%w: %w", proto.ErrDisconnected, cause)
 	}
 	c.pending = map[uint64]*pendingCall{}
 	err := c.err
@@ -461,14 +475,14 @@ func (c *Client) fail(cause error) {
 func (c *Client) readLoop() {
 	defer close(c.loopDone)
 	r := bufio.NewReaderSize(c.rwc, 64<<10)
-	var hdr [frameHeaderSize]byte
+	var hdr [proto.HeaderSize]byte
 	for {
-		body, data, err := readFrame(r, &hdr)
+		body, data, err := proto.ReadFrame(r, &hdr)
 		if err != nil {
 			c.fail(err)
 			return
 		}
-		var f frame
+		var f proto.Frame
 		if err := json.Unmarshal(body, &f); err != nil {
 			// The agent is our own code: bad JSON means a corrupt stream
 			// (something else wrote to the agent's stdout). The stream is
@@ -489,11 +503,11 @@ func (c *Client) readLoop() {
 				continue
 			}
 			p.resp <- &f
-		case f.Method == MethodStream:
+		case f.Method == proto.MethodStream:
 			c.stream(&f)
-		case f.Method == MethodPTYOutput:
+		case f.Method == proto.MethodPTYOutput:
 			c.ptyOutput(&f)
-		case f.Method == MethodPTYExit:
+		case f.Method == proto.MethodPTYExit:
 			c.ptyExit(&f)
 		case f.ID == 0 && f.Error != nil:
 			c.log.Warn("the agent reported a protocol error", "code", f.Error.Code, "err", f.Error.Message)
@@ -503,8 +517,8 @@ func (c *Client) readLoop() {
 	}
 }
 
-func (c *Client) stream(f *frame) {
-	var sp streamParams
+func (c *Client) stream(f *proto.Frame) {
+	var sp proto.StreamParams
 	if err := json.Unmarshal(f.Params, &sp); err != nil {
 		c.log.Warn("ignoring a stream notification with bad params", "err", err)
 		return

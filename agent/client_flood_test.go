@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sandboxd/sandboxd/agent/proto"
 	"github.com/sandboxd/sandboxd/internal/loglimit"
 )
 
@@ -56,13 +57,13 @@ func TestClientForgedFrameFloodIsBounded(t *testing.T) {
 		msg := strings.Repeat("X", 200)
 		huge := strings.Repeat("Y", 64<<10)
 		forged := [][]byte{
-			mustFrame(t, &frame{Error: &Error{Code: -32000, Message: msg}}),
-			mustFrame(t, &frame{Method: MethodStream, Params: json.RawMessage(`"` + msg + `"`)}),
-			mustFrame(t, &frame{ID: 1 << 40, Result: json.RawMessage(`{}`)}),
-			mustFrame(t, &frame{Method: msg}),
+			mustFrame(t, &proto.Frame{Error: &proto.Error{Code: -32000, Message: msg}}),
+			mustFrame(t, &proto.Frame{Method: proto.MethodStream, Params: json.RawMessage(`"` + msg + `"`)}),
+			mustFrame(t, &proto.Frame{ID: 1 << 40, Result: json.RawMessage(`{}`)}),
+			mustFrame(t, &proto.Frame{Method: msg}),
 		}
 		const frames = 100_000
-		hugeFrame := mustFrame(t, &frame{Error: &Error{Code: -32000, Message: huge}})
+		hugeFrame := mustFrame(t, &proto.Frame{Error: &proto.Error{Code: -32000, Message: huge}})
 		flooded := make(chan struct{})
 		go func() {
 			defer close(flooded)
@@ -78,17 +79,17 @@ func TestClientForgedFrameFloodIsBounded(t *testing.T) {
 		go func() { pinged <- c.Ping(context.Background()) }()
 		go func() {
 			r := bufio.NewReader(agentEnd)
-			var hdr [frameHeaderSize]byte
-			body, _, err := readFrame(r, &hdr)
+			var hdr [proto.HeaderSize]byte
+			body, _, err := proto.ReadFrame(r, &hdr)
 			if err != nil {
 				return
 			}
-			var req frame
+			var req proto.Frame
 			if json.Unmarshal(body, &req) != nil {
 				return
 			}
 			<-flooded // one writer at a time, as in a pipe's frames
-			pong, _ := encodeFrame(&frame{ID: req.ID, Result: json.RawMessage(`{}`)})
+			pong, _ := proto.EncodeFrame(&proto.Frame{ID: req.ID, Result: json.RawMessage(`{}`)})
 			_, _ = agentEnd.Write(pong)
 		}()
 		require.NoError(t, <-pinged)
@@ -105,9 +106,9 @@ func TestClientForgedFrameFloodIsBounded(t *testing.T) {
 	})
 }
 
-func mustFrame(t *testing.T, f *frame) []byte {
+func mustFrame(t *testing.T, f *proto.Frame) []byte {
 	t.Helper()
-	b, err := encodeFrame(f)
+	b, err := proto.EncodeFrame(f)
 	require.NoError(t, err)
 	return b
 }

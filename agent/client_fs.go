@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+
+	"github.com/sandboxd/sandboxd/agent/proto"
 )
 
 // Upload sends a tar stream to the agent, which extracts it under destDir
@@ -21,21 +23,21 @@ func (c *Client) Upload(ctx context.Context, destDir string, tarStream io.Reader
 }
 
 // UploadResult is Upload that also reports what was extracted.
-func (c *Client) UploadResult(ctx context.Context, destDir string, tarStream io.Reader) (UploadResult, error) {
-	var res UploadResult
-	raw, err := c.roundTrip(ctx, MethodUploadBegin, pathParams{Path: destDir}, nil)
+func (c *Client) UploadResult(ctx context.Context, destDir string, tarStream io.Reader) (proto.UploadResult, error) {
+	var res proto.UploadResult
+	raw, err := c.roundTrip(ctx, proto.MethodUploadBegin, proto.PathParams{Path: destDir}, nil)
 	if err != nil {
 		return res, err
 	}
-	var tp transferParams
+	var tp proto.TransferParams
 	if err := json.Unmarshal(raw, &tp); err != nil {
-		return res, fmt.Errorf("agent %s: decoding the result: %w", MethodUploadBegin, err)
+		return res, fmt.Errorf("agent %s: decoding the result: %w", proto.MethodUploadBegin, err)
 	}
-	buf := make([]byte, ChunkSize)
+	buf := make([]byte, proto.ChunkSize)
 	for seq := uint64(1); ; seq++ {
 		n, rerr := io.ReadFull(tarStream, buf)
 		if n > 0 {
-			if _, err := c.exchange(ctx, MethodUploadChunk, chunkParams{Transfer: tp.Transfer, Seq: seq}, buf[:n], nil); err != nil {
+			if _, err := c.exchange(ctx, proto.MethodUploadChunk, proto.ChunkParams{Transfer: tp.Transfer, Seq: seq}, buf[:n], nil); err != nil {
 				c.abort(tp.Transfer)
 				return res, err
 			}
@@ -48,12 +50,12 @@ func (c *Client) UploadResult(ctx context.Context, destDir string, tarStream io.
 			return res, fmt.Errorf("upload to %s: reading the tar stream: %w", destDir, rerr)
 		}
 	}
-	raw, err = c.roundTrip(ctx, MethodUploadEnd, transferParams{Transfer: tp.Transfer}, nil)
+	raw, err = c.roundTrip(ctx, proto.MethodUploadEnd, proto.TransferParams{Transfer: tp.Transfer}, nil)
 	if err != nil {
 		return res, err
 	}
 	if err := json.Unmarshal(raw, &res); err != nil {
-		return res, fmt.Errorf("agent %s: decoding the result: %w", MethodUploadEnd, err)
+		return res, fmt.Errorf("agent %s: decoding the result: %w", proto.MethodUploadEnd, err)
 	}
 	return res, nil
 }
@@ -62,26 +64,26 @@ func (c *Client) UploadResult(ctx context.Context, destDir string, tarStream io.
 // absolute or relative to the workspace, inside it) to w. The top entry is
 // the base name of path, as with `docker cp`; symlinks are kept as links.
 func (c *Client) Download(ctx context.Context, path string, w io.Writer) error {
-	raw, err := c.roundTrip(ctx, MethodDownload, pathParams{Path: path}, nil)
+	raw, err := c.roundTrip(ctx, proto.MethodDownload, proto.PathParams{Path: path}, nil)
 	if err != nil {
 		return err
 	}
-	var tp transferParams
+	var tp proto.TransferParams
 	if err := json.Unmarshal(raw, &tp); err != nil {
-		return fmt.Errorf("agent %s: decoding the result: %w", MethodDownload, err)
+		return fmt.Errorf("agent %s: decoding the result: %w", proto.MethodDownload, err)
 	}
 	for {
-		f, err := c.exchange(ctx, MethodDownloadRd, transferParams{Transfer: tp.Transfer}, nil, nil)
+		f, err := c.exchange(ctx, proto.MethodDownloadRd, proto.TransferParams{Transfer: tp.Transfer}, nil, nil)
 		if err != nil {
-			if !errors.Is(err, ErrDisconnected) {
+			if !errors.Is(err, proto.ErrDisconnected) {
 				c.abort(tp.Transfer)
 			}
 			return err
 		}
-		var ch chunkResult
+		var ch proto.ChunkResult
 		if err := json.Unmarshal(f.Result, &ch); err != nil {
 			c.abort(tp.Transfer)
-			return fmt.Errorf("agent %s: decoding the result: %w", MethodDownloadRd, err)
+			return fmt.Errorf("agent %s: decoding the result: %w", proto.MethodDownloadRd, err)
 		}
 		if f.Data != nil {
 			ch.Data = f.Data
@@ -99,6 +101,6 @@ func (c *Client) Download(ctx context.Context, path string, w io.Writer) error {
 // abort tells the agent to drop a transfer (best effort: the agent also
 // drops it when the connection ends or it stays idle).
 func (c *Client) abort(transfer string) {
-	raw, _ := json.Marshal(transferParams{Transfer: transfer})
-	c.notifyAsync(&frame{Method: MethodAbort, Params: raw})
+	raw, _ := json.Marshal(proto.TransferParams{Transfer: transfer})
+	c.notifyAsync(&proto.Frame{Method: proto.MethodAbort, Params: raw})
 }

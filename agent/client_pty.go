@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync"
+
+	"github.com/sandboxd/sandboxd/agent/proto"
 )
 
 // PTYHandler receives a PTY's output and its end, on the client's read loop
@@ -16,7 +18,7 @@ import (
 // buffer. Exit comes once, after the last Output.
 type PTYHandler struct {
 	Output func(data []byte)
-	Exit   func(PTYExit)
+	Exit   func(proto.PTYExit)
 }
 
 // PTY is a PTY open on the agent: a program on a pseudo-terminal of its
@@ -27,35 +29,35 @@ type PTY struct {
 	c      *Client
 	id     uint64
 	h      PTYHandler
-	opened PTYOpened
+	opened proto.PTYOpened
 
 	once sync.Once
 	done chan struct{}
-	exit PTYExit
+	exit proto.PTYExit
 }
 
 // OpenPTY opens a PTY; h receives its output and end, which may come before
 // OpenPTY returns.
-func (c *Client) OpenPTY(ctx context.Context, o PTYOptions, h PTYHandler) (*PTY, error) {
+func (c *Client) OpenPTY(ctx context.Context, o proto.PTYOptions, h PTYHandler) (*PTY, error) {
 	if err := o.Validate(); err != nil {
-		return nil, fmt.Errorf("agent %s: %w", MethodPTYOpen, err)
+		return nil, fmt.Errorf("agent %s: %w", proto.MethodPTYOpen, err)
 	}
 	if h.Output == nil || h.Exit == nil {
-		return nil, fmt.Errorf("agent %s: the handler needs Output and Exit", MethodPTYOpen)
+		return nil, fmt.Errorf("agent %s: the handler needs Output and Exit", proto.MethodPTYOpen)
 	}
 	p := &PTY{c: c, id: c.ptySeq.Add(1), h: h, done: make(chan struct{})}
 	c.mu.Lock()
 	if c.err != nil {
 		err := c.err
 		c.mu.Unlock()
-		return nil, fmt.Errorf("agent %s: %w", MethodPTYOpen, err)
+		return nil, fmt.Errorf("agent %s: %w", proto.MethodPTYOpen, err)
 	}
 	if c.ptys == nil {
 		c.ptys = map[uint64]*PTY{}
 	}
 	c.ptys[p.id] = p // before the request: output may precede the answer
 	c.mu.Unlock()
-	raw, err := c.roundTrip(ctx, MethodPTYOpen, ptyOpenParams{PTY: p.id, PTYOptions: o}, nil)
+	raw, err := c.roundTrip(ctx, proto.MethodPTYOpen, proto.PTYOpenParams{PTY: p.id, PTYOptions: o}, nil)
 	if err != nil {
 		c.forgetPTY(p.id)
 		if ctx.Err() != nil {
@@ -68,13 +70,13 @@ func (c *Client) OpenPTY(ctx context.Context, o PTYOptions, h PTYHandler) (*PTY,
 	if err := json.Unmarshal(raw, &p.opened); err != nil {
 		c.forgetPTY(p.id)
 		c.notifyCloseAsync(p.id)
-		return nil, fmt.Errorf("agent %s: decoding the result: %w", MethodPTYOpen, err)
+		return nil, fmt.Errorf("agent %s: decoding the result: %w", proto.MethodPTYOpen, err)
 	}
 	return p, nil
 }
 
 // Opened says what the PTY runs: its process id in the sandbox and argv.
-func (p *PTY) Opened() PTYOpened { return p.opened }
+func (p *PTY) Opened() proto.PTYOpened { return p.opened }
 
 // Done is closed once the PTY has ended (after its handler's Exit).
 func (p *PTY) Done() <-chan struct{} { return p.done }
@@ -87,37 +89,37 @@ func (p *PTY) Input(ctx context.Context, data []byte) error {
 	if len(data) == 0 {
 		return nil
 	}
-	_, err := p.c.exchange(ctx, MethodPTYInput, ptyRef{PTY: p.id}, data, nil)
+	_, err := p.c.exchange(ctx, proto.MethodPTYInput, proto.PTYRef{PTY: p.id}, data, nil)
 	return err
 }
 
 // Resize sets the terminal's size; the program gets SIGWINCH.
 func (p *PTY) Resize(ctx context.Context, rows, cols int) error {
-	_, err := p.c.roundTrip(ctx, MethodPTYResize, ptyResizeParams{PTY: p.id, Rows: rows, Cols: cols}, nil)
+	_, err := p.c.roundTrip(ctx, proto.MethodPTYResize, proto.PTYResizeParams{PTY: p.id, Rows: rows, Cols: cols}, nil)
 	return err
 }
 
 // Close ends the PTY: its session's processes get SIGHUP, then SIGKILL
 // after a grace period. It returns how the program ended, after the
 // handler's Exit.
-func (p *PTY) Close(ctx context.Context) (PTYExit, error) {
+func (p *PTY) Close(ctx context.Context) (proto.PTYExit, error) {
 	select {
 	case <-p.done:
 		return p.exit, nil
 	default:
 	}
-	raw, err := p.c.roundTrip(ctx, MethodPTYClose, ptyRef{PTY: p.id}, nil)
+	raw, err := p.c.roundTrip(ctx, proto.MethodPTYClose, proto.PTYRef{PTY: p.id}, nil)
 	if err != nil {
 		select {
 		case <-p.done: // it ended meanwhile (unknown pty)
 			return p.exit, nil
 		default:
 		}
-		return PTYExit{}, err
+		return proto.PTYExit{}, err
 	}
-	var st PTYExit
+	var st proto.PTYExit
 	if err := json.Unmarshal(raw, &st); err != nil {
-		return PTYExit{}, fmt.Errorf("agent %s: decoding the result: %w", MethodPTYClose, err)
+		return proto.PTYExit{}, fmt.Errorf("agent %s: decoding the result: %w", proto.MethodPTYClose, err)
 	}
 	return st, nil
 }
@@ -128,12 +130,12 @@ func (p *PTY) Ack(n int) {
 	if n <= 0 {
 		return
 	}
-	raw, _ := json.Marshal(ptyAckParams{PTY: p.id, Bytes: n})
-	p.c.notifyAsync(&frame{Method: MethodPTYAck, Params: raw})
+	raw, _ := json.Marshal(proto.PTYAckParams{PTY: p.id, Bytes: n})
+	p.c.notifyAsync(&proto.Frame{Method: proto.MethodPTYAck, Params: raw})
 }
 
 // ended delivers the PTY's end once.
-func (p *PTY) ended(st PTYExit) {
+func (p *PTY) ended(st proto.PTYExit) {
 	p.once.Do(func() {
 		p.exit = st
 		p.h.Exit(st)
@@ -156,13 +158,13 @@ func (c *Client) lookupPTY(id uint64) *PTY {
 // notifyCloseAsync closes a PTY nobody holds, without waiting: a
 // pty/close request whose answer nobody reads.
 func (c *Client) notifyCloseAsync(id uint64) {
-	raw, _ := json.Marshal(ptyRef{PTY: id})
-	c.notifyAsync(&frame{ID: c.nextID.Add(1), Method: MethodPTYClose, Params: raw})
+	raw, _ := json.Marshal(proto.PTYRef{PTY: id})
+	c.notifyAsync(&proto.Frame{ID: c.nextID.Add(1), Method: proto.MethodPTYClose, Params: raw})
 }
 
 // ptyOutput routes a pty/output notification (read loop).
-func (c *Client) ptyOutput(f *frame) {
-	var op ptyOutputParams
+func (c *Client) ptyOutput(f *proto.Frame) {
+	var op proto.PTYOutputParams
 	if err := json.Unmarshal(f.Params, &op); err != nil {
 		c.log.Warn("ignoring a pty/output notification with bad params", "err", err)
 		return
@@ -179,8 +181,8 @@ func (c *Client) ptyOutput(f *frame) {
 }
 
 // ptyExit routes a pty/exit notification (read loop).
-func (c *Client) ptyExit(f *frame) {
-	var ep ptyExitParams
+func (c *Client) ptyExit(f *proto.Frame) {
+	var ep proto.PTYExitParams
 	if err := json.Unmarshal(f.Params, &ep); err != nil {
 		c.log.Warn("ignoring a pty/exit notification with bad params", "err", err)
 		return
@@ -201,6 +203,6 @@ func (c *Client) endPTYs(why error) {
 	c.ptys = nil
 	c.mu.Unlock()
 	for _, p := range ptys {
-		p.ended(PTYExit{ExitCode: -1, Error: why.Error()})
+		p.ended(proto.PTYExit{ExitCode: -1, Error: why.Error()})
 	}
 }

@@ -11,6 +11,8 @@ import (
 	"net"
 	"runtime/debug"
 	"sync"
+
+	"github.com/sandboxd/sandboxd/agent/proto"
 )
 
 // conn is the agent side of one connection: a read loop that dispatches
@@ -72,7 +74,7 @@ func (c *conn) serve(ctx context.Context) (err error) {
 		c.close()
 		c.wg.Wait()
 		c.endPTYs()
-		c.abortTransfers(ErrDisconnected)
+		c.abortTransfers(proto.ErrDisconnected)
 		if err == nil && ctx.Err() != nil {
 			err = ctx.Err()
 		}
@@ -80,35 +82,35 @@ func (c *conn) serve(ctx context.Context) (err error) {
 	}()
 
 	r := bufio.NewReaderSize(c.rwc, 64<<10)
-	var hdr [frameHeaderSize]byte
+	var hdr [proto.HeaderSize]byte
 	for {
-		body, data, rerr := readFrame(r, &hdr)
+		body, data, rerr := proto.ReadFrame(r, &hdr)
 		if rerr != nil {
 			switch {
-			case errors.Is(rerr, ErrParse): // a whole frame was read: still in sync
+			case errors.Is(rerr, proto.ErrParse): // a whole frame was read: still in sync
 				c.log.Warn("ignoring a malformed frame", "err", rerr)
-				c.send(&frame{Error: toWireError(rerr)})
+				c.send(&proto.Frame{Error: codes.Wire(rerr)})
 				continue
 			case c.ctx.Err() != nil:
 				return nil // closed by us: shutdown or the caller's ctx
 			case errors.Is(rerr, io.EOF), errors.Is(rerr, io.ErrClosedPipe), errors.Is(rerr, net.ErrClosed):
 				return nil // the host closed the stream, or someone closed ours
-			case errors.Is(rerr, ErrFrameTooLarge):
+			case errors.Is(rerr, proto.ErrFrameTooLarge):
 				// Tell the host why before hanging up: the stream is out
 				// of sync and cannot be read any further.
-				c.send(&frame{Error: toWireError(rerr)})
+				c.send(&proto.Frame{Error: codes.Wire(rerr)})
 				c.log.Error("closing connection: bad frame header", "err", rerr)
 				return rerr
 			}
 			return fmt.Errorf("agent: reading from the connection: %w", rerr)
 		}
-		var f frame
+		var f proto.Frame
 		if jerr := json.Unmarshal(body, &f); jerr != nil {
 			// The length prefix was fine, so the stream is still in sync:
 			// report and go on.
 			c.log.Warn("ignoring a frame that is not valid JSON", "err", jerr, "bytes", len(body))
-			c.send(&frame{Error: &Error{Code: CodeParse, Message: fmt.Sprintf(
-				"%v: %v (a frame of %d bytes was ignored)", ErrParse, jerr, len(body))}})
+			c.send(&proto.Frame{Error: &proto.Error{Code: proto.CodeParse, Message: fmt.Sprintf(
+				"%v: %v (a frame of %d bytes was ignored)", proto.ErrParse, jerr, len(body))}})
 			continue
 		}
 		f.Data = data
@@ -119,29 +121,29 @@ func (c *conn) serve(ctx context.Context) (err error) {
 // dispatch handles one decoded frame. It never blocks on a tool: requests
 // that do real work run on their own goroutine, so the read loop stays free
 // to receive cancel notifications.
-func (c *conn) dispatch(f *frame) {
+func (c *conn) dispatch(f *proto.Frame) {
 	switch {
 	case f.ID == 0 && f.Method != "":
 		c.notification(f)
 		return
 	case f.ID == 0 || f.Method == "":
 		c.log.Warn("ignoring a frame that is neither request nor notification", "id", f.ID)
-		c.send(&frame{ID: f.ID, Error: &Error{Code: CodeInvalidRequest, Message: fmt.Sprintf(
-			"%v: frames sent to the agent must be requests (id and method) or notifications (method only)", ErrInvalidRequest)}})
+		c.send(&proto.Frame{ID: f.ID, Error: &proto.Error{Code: proto.CodeInvalidRequest, Message: fmt.Sprintf(
+			"%v: frames sent to the agent must be requests (id and method) or notifications (method only)", proto.ErrInvalidRequest)}})
 		return
 	}
 	h, ok := handlers[f.Method]
 	if !ok {
-		c.reply(f.ID, nil, &Error{Code: CodeMethodNotFound, Message: fmt.Sprintf(
-			"%v: %q; the agent knows %s", ErrMethodNotFound, f.Method, methodList)})
+		c.reply(f.ID, nil, &proto.Error{Code: proto.CodeMethodNotFound, Message: fmt.Sprintf(
+			"%v: %q; the agent knows %s", proto.ErrMethodNotFound, f.Method, methodList)})
 		return
 	}
 	if h.inline {
 		c.run(context.Background(), f, h) // cheap and non-blocking: answer from the read loop
 		return
 	}
-	if f.Method != MethodShutdown && !c.s.beginWork() {
-		c.reply(f.ID, nil, fmt.Errorf("%w: request %q refused", ErrShuttingDown, f.Method))
+	if f.Method != proto.MethodShutdown && !c.s.beginWork() {
+		c.reply(f.ID, nil, fmt.Errorf("%w: request %q refused", proto.ErrShuttingDown, f.Method))
 		return
 	}
 	ctx, cancel := context.WithCancel(c.ctx)
@@ -150,8 +152,8 @@ func (c *conn) dispatch(f *frame) {
 		c.mu.Unlock()
 		cancel()
 		c.endWork(f.Method)
-		c.reply(f.ID, nil, &Error{Code: CodeInvalidRequest, Message: fmt.Sprintf(
-			"%v: id %d is already in flight on this connection; ids must be unique", ErrInvalidRequest, f.ID)})
+		c.reply(f.ID, nil, &proto.Error{Code: proto.CodeInvalidRequest, Message: fmt.Sprintf(
+			"%v: id %d is already in flight on this connection; ids must be unique", proto.ErrInvalidRequest, f.ID)})
 		return
 	}
 	c.calls[f.ID] = cancel
@@ -162,7 +164,7 @@ func (c *conn) dispatch(f *frame) {
 		c.forget(f.ID)
 		cancel()
 		c.endWork(f.Method)
-		c.reply(f.ID, nil, fmt.Errorf("%w: %d requests are already queued (limit %d); retry later", ErrBusy, n-1, c.s.opts.MaxQueuedRequests))
+		c.reply(f.ID, nil, fmt.Errorf("%w: %d requests are already queued (limit %d); retry later", proto.ErrBusy, n-1, c.s.opts.MaxQueuedRequests))
 		return
 	}
 	c.wg.Add(1)
@@ -186,13 +188,13 @@ func (c *conn) dispatch(f *frame) {
 }
 
 func (c *conn) endWork(method string) {
-	if method != MethodShutdown {
+	if method != proto.MethodShutdown {
 		c.s.work.Done()
 	}
 }
 
 // run calls the handler with panic recovery and sends the one response.
-func (c *conn) run(ctx context.Context, f *frame, h handler) {
+func (c *conn) run(ctx context.Context, f *proto.Frame, h handler) {
 	result, err := c.safeCall(ctx, f, h)
 	c.forget(f.ID)
 	if h.after != nil {
@@ -201,17 +203,17 @@ func (c *conn) run(ctx context.Context, f *frame, h handler) {
 	c.reply(f.ID, result, err)
 }
 
-func (c *conn) safeCall(ctx context.Context, f *frame, h handler) (result any, err error) {
+func (c *conn) safeCall(ctx context.Context, f *proto.Frame, h handler) (result any, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			what := "method " + f.Method
-			if f.Method == MethodToolsCall {
-				var cp callParams
+			if f.Method == proto.MethodToolsCall {
+				var cp proto.CallParams
 				_ = json.Unmarshal(f.Params, &cp)
 				what = fmt.Sprintf("tool %q", cp.Name)
 			}
 			c.log.Error("recovered a panic", "what", what, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
-			result, err = nil, fmt.Errorf("%w: %s panicked: %v (the agent recovered and keeps serving)", ErrInternal, what, p)
+			result, err = nil, fmt.Errorf("%w: %s panicked: %v (the agent recovered and keeps serving)", proto.ErrInternal, what, p)
 		}
 	}()
 	return h.fn(ctx, c, f)
@@ -223,10 +225,10 @@ func (c *conn) forget(id uint64) {
 	c.mu.Unlock()
 }
 
-func (c *conn) notification(f *frame) {
+func (c *conn) notification(f *proto.Frame) {
 	switch f.Method {
-	case MethodCancel:
-		var p cancelParams
+	case proto.MethodCancel:
+		var p proto.CancelParams
 		if err := json.Unmarshal(f.Params, &p); err != nil {
 			c.log.Warn("ignoring a cancel with bad params", "err", err)
 			return
@@ -238,8 +240,8 @@ func (c *conn) notification(f *frame) {
 			c.log.Debug("request cancelled by the host", "id", p.ID)
 			cancel()
 		}
-	case MethodAbort:
-		var p transferParams
+	case proto.MethodAbort:
+		var p proto.TransferParams
 		if err := json.Unmarshal(f.Params, &p); err != nil {
 			c.log.Warn("ignoring an abort with bad params", "err", err)
 			return
@@ -247,10 +249,10 @@ func (c *conn) notification(f *frame) {
 		if t := c.takeTransfer(p.Transfer); t != nil {
 			t.abort(fmt.Errorf("transfer %s aborted by the host", p.Transfer))
 		}
-	case MethodPTYAck:
+	case proto.MethodPTYAck:
 		c.ptyAck(f)
-	case MethodStreamAck:
-		var p streamAckParams
+	case proto.MethodStreamAck:
+		var p proto.StreamAckParams
 		if err := json.Unmarshal(f.Params, &p); err != nil || p.Bytes <= 0 {
 			c.log.Warn("ignoring a stream ack with bad params", "params", string(f.Params))
 			return
@@ -277,23 +279,23 @@ type withData struct {
 // error. A result too large for a frame becomes an error response, so the
 // host always gets its one answer.
 func (c *conn) reply(id uint64, result any, err error) {
-	f := &frame{ID: id}
+	f := &proto.Frame{ID: id}
 	if wd, ok := result.(withData); ok {
 		result, f.Data = wd.result, wd.data
 	}
 	if err == nil {
 		raw, merr := json.Marshal(result)
 		if merr != nil {
-			err = fmt.Errorf("%w: encoding the result: %v", ErrInternal, merr)
+			err = fmt.Errorf("%w: encoding the result: %v", proto.ErrInternal, merr)
 		} else {
 			f.Result = raw
 		}
 	}
 	if err != nil {
-		f.Result, f.Data, f.Error = nil, nil, toWireError(err)
+		f.Result, f.Data, f.Error = nil, nil, codes.Wire(err)
 	}
-	if werr := c.write(f); errors.Is(werr, ErrFrameTooLarge) {
-		c.send(&frame{ID: id, Error: toWireError(fmt.Errorf("the result does not fit in a frame: %w", werr))})
+	if werr := c.write(f); errors.Is(werr, proto.ErrFrameTooLarge) {
+		c.send(&proto.Frame{ID: id, Error: codes.Wire(fmt.Errorf("the result does not fit in a frame: %w", werr))})
 	}
 }
 
@@ -303,21 +305,21 @@ func (c *conn) notify(method string, params any, data []byte) error {
 	if err != nil {
 		return err
 	}
-	return c.write(&frame{Method: method, Params: raw, Data: data})
+	return c.write(&proto.Frame{Method: method, Params: raw, Data: data})
 }
 
 // send writes a frame nobody waits on the outcome of (an error report, a
 // response). Its error needs no handling here: a failed write has already
 // closed the connection (see write), which ends the read loop and fails
 // what is pending; an unencodable frame has been logged.
-func (c *conn) send(f *frame) {
+func (c *conn) send(f *proto.Frame) {
 	_ = c.write(f)
 }
 
 // write sends one frame. A write error means the peer is gone: the
 // connection is closed so the read loop ends too.
-func (c *conn) write(f *frame) error {
-	buf, err := encodeFrame(f)
+func (c *conn) write(f *proto.Frame) error {
+	buf, err := proto.EncodeFrame(f)
 	if err != nil {
 		c.log.Error("cannot encode a frame", "id", f.ID, "method", f.Method, "err", err)
 		return err
@@ -328,7 +330,7 @@ func (c *conn) write(f *frame) error {
 		return c.werr
 	}
 	if _, err := c.rwc.Write(buf); err != nil {
-		c.werr = fmt.Errorf("%w: write: %v", ErrDisconnected, err)
+		c.werr = fmt.Errorf("%w: write: %v", proto.ErrDisconnected, err)
 		c.close()
 		return c.werr
 	}
@@ -355,7 +357,7 @@ func (c *conn) lookupTransfer(id string) (transfer, error) {
 	if t, ok := c.transfers[id]; ok {
 		return t, nil
 	}
-	return nil, fmt.Errorf("%w %q: it finished, was aborted, or belongs to another connection", ErrUnknownTransfer, id)
+	return nil, fmt.Errorf("%w %q: it finished, was aborted, or belongs to another connection", proto.ErrUnknownTransfer, id)
 }
 
 func (c *conn) abortTransfers(err error) {

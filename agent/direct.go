@@ -14,26 +14,12 @@ import (
 	"path/filepath"
 	"sync"
 	"time"
+
+	"github.com/sandboxd/sandboxd/agent/proto"
 )
 
-// The direct path (decision 0035): the host listens on a unix socket in a
-// folder of its own, mounted read-only into the sandbox, and asks the agent
-// over the stream it already has (attach or agent-proxy) to dial it. The
-// agent presents the one-time token of the request as the first frame of
-// the new connection, then serves it like any other; the host accepts only
-// the connection that presents it.
+// Bounds of the direct path (its wire is in package proto).
 const (
-	// MethodDirectDial is a host -> agent request {path, token}: dial the
-	// unix socket at path, send MethodDirectHello with token, and serve the
-	// connection. The answer comes once the hello is written.
-	MethodDirectDial = "direct/dial"
-	// MethodDirectHello is the first frame on a direct connection, agent
-	// -> host: a notification {token}.
-	MethodDirectHello = "direct/hello"
-
-	// directTokenBytes is the size of a direct token's randomness; the
-	// token on the wire is its hex (64 characters).
-	directTokenBytes = 32
 	// maxHelloSize bounds the first frame the host reads from a direct
 	// connection: a hello is under 120 bytes; anything larger is not one.
 	maxHelloSize = 256
@@ -51,68 +37,45 @@ const (
 	directCandidates = 4
 )
 
-// ErrDirect: the direct path could not be set up (the dial, the hello, or
-// no connection presented the token in time). Calls keep going over the
-// stream that asked for it.
-var ErrDirect = errors.New("direct connection to the agent not made")
-
-type (
-	directParams struct {
-		Path  string `json:"path"`
-		Token string `json:"token"`
-	}
-	helloParams struct {
-		Token string `json:"token"`
-	}
-)
-
 // NewDirectToken returns a fresh random token for one direct/dial.
 func NewDirectToken() (string, error) {
-	var b [directTokenBytes]byte
+	var b [proto.DirectTokenBytes]byte
 	if _, err := rand.Read(b[:]); err != nil {
-		return "", fmt.Errorf("%w: generating a token: %v", ErrDirect, err)
+		return "", fmt.Errorf("%w: generating a token: %v", proto.ErrDirect, err)
 	}
 	return hex.EncodeToString(b[:]), nil
-}
-
-func validToken(t string) bool {
-	if len(t) != 2*directTokenBytes {
-		return false
-	}
-	_, err := hex.DecodeString(t)
-	return err == nil
 }
 
 // DialDirect asks the agent to dial the host's socket at path (as the
 // sandbox sees it) and present token; it returns once the agent has
 // written its hello (or failed to).
 func (c *Client) DialDirect(ctx context.Context, path, token string) error {
-	_, err := c.roundTrip(ctx, MethodDirectDial, directParams{Path: path, Token: token}, nil)
+	_, err := c.roundTrip(ctx, proto.MethodDirectDial, proto.DirectParams{Path: path, Token: token}, nil)
 	return err
 }
 
 // handleDirectDial dials the host's socket, presents the token and serves
 // the connection on this server (its calls share the toolset and bounds).
-func handleDirectDial(ctx context.Context, c *conn, f *frame) (any, error) {
-	var p directParams
+func handleDirectDial(ctx context.Context, c *conn, f *proto.Frame) (any, error) {
+	var p proto.DirectParams
 	if err := decodeParams(f, &p); err != nil {
 		return nil, err
 	}
 	if !filepath.IsAbs(p.Path) || len(p.Path) > maxDirectPath {
-		return nil, fmt.Errorf("%w: path %q must be absolute and at most %d bytes", ErrInvalidParams, p.Path, maxDirectPath)
+		return nil, fmt.Errorf("%w: path %q must be absolute and at most %d bytes", proto.ErrInvalidParams, p.Path, maxDirectPath)
 	}
-	if !validToken(p.Token) {
-		return nil, fmt.Errorf("%w: token must be %d hex characters", ErrInvalidParams, 2*directTokenBytes)
+	if !proto.ValidDirectToken(p.Token) {
+		return nil, fmt.Errorf("%w: token must be %d hex characters", proto.ErrInvalidParams, 2*proto.DirectTokenBytes)
 	}
 	ctx, cancel := context.WithTimeout(ctx, DirectDialTimeout)
 	defer cancel()
 	var d net.Dialer
 	nc, err := d.DialContext(ctx, "unix", p.Path)
 	if err != nil {
-		return nil, fmt.Errorf("%w: dialling %s: %v", ErrDirect, p.Path, err)
+		return nil, fmt.Errorf("%w: dialling %s: %v", proto.ErrDirect, p.Path, err)
 	}
-	raw, _ := json.Marshal(helloParams{Token: p.Token}) // strings only: cannot fail
-	buf, err := encodeFrame(&frame{Method: MethodDirectHello, Params: raw})
+	raw, _ := json.Marshal(proto.HelloParams{Token: p.Token}) // strings only: cannot fail
+	buf, err := proto.EncodeFrame(&proto.Frame{Method: proto.MethodDirectHello, Params: raw})
 	if err != nil {
 		_ = nc.Close()
 		return nil, err
@@ -120,7 +83,7 @@ func handleDirectDial(ctx context.Context, c *conn, f *frame) (any, error) {
 	_ = nc.SetWriteDeadline(time.Now().Add(DirectDialTimeout)) // a unix conn always takes deadlines
 	if _, err := nc.Write(buf); err != nil {
 		_ = nc.Close()
-		return nil, fmt.Errorf("%w: writing the hello: %v", ErrDirect, err)
+		return nil, fmt.Errorf("%w: writing the hello: %v", proto.ErrDirect, err)
 	}
 	_ = nc.SetWriteDeadline(time.Time{})
 	c.log.Info("direct connection to the host made", "path", p.Path)
@@ -136,8 +99,8 @@ func handleDirectDial(ctx context.Context, c *conn, f *frame) (any, error) {
 // It returns an error wrapping ErrDirect when ctx ends first. ln is closed
 // when AcceptDirect returns (its Close is how a blocked Accept is ended).
 func AcceptDirect(ctx context.Context, ln net.Listener, token string) (net.Conn, error) {
-	if !validToken(token) {
-		return nil, fmt.Errorf("%w: invalid token", ErrDirect)
+	if !proto.ValidDirectToken(token) {
+		return nil, fmt.Errorf("%w: invalid token", proto.ErrDirect)
 	}
 	var (
 		won     = make(chan net.Conn, 1)
@@ -197,14 +160,14 @@ func AcceptDirect(ctx context.Context, ln net.Listener, token string) (net.Conn,
 			return nc, nil
 		default:
 		}
-		return nil, fmt.Errorf("%w: no connection presented the token: %v", ErrDirect, context.Cause(ctx))
+		return nil, fmt.Errorf("%w: no connection presented the token: %v", proto.ErrDirect, context.Cause(ctx))
 	case err := <-acceptErr:
 		select {
 		case nc := <-won: // the winner closed the listener after winning
 			return nc, nil
 		default:
 		}
-		return nil, fmt.Errorf("%w: accepting: %v", ErrDirect, err)
+		return nil, fmt.Errorf("%w: accepting: %v", proto.ErrDirect, err)
 	}
 }
 
@@ -218,23 +181,23 @@ func readHello(nc net.Conn, token string, deadline time.Time) error {
 	if err := nc.SetReadDeadline(deadline); err != nil {
 		return err
 	}
-	var hdr [frameHeaderSize]byte
+	var hdr [proto.HeaderSize]byte
 	if _, err := io.ReadFull(nc, hdr[:]); err != nil {
 		return err
 	}
 	n := binary.BigEndian.Uint32(hdr[:])
-	if n&frameBinary != 0 || n > maxHelloSize {
+	if n&proto.BinaryFlag != 0 || n > maxHelloSize {
 		return fmt.Errorf("%w: a first frame of header %#x", errBadHello, n)
 	}
 	body := make([]byte, n)
 	if _, err := io.ReadFull(nc, body); err != nil {
 		return err
 	}
-	var f frame
-	if err := json.Unmarshal(body, &f); err != nil || f.Method != MethodDirectHello || f.ID != 0 {
+	var f proto.Frame
+	if err := json.Unmarshal(body, &f); err != nil || f.Method != proto.MethodDirectHello || f.ID != 0 {
 		return errBadHello
 	}
-	var p helloParams
+	var p proto.HelloParams
 	if err := json.Unmarshal(f.Params, &p); err != nil {
 		return errBadHello
 	}

@@ -15,6 +15,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sandboxd/sandboxd/agent/proto"
 )
 
 // pipeListener hands out the far ends of net.Pipe connections a test makes
@@ -57,9 +59,9 @@ func (l *pipeListener) dial(t *testing.T) net.Conn {
 }
 
 func helloFrame(t *testing.T, token string) []byte {
-	raw, err := json.Marshal(helloParams{Token: token})
+	raw, err := json.Marshal(proto.HelloParams{Token: token})
 	require.NoError(t, err)
-	b, err := encodeFrame(&frame{Method: MethodDirectHello, Params: raw})
+	b, err := proto.EncodeFrame(&proto.Frame{Method: proto.MethodDirectHello, Params: raw})
 	require.NoError(t, err)
 	return b
 }
@@ -83,15 +85,15 @@ func TestAcceptDirectDropsConnectionsWithoutTheToken(t *testing.T) {
 	require.NoError(t, err)
 	wrong, err := NewDirectToken()
 	require.NoError(t, err)
-	reqRaw, _ := json.Marshal(helloParams{Token: token})
-	asRequest, err := encodeFrame(&frame{ID: 1, Method: MethodDirectHello, Params: reqRaw})
+	reqRaw, _ := json.Marshal(proto.HelloParams{Token: token})
+	asRequest, err := proto.EncodeFrame(&proto.Frame{ID: 1, Method: proto.MethodDirectHello, Params: reqRaw})
 	require.NoError(t, err)
-	asBinary, err := encodeFrame(&frame{Method: MethodDirectHello, Params: reqRaw, Data: []byte("x")})
+	asBinary, err := proto.EncodeFrame(&proto.Frame{Method: proto.MethodDirectHello, Params: reqRaw, Data: []byte("x")})
 	require.NoError(t, err)
 	huge := binary.BigEndian.AppendUint32(nil, maxHelloSize+1)
 	for name, first := range map[string][]byte{
 		"wrong token":            helloFrame(t, wrong),
-		"not a hello":            func() []byte { b, _ := encodeFrame(&frame{Method: MethodPing}); return b }(),
+		"not a hello":            func() []byte { b, _ := proto.EncodeFrame(&proto.Frame{Method: proto.MethodPing}); return b }(),
 		"a request, not a hello": asRequest,
 		"binary frame":           asBinary,
 		"too large":              huge,
@@ -172,13 +174,13 @@ func TestAcceptDirectLeavesTheNextFrame(t *testing.T) {
 		got := make(chan net.Conn, 1)
 		go func() { nc, _ := AcceptDirect(t.Context(), ln, token); got <- nc }()
 		c := ln.dial(t)
-		next, err := encodeFrame(&frame{ID: 7, Result: json.RawMessage(`{}`)})
+		next, err := proto.EncodeFrame(&proto.Frame{ID: 7, Result: json.RawMessage(`{}`)})
 		require.NoError(t, err)
 		w := writeAsync(c, append(helloFrame(t, token), next...))
 		nc := <-got
 		require.NotNil(t, nc)
-		var hdr [frameHeaderSize]byte
-		body, _, err := readFrame(nc, &hdr)
+		var hdr [proto.HeaderSize]byte
+		body, _, err := proto.ReadFrame(nc, &hdr)
 		require.NoError(t, err)
 		require.NoError(t, <-w)
 		assert.JSONEq(t, `{"id":7,"result":{}}`, string(body), "the frame after the hello is intact")
@@ -196,14 +198,14 @@ func TestAcceptDirectEndsWithItsContext(t *testing.T) {
 		defer cancel()
 		nc, err := AcceptDirect(ctx, ln, token)
 		assert.Nil(t, nc)
-		require.ErrorIs(t, err, ErrDirect)
+		require.ErrorIs(t, err, proto.ErrDirect)
 		select {
 		case <-ln.closed:
 		default:
 			t.Fatal("the listener is closed when AcceptDirect returns")
 		}
 		_, err = AcceptDirect(t.Context(), newPipeListener(), "short")
-		require.ErrorIs(t, err, ErrDirect, "an invalid token is refused")
+		require.ErrorIs(t, err, proto.ErrDirect, "an invalid token is refused")
 	})
 }
 
@@ -231,7 +233,7 @@ func TestDirectDialServesCalls(t *testing.T) {
 	require.NoError(t, p.cli.Ping(ctxT(t)))
 	require.NoError(t, p.srv.Close())
 	<-direct.Done()
-	require.ErrorIs(t, direct.Err(), ErrDisconnected)
+	require.ErrorIs(t, direct.Err(), proto.ErrDisconnected)
 }
 
 func TestDirectDialRefusesBadParams(t *testing.T) {
@@ -245,7 +247,7 @@ func TestDirectDialRefusesBadParams(t *testing.T) {
 		"not hex":       {"/run/d.sock", "zz" + token[2:]},
 	} {
 		err := p.cli.DialDirect(ctxT(t), tc.path, tc.token)
-		require.ErrorIs(t, err, ErrInvalidParams, name)
+		require.ErrorIs(t, err, proto.ErrInvalidParams, name)
 	}
 	err = p.cli.DialDirect(ctxT(t), filepath.Join(t.TempDir(), "none.sock"), token)
 	require.Error(t, err)

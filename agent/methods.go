@@ -11,12 +11,13 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/sandboxd/sandboxd/agent/proto"
 	"github.com/sandboxd/sandboxd/tools"
 )
 
 // handler is how the agent serves one method.
 type handler struct {
-	fn func(ctx context.Context, c *conn, f *frame) (any, error)
+	fn func(ctx context.Context, c *conn, f *proto.Frame) (any, error)
 	// inline handlers are cheap and never block: they run on the read loop.
 	inline bool
 	// bounded handlers take a slot of the server's concurrency semaphore.
@@ -26,23 +27,23 @@ type handler struct {
 }
 
 var handlers = map[string]handler{
-	MethodPing:          {fn: handlePing, inline: true},
-	MethodToolsList:     {fn: handleToolsList, inline: true},
-	MethodToolsCall:     {fn: handleToolsCall, bounded: true},
-	MethodUploadBegin:   {fn: handleUploadBegin, bounded: true},
-	MethodUploadChunk:   {fn: handleUploadChunk, bounded: true},
-	MethodUploadEnd:     {fn: handleUploadEnd, bounded: true},
-	MethodDownload:      {fn: handleDownloadBegin, bounded: true},
-	MethodDownloadRd:    {fn: handleDownloadRead, bounded: true},
-	MethodShutdown:      {fn: handleShutdown, after: func(c *conn) { c.s.closeConns() }},
-	MethodSkillsInstall: {fn: handleSkillsInstall, bounded: true},
-	MethodDirectDial:    {fn: handleDirectDial},
+	proto.MethodPing:          {fn: handlePing, inline: true},
+	proto.MethodToolsList:     {fn: handleToolsList, inline: true},
+	proto.MethodToolsCall:     {fn: handleToolsCall, bounded: true},
+	proto.MethodUploadBegin:   {fn: handleUploadBegin, bounded: true},
+	proto.MethodUploadChunk:   {fn: handleUploadChunk, bounded: true},
+	proto.MethodUploadEnd:     {fn: handleUploadEnd, bounded: true},
+	proto.MethodDownload:      {fn: handleDownloadBegin, bounded: true},
+	proto.MethodDownloadRd:    {fn: handleDownloadRead, bounded: true},
+	proto.MethodShutdown:      {fn: handleShutdown, after: func(c *conn) { c.s.closeConns() }},
+	proto.MethodSkillsInstall: {fn: handleSkillsInstall, bounded: true},
+	proto.MethodDirectDial:    {fn: handleDirectDial},
 	// Input and resize run on the read loop, in the order they came: they
 	// only queue bytes or set the size.
-	MethodPTYOpen:   {fn: handlePTYOpen},
-	MethodPTYInput:  {fn: handlePTYInput, inline: true},
-	MethodPTYResize: {fn: handlePTYResize, inline: true},
-	MethodPTYClose:  {fn: handlePTYClose},
+	proto.MethodPTYOpen:   {fn: handlePTYOpen},
+	proto.MethodPTYInput:  {fn: handlePTYInput, inline: true},
+	proto.MethodPTYResize: {fn: handlePTYResize, inline: true},
+	proto.MethodPTYClose:  {fn: handlePTYClose},
 }
 
 // methodList names the methods for "method not found" errors.
@@ -57,34 +58,34 @@ var methodList = func() string {
 
 // decodeParams decodes f.Params into p, strictly: a misspelt field is an
 // error the host's programmer sees at once.
-func decodeParams(f *frame, p any) error {
+func decodeParams(f *proto.Frame, p any) error {
 	if len(f.Params) == 0 {
-		return fmt.Errorf("%w: %s needs params", ErrInvalidParams, f.Method)
+		return fmt.Errorf("%w: %s needs params", proto.ErrInvalidParams, f.Method)
 	}
 	dec := json.NewDecoder(bytes.NewReader(f.Params))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(p); err != nil {
-		return fmt.Errorf("%w for %s: %v", ErrInvalidParams, f.Method, err)
+		return fmt.Errorf("%w for %s: %v", proto.ErrInvalidParams, f.Method, err)
 	}
 	return nil
 }
 
-func handlePing(context.Context, *conn, *frame) (any, error) { return struct{}{}, nil }
+func handlePing(context.Context, *conn, *proto.Frame) (any, error) { return struct{}{}, nil }
 
-func handleToolsList(_ context.Context, c *conn, _ *frame) (any, error) {
+func handleToolsList(_ context.Context, c *conn, _ *proto.Frame) (any, error) {
 	return c.s.opts.Toolset.Definitions(), nil
 }
 
-func handleToolsCall(ctx context.Context, c *conn, f *frame) (any, error) {
-	var p callParams
+func handleToolsCall(ctx context.Context, c *conn, f *proto.Frame) (any, error) {
+	var p proto.CallParams
 	if err := decodeParams(f, &p); err != nil {
 		return nil, err
 	}
 	if p.Name == "" {
-		return nil, fmt.Errorf("%w: tools/call needs the name of a tool", ErrInvalidParams)
+		return nil, fmt.Errorf("%w: tools/call needs the name of a tool", proto.ErrInvalidParams)
 	}
 	if p.Window < 0 {
-		return nil, fmt.Errorf("%w: tools/call window must not be negative", ErrInvalidParams)
+		return nil, fmt.Errorf("%w: tools/call window must not be negative", proto.ErrInvalidParams)
 	}
 	if p.Stream {
 		st := newStreamer(ctx, c, f.ID, p.Window)
@@ -104,12 +105,12 @@ func handleToolsCall(ctx context.Context, c *conn, f *frame) (any, error) {
 	obs, err := c.s.opts.Toolset.Call(ctx, p.Name, p.Arguments)
 	if err != nil {
 		if errors.Is(err, tools.ErrClosed) {
-			err = fmt.Errorf("%w: tool %q cannot run: %w", ErrShuttingDown, p.Name, err)
+			err = fmt.Errorf("%w: tool %q cannot run: %w", proto.ErrShuttingDown, p.Name, err)
 		}
 		return nil, err
 	}
 	if obs == nil {
-		return nil, fmt.Errorf("%w: tool %q returned no observation and no error", ErrInternal, p.Name)
+		return nil, fmt.Errorf("%w: tool %q returned no observation and no error", proto.ErrInternal, p.Name)
 	}
 	return obs, nil
 }
@@ -160,7 +161,7 @@ func (st *streamer) send(chunk []byte) {
 			st.unacked.Add(int64(n))
 		}
 		st.seq++
-		if err := st.c.notify(MethodStream, streamParams{ID: st.id, Seq: st.seq}, chunk[:n]); err != nil {
+		if err := st.c.notify(proto.MethodStream, proto.StreamParams{ID: st.id, Seq: st.seq}, chunk[:n]); err != nil {
 			return // the connection is gone; the call's ctx is being cancelled
 		}
 		chunk = chunk[n:]
@@ -212,7 +213,7 @@ type skillInstaller interface {
 // have not run yet; without skills it succeeds at once. A failed installer
 // is ErrSkillInstall, whose message names each skill that failed, its
 // installer, its exit status and its log's last lines.
-func handleSkillsInstall(ctx context.Context, c *conn, _ *frame) (any, error) {
+func handleSkillsInstall(ctx context.Context, c *conn, _ *proto.Frame) (any, error) {
 	var errs []error
 	for _, e := range c.s.opts.Toolset.Executors() {
 		if in, ok := e.(skillInstaller); ok {
@@ -225,17 +226,17 @@ func handleSkillsInstall(ctx context.Context, c *conn, _ *frame) (any, error) {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		return nil, fmt.Errorf("%w: %w", ErrSkillInstall, err)
+		return nil, fmt.Errorf("%w: %w", proto.ErrSkillInstall, err)
 	}
 	return struct{}{}, nil
 }
 
-func handleShutdown(_ context.Context, c *conn, _ *frame) (any, error) {
+func handleShutdown(_ context.Context, c *conn, _ *proto.Frame) (any, error) {
 	c.log.Info("shutdown requested by the host")
 	ctx, cancel := context.WithTimeout(context.Background(), c.s.opts.ShutdownGrace)
 	defer cancel()
 	if err := c.s.stop(ctx); err != nil {
-		return nil, fmt.Errorf("%w: closing the toolset: %v", ErrInternal, err)
+		return nil, fmt.Errorf("%w: closing the toolset: %v", proto.ErrInternal, err)
 	}
 	return struct{}{}, nil
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sandboxd/sandboxd/agent/proto"
 	"github.com/sandboxd/sandboxd/tools"
 )
 
@@ -173,7 +174,7 @@ func TestQueuedCallCanBeCancelledAndBusyIsReported(t *testing.T) {
 	waitFor(t, func() bool { return p.srv.queued.Load() == 2 })
 
 	_, err := p.cli.Call(ctxT(t), "echo", json.RawMessage(`{"text":"x"}`), nil)
-	require.ErrorIs(t, err, ErrBusy)
+	require.ErrorIs(t, err, proto.ErrBusy)
 	assert.Contains(t, err.Error(), "retry later")
 	require.NoError(t, p.cli.Ping(ctxT(t)), "ping is not queued behind tool calls")
 
@@ -209,11 +210,11 @@ func TestStreamOrderingAndCompleteness(t *testing.T) {
 func TestPanicIsRecovered(t *testing.T) {
 	p := newPair(t)
 	_, err := p.cli.Call(ctxT(t), "panic", nil, nil)
-	require.ErrorIs(t, err, ErrInternal)
+	require.ErrorIs(t, err, proto.ErrInternal)
 	assert.Contains(t, err.Error(), `tool "panic" panicked: boom`)
-	var we *Error
+	var we *proto.Error
 	require.ErrorAs(t, err, &we)
-	assert.Equal(t, CodeInternal, we.Code)
+	assert.Equal(t, proto.CodeInternal, we.Code)
 	require.NoError(t, p.cli.Ping(ctxT(t)))
 	obs, err := p.cli.Call(ctxT(t), "echo", json.RawMessage(`{"text":"still here"}`), nil)
 	require.NoError(t, err)
@@ -227,24 +228,24 @@ func TestUnknownToolAndMethod(t *testing.T) {
 	assert.Contains(t, err.Error(), `unknown tool "nope"; available tools: [echo sleep`)
 
 	_, err = p.cli.roundTrip(ctxT(t), "tools/frobnicate", struct{}{}, nil)
-	require.ErrorIs(t, err, ErrMethodNotFound)
+	require.ErrorIs(t, err, proto.ErrMethodNotFound)
 	assert.Contains(t, err.Error(), `"tools/frobnicate"; the agent knows direct/dial, fs/download/begin`)
 
-	_, err = p.cli.roundTrip(ctxT(t), MethodToolsCall, map[string]any{"tool": "echo"}, nil)
-	require.ErrorIs(t, err, ErrInvalidParams)
+	_, err = p.cli.roundTrip(ctxT(t), proto.MethodToolsCall, map[string]any{"tool": "echo"}, nil)
+	require.ErrorIs(t, err, proto.ErrInvalidParams)
 	assert.Contains(t, err.Error(), `unknown field "tool"`)
 
-	_, err = p.cli.roundTrip(ctxT(t), MethodToolsCall, map[string]any{"name": ""}, nil)
-	require.ErrorIs(t, err, ErrInvalidParams)
+	_, err = p.cli.roundTrip(ctxT(t), proto.MethodToolsCall, map[string]any{"name": ""}, nil)
+	require.ErrorIs(t, err, proto.ErrInvalidParams)
 	assert.Contains(t, err.Error(), "needs the name of a tool")
 	require.NoError(t, p.cli.Ping(ctxT(t)))
 }
 
 func TestClientRefusesOversizedFrame(t *testing.T) {
 	p := newPair(t)
-	huge := json.RawMessage(`{"text":"` + strings.Repeat("x", MaxFrameSize) + `"}`)
+	huge := json.RawMessage(`{"text":"` + strings.Repeat("x", proto.MaxFrameSize) + `"}`)
 	_, err := p.cli.Call(ctxT(t), "echo", huge, nil)
-	require.ErrorIs(t, err, ErrFrameTooLarge)
+	require.ErrorIs(t, err, proto.ErrFrameTooLarge)
 	require.NoError(t, p.cli.Ping(ctxT(t)), "nothing was written: the connection is fine")
 }
 
@@ -255,12 +256,12 @@ func TestClientRefusesOversizedFrame(t *testing.T) {
 // without -short.)
 func TestMaxFrameFitsTheLargestArgument(t *testing.T) {
 	const arg = `{"file_text":"x"}`
-	params, err := json.Marshal(callParams{Name: "file_editor", Arguments: json.RawMessage(arg), Stream: true})
+	params, err := json.Marshal(proto.CallParams{Name: "file_editor", Arguments: json.RawMessage(arg), Stream: true})
 	require.NoError(t, err)
-	small, err := encodeFrame(&frame{ID: math.MaxUint64, Method: MethodToolsCall, Params: params})
+	small, err := proto.EncodeFrame(&proto.Frame{ID: math.MaxUint64, Method: proto.MethodToolsCall, Params: params})
 	require.NoError(t, err)
-	largest := len(small) - frameHeaderSize - len(arg) + tools.MaxArgumentBytes + 1
-	assert.LessOrEqual(t, largest, MaxFrameSize, "a call just over the argument limit must fit a frame")
+	largest := len(small) - proto.HeaderSize - len(arg) + tools.MaxArgumentBytes + 1
+	assert.LessOrEqual(t, largest, proto.MaxFrameSize, "a call just over the argument limit must fit a frame")
 }
 
 // rawConn talks frames by hand to a server, for what a Client never sends.
@@ -302,16 +303,16 @@ func (rc *rawConn) sendFrame(body string) {
 	rc.send(buf)
 }
 
-func (rc *rawConn) read() (*frame, error) {
+func (rc *rawConn) read() (*proto.Frame, error) {
 	if err := rc.conn.SetReadDeadline(time.Now().Add(10 * time.Second)); err != nil {
 		return nil, err
 	}
 	var hdr [4]byte
-	body, data, err := readFrame(rc.r, &hdr)
+	body, data, err := proto.ReadFrame(rc.r, &hdr)
 	if err != nil {
 		return nil, err
 	}
-	var f frame
+	var f proto.Frame
 	require.NoError(rc.t, json.Unmarshal(body, &f))
 	f.Data = data
 	return &f, nil
@@ -320,16 +321,16 @@ func (rc *rawConn) read() (*frame, error) {
 func TestOversizedFrameHeaderClosesTheConnection(t *testing.T) {
 	rc := newRaw(t)
 	var hdr [4]byte
-	binary.BigEndian.PutUint32(hdr[:], MaxFrameSize+1)
+	binary.BigEndian.PutUint32(hdr[:], proto.MaxFrameSize+1)
 	rc.send(hdr[:])
 	f, err := rc.read()
 	require.NoError(t, err)
 	require.NotNil(t, f.Error)
-	assert.Equal(t, CodeFrameTooLarge, f.Error.Code)
+	assert.Equal(t, proto.CodeFrameTooLarge, f.Error.Code)
 	assert.Contains(t, f.Error.Message, "the limit is 33554432")
 	_, err = rc.read()
 	require.Error(t, err, "the agent hangs up after a bad header")
-	assert.ErrorIs(t, <-rc.done, ErrFrameTooLarge)
+	assert.ErrorIs(t, <-rc.done, proto.ErrFrameTooLarge)
 }
 
 func TestGarbageBytes(t *testing.T) {
@@ -338,16 +339,16 @@ func TestGarbageBytes(t *testing.T) {
 		rc.send([]byte("hello, is this bash?\n"))
 		f, err := rc.read()
 		require.NoError(t, err)
-		assert.Equal(t, CodeFrameTooLarge, f.Error.Code)
+		assert.Equal(t, proto.CodeFrameTooLarge, f.Error.Code)
 		assert.Contains(t, f.Error.Message, "not sandboxd frames")
-		assert.ErrorIs(t, <-rc.done, ErrFrameTooLarge)
+		assert.ErrorIs(t, <-rc.done, proto.ErrFrameTooLarge)
 	})
 	t.Run("a framed body that is not JSON is skipped", func(t *testing.T) {
 		rc := newRaw(t)
 		rc.sendFrame("{not json")
 		f, err := rc.read()
 		require.NoError(t, err)
-		assert.Equal(t, CodeParse, f.Error.Code)
+		assert.Equal(t, proto.CodeParse, f.Error.Code)
 		assert.Zero(t, f.ID)
 		rc.sendFrame(`{"id":9,"method":"ping"}`)
 		f, err = rc.read()
@@ -358,12 +359,12 @@ func TestGarbageBytes(t *testing.T) {
 	t.Run("a binary frame with a bad JSON length is skipped", func(t *testing.T) {
 		rc := newRaw(t)
 		buf := make([]byte, 4+8)
-		binary.BigEndian.PutUint32(buf, frameBinary|8)
+		binary.BigEndian.PutUint32(buf, proto.BinaryFlag|8)
 		binary.BigEndian.PutUint32(buf[4:], 100) // more JSON than the body holds
 		rc.send(buf)
 		f, err := rc.read()
 		require.NoError(t, err)
-		assert.Equal(t, CodeParse, f.Error.Code)
+		assert.Equal(t, proto.CodeParse, f.Error.Code)
 		assert.Contains(t, f.Error.Message, "announces 100 bytes of JSON in a body of 8")
 		rc.sendFrame(`{"id":2,"method":"ping"}`)
 		f, err = rc.read()
@@ -376,7 +377,7 @@ func TestGarbageBytes(t *testing.T) {
 		f, err := rc.read()
 		require.NoError(t, err)
 		assert.EqualValues(t, 3, f.ID)
-		assert.Equal(t, CodeInvalidRequest, f.Error.Code)
+		assert.Equal(t, proto.CodeInvalidRequest, f.Error.Code)
 		rc.sendFrame(`{"method":"no-such-notification"}`) // ignored, no answer
 		rc.sendFrame(`{"id":4,"method":"ping"}`)
 		f, err = rc.read()
@@ -390,7 +391,7 @@ func TestGarbageBytes(t *testing.T) {
 		rc.sendFrame(`{"id":5,"method":"tools/call","params":{"name":"echo","arguments":{"text":"x"}}}`)
 		f, err := rc.read()
 		require.NoError(t, err)
-		assert.Equal(t, CodeInvalidRequest, f.Error.Code)
+		assert.Equal(t, proto.CodeInvalidRequest, f.Error.Code)
 		assert.Contains(t, f.Error.Message, "already in flight")
 		f, err = rc.read()
 		require.NoError(t, err)
@@ -422,7 +423,7 @@ func TestDisconnectFailsPendingCalls(t *testing.T) {
 	for range n {
 		select {
 		case err := <-errs:
-			require.ErrorIs(t, err, ErrDisconnected)
+			require.ErrorIs(t, err, proto.ErrDisconnected)
 		case <-time.After(5 * time.Second):
 			t.Fatal("a pending call hangs after the connection ended")
 		}
@@ -432,10 +433,10 @@ func TestDisconnectFailsPendingCalls(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("Done not closed")
 	}
-	require.ErrorIs(t, cli.Err(), ErrDisconnected)
+	require.ErrorIs(t, cli.Err(), proto.ErrDisconnected)
 	assert.Contains(t, cli.Err().Error(), "the agent closed the stream")
 	err = cli.Ping(context.Background())
-	require.ErrorIs(t, err, ErrDisconnected, "calls after the end fail at once")
+	require.ErrorIs(t, err, proto.ErrDisconnected, "calls after the end fail at once")
 	require.NoError(t, <-served)
 	waitFor(t, func() bool { return srv.queued.Load() == 0 })
 }
@@ -469,7 +470,7 @@ func TestClientCloseFailsPendingCalls(t *testing.T) {
 	waitFor(t, func() bool { return inFlight(p.srv) == 1 })
 	require.NoError(t, p.cli.Close())
 	err := <-errs
-	require.ErrorIs(t, err, ErrDisconnected)
+	require.ErrorIs(t, err, proto.ErrDisconnected)
 	assert.Contains(t, err.Error(), "client was closed")
 	select {
 	case <-p.kit.cancelled:
@@ -505,7 +506,7 @@ func TestShutdownMethod(t *testing.T) {
 	// A new connection is refused.
 	hostEnd, agentEnd := net.Pipe()
 	defer func() { _ = hostEnd.Close() }()
-	require.ErrorIs(t, p.srv.Serve(ctx, agentEnd), ErrShuttingDown)
+	require.ErrorIs(t, p.srv.Serve(ctx, agentEnd), proto.ErrShuttingDown)
 }
 
 func TestShutdownRefusesNewCalls(t *testing.T) {
@@ -513,7 +514,7 @@ func TestShutdownRefusesNewCalls(t *testing.T) {
 	require.NoError(t, p.cli.Ping(ctxT(t))) // the connection is being served
 	require.NoError(t, p.srv.stop(ctxT(t))) // stopped, connections still open
 	_, err := p.cli.Call(ctxT(t), "echo", json.RawMessage(`{"text":"x"}`), nil)
-	require.ErrorIs(t, err, ErrShuttingDown)
+	require.ErrorIs(t, err, proto.ErrShuttingDown)
 	require.ErrorIs(t, err, tools.ErrClosed, "one code, both sentinels")
 	require.NoError(t, p.cli.Ping(ctxT(t)), "ping still answers while shutting down")
 }
@@ -561,11 +562,15 @@ func TestNewServerValidates(t *testing.T) {
 }
 
 func TestErrorTable(t *testing.T) {
-	for _, row := range codeTable {
-		we := toWireError(fmt.Errorf("wrapped: %w", row.err))
-		require.ErrorIs(t, we, row.err, "code %d must match %v", we.Code, row.err)
+	for _, row := range codes {
+		we := codes.Wire(fmt.Errorf("wrapped: %w", row.Err))
+		require.True(t, codes.Matches(we.Code, row.Err), "code %d must match %v", we.Code, row.Err)
 	}
-	assert.Equal(t, CodeInternal, toWireError(errors.New("other")).Code)
+	// A watch of an unknown tool is invalid params, as it always was: the
+	// tool set's rows rank after the generic ones.
+	we := codes.Wire(fmt.Errorf("%w: %w", proto.ErrInvalidParams, tools.ErrUnknownTool))
+	assert.Equal(t, proto.CodeInvalidParams, we.Code)
+	assert.Equal(t, proto.CodeInternal, codes.Wire(errors.New("other")).Code)
 }
 
 func inFlight(s *Server) int {
@@ -636,22 +641,22 @@ func TestStreamPastTheWindowFailsTheCall(t *testing.T) {
 		_, err := cli.Call(ctxT(t), "stream", nil, func(b []byte) { <-hold; got += len(b) })
 		done <- err
 	}()
-	var hdr [frameHeaderSize]byte
-	body, _, err := readFrame(agentEnd, &hdr)
+	var hdr [proto.HeaderSize]byte
+	body, _, err := proto.ReadFrame(agentEnd, &hdr)
 	require.NoError(t, err)
 	go func() { _, _ = io.Copy(io.Discard, agentEnd) }() // the acks
-	var f frame
+	var f proto.Frame
 	require.NoError(t, json.Unmarshal(body, &f))
-	var cp callParams
+	var cp proto.CallParams
 	require.NoError(t, json.Unmarshal(f.Params, &cp))
 	require.Equal(t, int64(StreamWindow), cp.Window, "a streaming call asks for a window")
 	chunk := bytes.Repeat([]byte("y"), 256<<10)
 	for seq := uint64(1); seq <= 8; seq++ { // 2 MiB: twice the window, no ack awaited
-		raw, _ := json.Marshal(streamParams{ID: f.ID, Seq: seq})
-		_, err := agentEnd.Write(mustFrame(t, &frame{Method: MethodStream, Params: raw, Data: chunk}))
+		raw, _ := json.Marshal(proto.StreamParams{ID: f.ID, Seq: seq})
+		_, err := agentEnd.Write(mustFrame(t, &proto.Frame{Method: proto.MethodStream, Params: raw, Data: chunk}))
 		require.NoError(t, err)
 	}
-	_, err = agentEnd.Write(mustFrame(t, &frame{ID: f.ID, Result: json.RawMessage(`{"content":[{"type":"text","text":"x"}]}`)}))
+	_, err = agentEnd.Write(mustFrame(t, &proto.Frame{ID: f.ID, Result: json.RawMessage(`{"content":[{"type":"text","text":"x"}]}`)}))
 	require.NoError(t, err)
 	close(hold)
 	err = <-done

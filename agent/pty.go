@@ -19,43 +19,18 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sandboxd/sandboxd/agent/proto"
 	"github.com/sandboxd/sandboxd/internal/pty"
 	"github.com/sandboxd/sandboxd/tools"
 )
 
-// Methods and notifications of interactive PTYs (see doc.go). A PTY belongs
-// to the connection that opened it: it ends with that connection.
+// Bounds of the agent's PTYs (the protocol's are in package proto).
 const (
-	MethodPTYOpen   = "pty/open"   // {pty, rows, cols, command, watch} -> {pid, command}
-	MethodPTYInput  = "pty/input"  // {pty} + payload -> {}
-	MethodPTYResize = "pty/resize" // {pty, rows, cols} -> {}
-	MethodPTYClose  = "pty/close"  // {pty} -> PTYExit
-
-	MethodPTYOutput = "pty/output" // agent -> host: {pty, seq} + payload
-	MethodPTYExit   = "pty/exit"   // agent -> host: {pty, exit_code, signal, error}
-	MethodPTYAck    = "pty/ack"    // host -> agent: {pty, bytes}
-)
-
-// Defaults and bounds of PTYs.
-const (
-	// DefaultMaxPTYs bounds the PTYs open at once in one agent (one
-	// session), over all its connections.
-	DefaultMaxPTYs = 8
-	// PTYWindow is how many bytes of a PTY's output the agent sends before
-	// the host acknowledges them (pty/ack). Past it the agent stops reading
-	// the pty, the kernel's buffer fills and the program's writes block: a
-	// slow reader slows the program down, as a slow terminal does, and no
-	// side buffers more than the window.
-	PTYWindow = 256 << 10
 	// ptyChunk is the most one pty/output carries.
 	ptyChunk = 32 << 10
 	// ptyMaxInput bounds the input accepted but not yet written to a PTY
 	// (its program does not read it); more is refused with ErrBusy.
 	ptyMaxInput = 1 << 20
-	// MaxPTYSize bounds rows and columns.
-	MaxPTYSize = 1000
-	// ptyMaxArgs bounds a command's argv.
-	ptyMaxArgs = 256
 	// ptyKillGrace is how long the processes of a closing PTY have between
 	// SIGHUP and SIGKILL.
 	ptyKillGrace = time.Second
@@ -66,94 +41,6 @@ const (
 	// what is still in the pty (a process that left the session may hold
 	// it open) and waits for the host's acknowledgements.
 	ptyDrain = 2 * time.Second
-)
-
-// PTYOptions is what a PTY is opened with. Exactly one of Command (empty:
-// the user's login shell) and Watch is used.
-type PTYOptions struct {
-	Rows int `json:"rows"`
-	Cols int `json:"cols"`
-	// Command is the argv to run; empty runs the session user's login
-	// shell (from /etc/passwd; bash or sh when it names none) as a login
-	// shell.
-	Command []string `json:"command,omitempty"`
-	// Watch follows the named tool's output read-only instead of running
-	// a command (tools.Watcher: "terminal" is the agent's terminal).
-	Watch string `json:"watch,omitempty"`
-}
-
-// Validate checks the options with messages for the client.
-func (o PTYOptions) Validate() error {
-	var errs []string
-	if o.Watch == "" && (o.Rows < 1 || o.Rows > MaxPTYSize || o.Cols < 1 || o.Cols > MaxPTYSize) {
-		errs = append(errs, fmt.Sprintf("rows and cols must be 1 to %d, got %dx%d", MaxPTYSize, o.Rows, o.Cols))
-	}
-	if o.Watch != "" && len(o.Command) > 0 {
-		errs = append(errs, "a PTY either runs a command or watches a tool, not both")
-	}
-	if len(o.Command) > ptyMaxArgs {
-		errs = append(errs, fmt.Sprintf("command has %d arguments, the limit is %d", len(o.Command), ptyMaxArgs))
-	}
-	if len(o.Command) > 0 && o.Command[0] == "" {
-		errs = append(errs, "command[0] (the program) is empty")
-	}
-	for i, a := range o.Command {
-		if strings.IndexByte(a, 0) >= 0 {
-			errs = append(errs, fmt.Sprintf("command[%d] holds a NUL byte", i))
-		}
-	}
-	if len(errs) > 0 {
-		return fmt.Errorf("%w: %s", ErrInvalidParams, strings.Join(errs, "; "))
-	}
-	return nil
-}
-
-// PTYExit is how a PTY ended: its process's exit code (128+n after signal
-// n, named in Signal), or Error when the PTY ended without one (the
-// connection to the agent was lost). A watching PTY ends with code 0.
-type PTYExit struct {
-	ExitCode int    `json:"exit_code"`
-	Signal   string `json:"signal,omitempty"`
-	Error    string `json:"error,omitempty"`
-}
-
-// Params and results of the PTY methods.
-type (
-	ptyOpenParams struct {
-		PTY uint64 `json:"pty"`
-		PTYOptions
-	}
-	// PTYOpened is the result of pty/open: the process id in the sandbox
-	// (0 when watching) and the argv it runs.
-	PTYOpened struct {
-		PID     int      `json:"pid,omitempty"`
-		Command []string `json:"command,omitempty"`
-	}
-	ptyRef struct {
-		PTY uint64 `json:"pty"`
-	}
-	ptyInputParams struct {
-		PTY  uint64 `json:"pty"`
-		Data []byte `json:"data,omitempty"`
-	}
-	ptyResizeParams struct {
-		PTY  uint64 `json:"pty"`
-		Rows int    `json:"rows"`
-		Cols int    `json:"cols"`
-	}
-	ptyOutputParams struct {
-		PTY  uint64 `json:"pty"`
-		Seq  uint64 `json:"seq"`
-		Data []byte `json:"data,omitempty"`
-	}
-	ptyExitParams struct {
-		PTY uint64 `json:"pty"`
-		PTYExit
-	}
-	ptyAckParams struct {
-		PTY   uint64 `json:"pty"`
-		Bytes int    `json:"bytes"`
-	}
 )
 
 // agentPTY is one PTY on the agent side: a command on a pseudo-terminal, or
@@ -176,7 +63,7 @@ type agentPTY struct {
 	seq     uint64
 	input   [][]byte
 	inBytes int
-	status  PTYExit
+	status  proto.PTYExit
 	ending  bool
 
 	credit   chan struct{} // capacity 1: an ack arrived
@@ -189,13 +76,13 @@ type agentPTY struct {
 	endOnce sync.Once
 }
 
-func handlePTYOpen(_ context.Context, c *conn, f *frame) (any, error) {
-	var p ptyOpenParams
+func handlePTYOpen(_ context.Context, c *conn, f *proto.Frame) (any, error) {
+	var p proto.PTYOpenParams
 	if err := decodeParams(f, &p); err != nil {
 		return nil, err
 	}
 	if p.PTY == 0 {
-		return nil, fmt.Errorf("%w: pty/open needs a pty id (not 0)", ErrInvalidParams)
+		return nil, fmt.Errorf("%w: pty/open needs a pty id (not 0)", proto.ErrInvalidParams)
 	}
 	if err := p.Validate(); err != nil {
 		return nil, err
@@ -220,20 +107,20 @@ func handlePTYOpen(_ context.Context, c *conn, f *frame) (any, error) {
 }
 
 // start runs the command (or starts watching) and the PTY's goroutines.
-func (t *agentPTY) start(o PTYOptions) (*PTYOpened, error) {
+func (t *agentPTY) start(o proto.PTYOptions) (*proto.PTYOpened, error) {
 	if o.Watch != "" {
 		t.watch = newWatchBuffer()
 		stop, err := t.c.s.opts.Toolset.Watch(o.Watch, t.watch.write)
 		if err != nil {
 			if errors.Is(err, tools.ErrNotWatchable) || errors.Is(err, tools.ErrUnknownTool) {
-				err = fmt.Errorf("%w: %w", ErrInvalidParams, err)
+				err = fmt.Errorf("%w: %w", proto.ErrInvalidParams, err)
 			}
 			return nil, err
 		}
 		t.stopW = stop
 		close(t.exited) // nothing to reap
 		go t.pump(t.watch)
-		return &PTYOpened{}, nil
+		return &proto.PTYOpened{}, nil
 	}
 	argv, err := ptyCommand(o.Command)
 	if err != nil {
@@ -241,12 +128,12 @@ func (t *agentPTY) start(o PTYOptions) (*PTYOpened, error) {
 	}
 	master, slave, err := pty.Open()
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInternal, err)
+		return nil, fmt.Errorf("%w: %w", proto.ErrInternal, err)
 	}
 	if err := pty.SetSize(master, uint16(o.Rows), uint16(o.Cols)); err != nil {
 		_ = master.Close() // unused; the size error is the one to report
 		_ = slave.Close()
-		return nil, fmt.Errorf("%w: setting the pty's size: %w", ErrInternal, err)
+		return nil, fmt.Errorf("%w: setting the pty's size: %w", proto.ErrInternal, err)
 	}
 	cmd := exec.Command(argv.path, argv.args[1:]...)
 	cmd.Args[0] = argv.arg0
@@ -261,7 +148,7 @@ func (t *agentPTY) start(o PTYOptions) (*PTYOpened, error) {
 	_ = slave.Close() // the child has it; our copy would keep the pty open after it exits
 	if err != nil {
 		_ = master.Close() // nothing ran on it
-		return nil, fmt.Errorf("%w: starting %s: %w", ErrInvalidParams, strings.Join(argv.args, " "), err)
+		return nil, fmt.Errorf("%w: starting %s: %w", proto.ErrInvalidParams, strings.Join(argv.args, " "), err)
 	}
 	t.master, t.cmd, t.pid = master, cmd, cmd.Process.Pid
 	if err := preferForOOM(t.pid); err != nil {
@@ -270,7 +157,7 @@ func (t *agentPTY) start(o PTYOptions) (*PTYOpened, error) {
 	go t.pump(master)
 	go t.writeInput()
 	go t.wait()
-	return &PTYOpened{PID: t.pid, Command: argv.args}, nil
+	return &proto.PTYOpened{PID: t.pid, Command: argv.args}, nil
 }
 
 // ptyArgv is what a PTY runs: the program's path, the argv as asked (or
@@ -288,7 +175,7 @@ func ptyCommand(command []string) (ptyArgv, error) {
 	if len(command) > 0 {
 		path, err := exec.LookPath(command[0])
 		if err != nil {
-			return ptyArgv{}, fmt.Errorf("%w: command %q: %w", ErrInvalidParams, command[0], err)
+			return ptyArgv{}, fmt.Errorf("%w: command %q: %w", proto.ErrInvalidParams, command[0], err)
 		}
 		return ptyArgv{path: path, args: command, arg0: command[0]}, nil
 	}
@@ -302,7 +189,7 @@ func ptyCommand(command []string) (ptyArgv, error) {
 		}
 	}
 	if shell == "" {
-		return ptyArgv{}, fmt.Errorf("%w: no login shell: the user's /etc/passwd entry names none that runs, and no bash or sh was found", ErrInvalidParams)
+		return ptyArgv{}, fmt.Errorf("%w: no login shell: the user's /etc/passwd entry names none that runs, and no bash or sh was found", proto.ErrInvalidParams)
 	}
 	return ptyArgv{path: shell, args: []string{shell, "-l"}, arg0: "-" + filepath.Base(shell)}, nil
 }
@@ -361,7 +248,7 @@ func (t *agentPTY) pump(src io.Reader) {
 			t.seq++
 			seq := t.seq
 			t.mu.Unlock()
-			if t.c.notify(MethodPTYOutput, ptyOutputParams{PTY: t.id, Seq: seq}, buf[:n]) != nil {
+			if t.c.notify(proto.MethodPTYOutput, proto.PTYOutputParams{PTY: t.id, Seq: seq}, buf[:n]) != nil {
 				return // the connection is gone
 			}
 		}
@@ -402,7 +289,7 @@ func (t *agentPTY) gather(buf []byte, n int) (int, error) {
 func (t *agentPTY) waitCredit() bool {
 	for {
 		t.mu.Lock()
-		room := t.unacked < PTYWindow
+		room := t.unacked < proto.PTYWindow
 		t.mu.Unlock()
 		if room {
 			return true
@@ -432,7 +319,7 @@ func (t *agentPTY) ack(n int) {
 // connection's read loop, which keeps inputs in order).
 func (t *agentPTY) addInput(b []byte) error {
 	if t.master == nil {
-		return fmt.Errorf("%w: pty %d watches a tool: it is read-only", ErrInvalidParams, t.id)
+		return fmt.Errorf("%w: pty %d watches a tool: it is read-only", proto.ErrInvalidParams, t.id)
 	}
 	if len(b) == 0 {
 		return nil
@@ -440,12 +327,12 @@ func (t *agentPTY) addInput(b []byte) error {
 	t.mu.Lock()
 	if t.ending {
 		t.mu.Unlock()
-		return fmt.Errorf("%w %d: it is ending", ErrUnknownPTY, t.id)
+		return fmt.Errorf("%w %d: it is ending", proto.ErrUnknownPTY, t.id)
 	}
 	if t.inBytes+len(b) > ptyMaxInput {
 		held := t.inBytes
 		t.mu.Unlock()
-		return fmt.Errorf("%w: pty %d holds %d bytes of input its program has not read (limit %d)", ErrBusy, t.id, held, ptyMaxInput)
+		return fmt.Errorf("%w: pty %d holds %d bytes of input its program has not read (limit %d)", proto.ErrBusy, t.id, held, ptyMaxInput)
 	}
 	t.input = append(t.input, b)
 	t.inBytes += len(b)
@@ -487,13 +374,13 @@ func (t *agentPTY) writeInput() {
 
 func (t *agentPTY) resize(rows, cols int) error {
 	if t.master == nil {
-		return fmt.Errorf("%w: pty %d watches a tool: its size is the tool's", ErrInvalidParams, t.id)
+		return fmt.Errorf("%w: pty %d watches a tool: its size is the tool's", proto.ErrInvalidParams, t.id)
 	}
-	if rows < 1 || rows > MaxPTYSize || cols < 1 || cols > MaxPTYSize {
-		return fmt.Errorf("%w: rows and cols must be 1 to %d, got %dx%d", ErrInvalidParams, MaxPTYSize, rows, cols)
+	if rows < 1 || rows > proto.MaxPTYSize || cols < 1 || cols > proto.MaxPTYSize {
+		return fmt.Errorf("%w: rows and cols must be 1 to %d, got %dx%d", proto.ErrInvalidParams, proto.MaxPTYSize, rows, cols)
 	}
 	if err := pty.SetSize(t.master, uint16(rows), uint16(cols)); err != nil {
-		return fmt.Errorf("%w: resizing pty %d: %w", ErrInternal, t.id, err)
+		return fmt.Errorf("%w: resizing pty %d: %w", proto.ErrInternal, t.id, err)
 	}
 	return nil
 }
@@ -501,7 +388,7 @@ func (t *agentPTY) resize(rows, cols int) error {
 // wait reaps the process and ends the PTY.
 func (t *agentPTY) wait() {
 	err := t.cmd.Wait()
-	st := PTYExit{}
+	st := proto.PTYExit{}
 	if ps := t.cmd.ProcessState; ps != nil {
 		st.ExitCode = ps.ExitCode()
 		if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
@@ -509,7 +396,7 @@ func (t *agentPTY) wait() {
 			st.Signal = unix.SignalName(ws.Signal())
 		}
 	} else if err != nil {
-		st = PTYExit{ExitCode: -1, Error: err.Error()}
+		st = proto.PTYExit{ExitCode: -1, Error: err.Error()}
 	}
 	t.mu.Lock()
 	t.status = st
@@ -570,7 +457,7 @@ func (t *agentPTY) end() {
 		// follows pty/exit finds it free.
 		t.c.s.releasePTY(t.c, t.id)
 		// Best effort: a connection that is gone has no one to tell.
-		_ = t.c.notify(MethodPTYExit, ptyExitParams{PTY: t.id, PTYExit: st}, nil)
+		_ = t.c.notify(proto.MethodPTYExit, proto.PTYExitParams{PTY: t.id, PTYExit: st}, nil)
 		t.log.Info("pty ended", "exit_code", st.ExitCode, "signal", st.Signal)
 		close(t.done)
 	})
@@ -708,10 +595,10 @@ func (s *Server) reservePTY(c *conn, id uint64) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closing {
-		return fmt.Errorf("%w: no new pty", ErrShuttingDown)
+		return fmt.Errorf("%w: no new pty", proto.ErrShuttingDown)
 	}
 	if s.ptys >= s.opts.MaxPTYs {
-		return fmt.Errorf("%w: %d ptys are open in this session (limit %d); close one first", ErrBusy, s.ptys, s.opts.MaxPTYs)
+		return fmt.Errorf("%w: %d ptys are open in this session (limit %d); close one first", proto.ErrBusy, s.ptys, s.opts.MaxPTYs)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -719,7 +606,7 @@ func (s *Server) reservePTY(c *conn, id uint64) error {
 		c.ptys = map[uint64]*agentPTY{}
 	}
 	if _, dup := c.ptys[id]; dup {
-		return fmt.Errorf("%w: pty id %d is already in use on this connection", ErrInvalidParams, id)
+		return fmt.Errorf("%w: pty id %d is already in use on this connection", proto.ErrInvalidParams, id)
 	}
 	c.ptys[id] = nil
 	s.ptys++
@@ -752,7 +639,7 @@ func (c *conn) lookupPTY(id uint64) (*agentPTY, error) {
 	if t := c.ptys[id]; t != nil {
 		return t, nil
 	}
-	return nil, fmt.Errorf("%w %d: it ended, or was opened on another connection", ErrUnknownPTY, id)
+	return nil, fmt.Errorf("%w %d: it ended, or was opened on another connection", proto.ErrUnknownPTY, id)
 }
 
 // endPTYs ends every PTY of the connection (it is closing) and waits.
@@ -787,8 +674,8 @@ func (s *Server) endAllPTYs() {
 	wg.Wait()
 }
 
-func handlePTYInput(_ context.Context, c *conn, f *frame) (any, error) {
-	var p ptyInputParams
+func handlePTYInput(_ context.Context, c *conn, f *proto.Frame) (any, error) {
+	var p proto.PTYInputParams
 	if err := decodeParams(f, &p); err != nil {
 		return nil, err
 	}
@@ -803,8 +690,8 @@ func handlePTYInput(_ context.Context, c *conn, f *frame) (any, error) {
 	return struct{}{}, t.addInput(data)
 }
 
-func handlePTYResize(_ context.Context, c *conn, f *frame) (any, error) {
-	var p ptyResizeParams
+func handlePTYResize(_ context.Context, c *conn, f *proto.Frame) (any, error) {
+	var p proto.PTYResizeParams
 	if err := decodeParams(f, &p); err != nil {
 		return nil, err
 	}
@@ -815,8 +702,8 @@ func handlePTYResize(_ context.Context, c *conn, f *frame) (any, error) {
 	return struct{}{}, t.resize(p.Rows, p.Cols)
 }
 
-func handlePTYClose(_ context.Context, c *conn, f *frame) (any, error) {
-	var p ptyRef
+func handlePTYClose(_ context.Context, c *conn, f *proto.Frame) (any, error) {
+	var p proto.PTYRef
 	if err := decodeParams(f, &p); err != nil {
 		return nil, err
 	}
@@ -831,8 +718,8 @@ func handlePTYClose(_ context.Context, c *conn, f *frame) (any, error) {
 }
 
 // ptyAck handles a pty/ack notification.
-func (c *conn) ptyAck(f *frame) {
-	var p ptyAckParams
+func (c *conn) ptyAck(f *proto.Frame) {
+	var p proto.PTYAckParams
 	if err := decodeParams(f, &p); err != nil {
 		c.log.Warn("ignoring a pty/ack with bad params", "err", err)
 		return

@@ -5,6 +5,8 @@ package agent
 import (
 	"strings"
 	"testing"
+
+	"github.com/sandboxd/sandboxd/agent/proto"
 )
 
 // BenchmarkPTYOutput: seq's 1.3 MB through a PTY and the agent protocol
@@ -14,7 +16,7 @@ func BenchmarkPTYOutput(b *testing.B) {
 		p := newPair(b)
 		ctx := b.Context()
 		r := newRec(true)
-		term, err := p.cli.OpenPTY(ctx, PTYOptions{Rows: 24, Cols: 80, Command: []string{"sh", "-c", "seq 1 200000; echo done"}}, r.handler())
+		term, err := p.cli.OpenPTY(ctx, proto.PTYOptions{Rows: 24, Cols: 80, Command: []string{"sh", "-c", "seq 1 200000; echo done"}}, r.handler())
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
+	"github.com/sandboxd/sandboxd/agent/proto"
 	"github.com/sandboxd/sandboxd/internal/pty"
 )
 
@@ -33,12 +34,12 @@ type ptyRec struct {
 	p       *PTY
 	owed    int // output received before the PTY was known, to acknowledge
 	changed chan struct{}
-	exit    chan PTYExit
+	exit    chan proto.PTYExit
 	exitAt  int // len(out) when Exit came
 }
 
 func newRec(autoAck bool) *ptyRec {
-	return &ptyRec{autoAck: autoAck, changed: make(chan struct{}, 1), exit: make(chan PTYExit, 1)}
+	return &ptyRec{autoAck: autoAck, changed: make(chan struct{}, 1), exit: make(chan proto.PTYExit, 1)}
 }
 
 func (r *ptyRec) handler() PTYHandler {
@@ -56,7 +57,7 @@ func (r *ptyRec) handler() PTYHandler {
 			}
 			r.signal()
 		},
-		Exit: func(st PTYExit) {
+		Exit: func(st proto.PTYExit) {
 			r.mu.Lock()
 			r.exitAt = r.out.Len()
 			r.mu.Unlock()
@@ -112,18 +113,18 @@ func (r *ptyRec) waitText(ctx context.Context, t *testing.T, s string) {
 	r.waitFor(ctx, t, fmt.Sprintf("%q", s), func(out string) bool { return strings.Contains(out, s) })
 }
 
-func (r *ptyRec) waitExit(ctx context.Context, t *testing.T) PTYExit {
+func (r *ptyRec) waitExit(ctx context.Context, t *testing.T) proto.PTYExit {
 	t.Helper()
 	select {
 	case st := <-r.exit:
 		return st
 	case <-ctx.Done():
 		t.Fatalf("the pty did not end; its output:\n%q", r.String())
-		return PTYExit{}
+		return proto.PTYExit{}
 	}
 }
 
-func openRec(ctx context.Context, t *testing.T, c *Client, o PTYOptions) (*PTY, *ptyRec) {
+func openRec(ctx context.Context, t *testing.T, c *Client, o proto.PTYOptions) (*PTY, *ptyRec) {
 	t.Helper()
 	r := newRec(true)
 	p, err := c.OpenPTY(ctx, o, r.handler())
@@ -138,7 +139,7 @@ func openRec(ctx context.Context, t *testing.T, c *Client, o PTYOptions) (*PTY, 
 func TestPTYShell(t *testing.T) {
 	p := newPair(t)
 	ctx := ctxT(t)
-	term, r := openRec(ctx, t, p.cli, PTYOptions{Rows: 24, Cols: 80, Command: []string{"sh"}})
+	term, r := openRec(ctx, t, p.cli, proto.PTYOptions{Rows: 24, Cols: 80, Command: []string{"sh"}})
 	assert.Positive(t, term.Opened().PID)
 	assert.Equal(t, []string{"sh"}, term.Opened().Command)
 
@@ -152,12 +153,12 @@ func TestPTYShell(t *testing.T) {
 
 	require.NoError(t, term.Input(ctx, []byte("echo bye; exit 3\n")))
 	st := r.waitExit(ctx, t)
-	assert.Equal(t, PTYExit{ExitCode: 3}, st)
+	assert.Equal(t, proto.PTYExit{ExitCode: 3}, st)
 	assert.Contains(t, r.String()[:r.exitAt], "bye\r\n", "output after the exit notice")
 	<-term.Done()
 
 	err := term.Input(ctx, []byte("x"))
-	require.ErrorIs(t, err, ErrUnknownPTY)
+	require.ErrorIs(t, err, proto.ErrUnknownPTY)
 	st, err = term.Close(ctx)
 	require.NoError(t, err, "closing an ended pty tells how it ended")
 	assert.Equal(t, 3, st.ExitCode)
@@ -167,7 +168,7 @@ func TestPTYShell(t *testing.T) {
 func TestPTYLoginShell(t *testing.T) {
 	p := newPair(t)
 	ctx := ctxT(t)
-	term, r := openRec(ctx, t, p.cli, PTYOptions{Rows: 24, Cols: 80})
+	term, r := openRec(ctx, t, p.cli, proto.PTYOptions{Rows: 24, Cols: 80})
 	want := loginShell(os.Getuid())
 	if want == "" {
 		want = term.Opened().Command[0] // no passwd entry: bash or sh
@@ -182,7 +183,7 @@ func TestPTYLoginShell(t *testing.T) {
 func TestPTYInputOrder(t *testing.T) {
 	p := newPair(t)
 	ctx := ctxT(t)
-	term, r := openRec(ctx, t, p.cli, PTYOptions{Rows: 24, Cols: 80, Command: []string{"sh", "-c", "stty -echo; echo ready; exec cat"}})
+	term, r := openRec(ctx, t, p.cli, proto.PTYOptions{Rows: 24, Cols: 80, Command: []string{"sh", "-c", "stty -echo; echo ready; exec cat"}})
 	r.waitText(ctx, t, "ready\r\n") // before it, the terminal would echo the input
 	var want strings.Builder
 	want.WriteString("ready\r\n")
@@ -202,7 +203,7 @@ func TestPTYInputOrder(t *testing.T) {
 func TestPTYCloseEndsTheSession(t *testing.T) {
 	p := newPair(t)
 	ctx := ctxT(t)
-	term, r := openRec(ctx, t, p.cli, PTYOptions{Rows: 24, Cols: 80, Command: []string{"bash", "--norc", "-i"}})
+	term, r := openRec(ctx, t, p.cli, proto.PTYOptions{Rows: 24, Cols: 80, Command: []string{"bash", "--norc", "-i"}})
 	require.NoError(t, term.Input(ctx, []byte("(trap '' HUP; exec sleep 1000) & echo \"job\"\"=$!\"\n")))
 	jobRE := regexp.MustCompile(`job=(\d+)\r\n`)
 	r.waitFor(ctx, t, "the job's pid", jobRE.MatchString)
@@ -229,11 +230,11 @@ func TestPTYEndsWithItsConnection(t *testing.T) {
 	p := newPair(t, func(o *ServerOptions) { o.MaxPTYs = 1 })
 	ctx := ctxT(t)
 	other := p.connect(t)
-	term, _ := openRec(ctx, t, other, PTYOptions{Rows: 24, Cols: 80, Command: []string{"sleep", "1000"}})
+	term, _ := openRec(ctx, t, other, proto.PTYOptions{Rows: 24, Cols: 80, Command: []string{"sleep", "1000"}})
 	pid := term.Opened().PID
 
-	_, err := p.cli.OpenPTY(ctx, PTYOptions{Rows: 24, Cols: 80, Command: []string{"true"}}, newRec(true).handler())
-	require.ErrorIs(t, err, ErrBusy, "the bound of one pty")
+	_, err := p.cli.OpenPTY(ctx, proto.PTYOptions{Rows: 24, Cols: 80, Command: []string{"true"}}, newRec(true).handler())
+	require.ErrorIs(t, err, proto.ErrBusy, "the bound of one pty")
 
 	require.NoError(t, other.Close())
 	<-term.Done()
@@ -243,7 +244,7 @@ func TestPTYEndsWithItsConnection(t *testing.T) {
 	if state, _, ok := pty.ProcStat(pid); ok {
 		assert.Equal(t, byte('Z'), state, "the program outlived its connection")
 	}
-	again, _ := openRec(ctx, t, p.cli, PTYOptions{Rows: 24, Cols: 80, Command: []string{"true"}})
+	again, _ := openRec(ctx, t, p.cli, proto.PTYOptions{Rows: 24, Cols: 80, Command: []string{"true"}})
 	<-again.Done()
 }
 
@@ -251,14 +252,14 @@ func TestPTYEndsWithItsConnection(t *testing.T) {
 func TestPTYBound(t *testing.T) {
 	p := newPair(t, func(o *ServerOptions) { o.MaxPTYs = 2 })
 	ctx := ctxT(t)
-	a, _ := openRec(ctx, t, p.cli, PTYOptions{Rows: 24, Cols: 80, Command: []string{"sleep", "1000"}})
-	b, _ := openRec(ctx, t, p.cli, PTYOptions{Rows: 24, Cols: 80, Command: []string{"sleep", "1000"}})
-	_, err := p.cli.OpenPTY(ctx, PTYOptions{Rows: 24, Cols: 80, Command: []string{"sleep", "1000"}}, newRec(true).handler())
-	require.ErrorIs(t, err, ErrBusy)
+	a, _ := openRec(ctx, t, p.cli, proto.PTYOptions{Rows: 24, Cols: 80, Command: []string{"sleep", "1000"}})
+	b, _ := openRec(ctx, t, p.cli, proto.PTYOptions{Rows: 24, Cols: 80, Command: []string{"sleep", "1000"}})
+	_, err := p.cli.OpenPTY(ctx, proto.PTYOptions{Rows: 24, Cols: 80, Command: []string{"sleep", "1000"}}, newRec(true).handler())
+	require.ErrorIs(t, err, proto.ErrBusy)
 	assert.Contains(t, err.Error(), "limit 2")
 	_, err = a.Close(ctx)
 	require.NoError(t, err)
-	c, _ := openRec(ctx, t, p.cli, PTYOptions{Rows: 24, Cols: 80, Command: []string{"sleep", "1000"}})
+	c, _ := openRec(ctx, t, p.cli, proto.PTYOptions{Rows: 24, Cols: 80, Command: []string{"sleep", "1000"}})
 	for _, x := range []*PTY{b, c} {
 		_, err := x.Close(ctx)
 		require.NoError(t, err)
@@ -270,26 +271,26 @@ func TestPTYInvalidOptions(t *testing.T) {
 	p := newPair(t)
 	ctx := ctxT(t)
 	for _, c := range []struct {
-		o    PTYOptions
+		o    proto.PTYOptions
 		want string
 	}{
-		{PTYOptions{Rows: 0, Cols: 80}, "rows and cols must be 1 to 1000, got 0x80"},
-		{PTYOptions{Rows: 24, Cols: 1001}, "got 24x1001"},
-		{PTYOptions{Rows: 24, Cols: 80, Command: []string{""}}, "command[0] (the program) is empty"},
-		{PTYOptions{Rows: 24, Cols: 80, Command: []string{"echo", "a\x00b"}}, "command[1] holds a NUL byte"},
-		{PTYOptions{Rows: 24, Cols: 80, Command: []string{"sandboxd-no-such-program"}}, `command "sandboxd-no-such-program"`},
-		{PTYOptions{Watch: "echo", Command: []string{"sh"}}, "not both"},
-		{PTYOptions{Watch: "nope"}, `unknown tool "nope"`},
+		{proto.PTYOptions{Rows: 0, Cols: 80}, "rows and cols must be 1 to 1000, got 0x80"},
+		{proto.PTYOptions{Rows: 24, Cols: 1001}, "got 24x1001"},
+		{proto.PTYOptions{Rows: 24, Cols: 80, Command: []string{""}}, "command[0] (the program) is empty"},
+		{proto.PTYOptions{Rows: 24, Cols: 80, Command: []string{"echo", "a\x00b"}}, "command[1] holds a NUL byte"},
+		{proto.PTYOptions{Rows: 24, Cols: 80, Command: []string{"sandboxd-no-such-program"}}, `command "sandboxd-no-such-program"`},
+		{proto.PTYOptions{Watch: "echo", Command: []string{"sh"}}, "not both"},
+		{proto.PTYOptions{Watch: "nope"}, `unknown tool "nope"`},
 	} {
 		_, err := p.cli.OpenPTY(ctx, c.o, newRec(true).handler())
-		require.ErrorIs(t, err, ErrInvalidParams, "%+v", c.o)
+		require.ErrorIs(t, err, proto.ErrInvalidParams, "%+v", c.o)
 		assert.Contains(t, err.Error(), c.want)
 	}
 	// The agent checks too, whatever a client sends.
-	_, err := p.cli.roundTrip(ctx, MethodPTYOpen, ptyOpenParams{PTY: 99, PTYOptions: PTYOptions{Rows: -1, Cols: 5}}, nil)
-	require.ErrorIs(t, err, ErrInvalidParams)
-	_, err = p.cli.roundTrip(ctx, MethodPTYResize, ptyResizeParams{PTY: 12345, Rows: 5, Cols: 5}, nil)
-	require.ErrorIs(t, err, ErrUnknownPTY)
+	_, err := p.cli.roundTrip(ctx, proto.MethodPTYOpen, proto.PTYOpenParams{PTY: 99, PTYOptions: proto.PTYOptions{Rows: -1, Cols: 5}}, nil)
+	require.ErrorIs(t, err, proto.ErrInvalidParams)
+	_, err = p.cli.roundTrip(ctx, proto.MethodPTYResize, proto.PTYResizeParams{PTY: 12345, Rows: 5, Cols: 5}, nil)
+	require.ErrorIs(t, err, proto.ErrUnknownPTY)
 }
 
 // Flow control: without acknowledgements the agent sends one window of
@@ -298,13 +299,13 @@ func TestPTYInvalidOptions(t *testing.T) {
 func TestPTYOutputWindow(t *testing.T) {
 	p := newPair(t)
 	ctx := ctxT(t)
-	const total = 4 * PTYWindow
+	const total = 4 * proto.PTYWindow
 	r := newRec(false)
-	term, err := p.cli.OpenPTY(ctx, PTYOptions{Rows: 24, Cols: 80, Command: []string{"sh", "-c",
+	term, err := p.cli.OpenPTY(ctx, proto.PTYOptions{Rows: 24, Cols: 80, Command: []string{"sh", "-c",
 		fmt.Sprintf("stty raw -echo; head -c %d /dev/zero | tr '\\0' x; echo; echo done", total)}}, r.handler())
 	require.NoError(t, err)
-	r.waitFor(ctx, t, "one window", func(out string) bool { return len(out) >= PTYWindow })
-	assert.Less(t, r.Len(), PTYWindow+ptyChunk, "more than a window without acknowledgements")
+	r.waitFor(ctx, t, "one window", func(out string) bool { return len(out) >= proto.PTYWindow })
+	assert.Less(t, r.Len(), proto.PTYWindow+ptyChunk, "more than a window without acknowledgements")
 	select {
 	case st := <-r.exit:
 		t.Fatalf("the program ended (%+v) though its output was not read", st)
@@ -326,15 +327,15 @@ func TestPTYOutputWindow(t *testing.T) {
 func TestPTYWatch(t *testing.T) {
 	p := newPair(t)
 	ctx := ctxT(t)
-	term, r := openRec(ctx, t, p.cli, PTYOptions{Watch: "echo"})
+	term, r := openRec(ctx, t, p.cli, proto.PTYOptions{Watch: "echo"})
 	assert.Zero(t, term.Opened().PID)
 	p.kit.emit([]byte("$ echo hi\r\nhi\r\n"))
 	r.waitText(ctx, t, "$ echo hi\r\nhi\r\n")
-	require.ErrorIs(t, term.Input(ctx, []byte("x")), ErrInvalidParams)
-	require.ErrorIs(t, term.Resize(ctx, 10, 10), ErrInvalidParams)
+	require.ErrorIs(t, term.Input(ctx, []byte("x")), proto.ErrInvalidParams)
+	require.ErrorIs(t, term.Resize(ctx, 10, 10), proto.ErrInvalidParams)
 	st, err := term.Close(ctx)
 	require.NoError(t, err)
-	assert.Equal(t, PTYExit{}, st)
+	assert.Equal(t, proto.PTYExit{}, st)
 	p.kit.mu.Lock()
 	assert.Empty(t, p.kit.watchers, "the watch was not stopped")
 	p.kit.mu.Unlock()
@@ -372,7 +373,7 @@ func TestPTYCloseEndsChurningProcesses(t *testing.T) {
 	fr, err := os.OpenFile(fifo, os.O_RDONLY|unix.O_NONBLOCK, 0)
 	require.NoError(t, err)
 	defer fr.Close()
-	term, r := openRec(ctx, t, p.cli, PTYOptions{Rows: 24, Cols: 80, Command: []string{"bash", "--norc", "-i"}})
+	term, r := openRec(ctx, t, p.cli, proto.PTYOptions{Rows: 24, Cols: 80, Command: []string{"bash", "--norc", "-i"}})
 	sid := term.Opened().PID
 	t.Cleanup(func() { // whatever the outcome, leave no chain running on the host
 		w := pty.NewSweeper(sid, func() []pty.Member { return pty.ScanSession(sid, nil) })

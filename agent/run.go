@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandboxd/sandboxd/agent/proto"
 	"github.com/sandboxd/sandboxd/tools"
 )
 
@@ -219,7 +220,7 @@ func acceptLoop(ctx context.Context, ln net.Listener, srv *Server, log *slog.Log
 			return
 		}
 		conns.Go(func() {
-			if err := srv.Serve(ctx, conn); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, ErrShuttingDown) {
+			if err := srv.Serve(ctx, conn); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, proto.ErrShuttingDown) {
 				log.Warn("socket connection ended with an error", "err", err)
 			}
 		})

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sandboxd/sandboxd/agent/proto"
 	"github.com/sandboxd/sandboxd/tools"
 )
 
@@ -230,7 +231,7 @@ func TestRunStopsWhenItsContextEnds(t *testing.T) {
 	// It fails, it does not hang: cancelled, or cut off if the connection
 	// closed before the answer was out.
 	err = <-pending
-	assert.True(t, errors.Is(err, ErrDisconnected) || errors.Is(err, context.Canceled), "a pending call fails with %v", err)
+	assert.True(t, errors.Is(err, proto.ErrDisconnected) || errors.Is(err, context.Canceled), "a pending call fails with %v", err)
 	<-r.kit.closed
 	_, err = os.Stat(sock)
 	assert.True(t, os.IsNotExist(err), "the socket is removed on exit")
@@ -260,7 +261,7 @@ func TestRunSocketOutlivesStdioAndProxyReconnects(t *testing.T) {
 	outR, outW := io.Pipe()
 	proxied := make(chan error, 1)
 	go func() { proxied <- Proxy(context.Background(), sock, inR, outW); _ = outW.Close() }()
-	pcli := NewClient(JoinConn(outR, inW), WithLogger(quiet))
+	pcli := NewClient(proto.JoinConn(outR, inW), WithLogger(quiet))
 	defer func() { _ = pcli.Close() }()
 	assert.Equal(t, "me", remember(t, pcli, ""), "the toolset survived the reconnect")
 

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sandboxd/sandboxd/agent/proto"
 	"github.com/sandboxd/sandboxd/tools"
 )
 
@@ -125,7 +126,7 @@ func NewServer(opts ServerOptions) (*Server, error) {
 		opts.ShutdownGrace = DefaultShutdownGrace
 	}
 	if opts.MaxPTYs <= 0 {
-		opts.MaxPTYs = DefaultMaxPTYs
+		opts.MaxPTYs = proto.DefaultMaxPTYs
 	}
 	s := &Server{
 		opts:  opts,
@@ -153,7 +154,7 @@ func (s *Server) Serve(ctx context.Context, rwc io.ReadWriteCloser) error {
 	if s.closing {
 		s.mu.Unlock()
 		c.close() // refused: the peer sees the stream end
-		return ErrShuttingDown
+		return proto.ErrShuttingDown
 	}
 	s.conns[c] = struct{}{}
 	s.mu.Unlock()

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sandboxd/sandboxd/agent/proto"
 	"github.com/sandboxd/sandboxd/skills"
 	"github.com/sandboxd/sandboxd/tools"
 	"github.com/sandboxd/sandboxd/tools/skill"
@@ -44,10 +45,10 @@ func TestInstallSkillsRunsTheInstallers(t *testing.T) {
 	t.Cleanup(func() { _ = ts.Close() })
 
 	err = p.cli.InstallSkills(ctxT(t))
-	require.ErrorIs(t, err, ErrSkillInstall)
-	var we *Error
+	require.ErrorIs(t, err, proto.ErrSkillInstall)
+	var we *proto.Error
 	require.ErrorAs(t, err, &we)
-	assert.Equal(t, CodeSkillInstall, we.Code)
+	assert.Equal(t, proto.CodeSkillInstall, we.Code)
 	assert.Contains(t, err.Error(), `Skill "bad" cannot be used in this session: its dependency installer deps/install.sh exited with code 4.`)
 	assert.Contains(t, err.Error(), "no network")
 	assert.FileExists(t, filepath.Join(root, "ok-installed"))
@@ -68,7 +69,7 @@ func TestInstallSkillsCancelled(t *testing.T) {
 	go func() { <-waiting; cancel() }()
 	err = p.cli.InstallSkills(ctx)
 	require.ErrorIs(t, err, context.Canceled)
-	assert.NotErrorIs(t, err, ErrSkillInstall)
+	assert.NotErrorIs(t, err, proto.ErrSkillInstall)
 }
 
 type blockingInstaller struct{ started chan struct{} }

@@ -5,6 +5,8 @@ import (
 	"io"
 	"os"
 	"syscall"
+
+	"github.com/sandboxd/sandboxd/agent/proto"
 )
 
 // protocolStdio returns stdin/stdout as the protocol connection. When they
@@ -15,7 +17,7 @@ import (
 // so that closing the connection interrupts a pending read or write.
 func protocolStdio(in io.Reader, out io.Writer) (io.ReadWriteCloser, error) {
 	if in != io.Reader(os.Stdin) || out != io.Writer(os.Stdout) {
-		return JoinConn(io.NopCloser(in), nopWriteCloser{out}), nil
+		return proto.JoinConn(io.NopCloser(in), nopWriteCloser{out}), nil
 	}
 	outFD, err := syscall.Dup(1)
 	if err != nil {
@@ -38,7 +40,7 @@ func protocolStdio(in io.Reader, out io.Writer) (io.ReadWriteCloser, error) {
 	}
 	pollable(inFD)
 	pollable(outFD)
-	return JoinConn(os.NewFile(uintptr(inFD), "protocol-in"), os.NewFile(uintptr(outFD), "protocol-out")), nil
+	return proto.JoinConn(os.NewFile(uintptr(inFD), "protocol-in"), os.NewFile(uintptr(outFD), "protocol-out")), nil
 }
 
 // pollable puts a pipe or socket in non-blocking mode, which makes

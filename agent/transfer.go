@@ -10,13 +10,9 @@ import (
 	"strings"
 	"sync"
 	"time"
-)
 
-// ChunkSize is the payload of one upload or download chunk. Transfers of
-// any size are a sequence of chunk requests, each acknowledged before the
-// next, which gives flow control for free: neither side buffers more than a
-// chunk, and a slow disk or a slow host never stalls other calls.
-const ChunkSize = 1 << 20
+	"github.com/sandboxd/sandboxd/agent/proto"
+)
 
 // Upload: fs/upload/begin {path} -> {transfer}; fs/upload/chunk {transfer,
 // seq, data} -> {} (seq from 1, in order); fs/upload/end {transfer} ->
@@ -32,7 +28,7 @@ type upload struct {
 	next uint64
 
 	done chan struct{} // extraction ended
-	res  UploadResult
+	res  proto.UploadResult
 	err  error
 }
 
@@ -42,7 +38,7 @@ func (u *upload) abort(err error) {
 }
 
 // wait returns the extraction's outcome once it has ended.
-func (u *upload) wait(ctx context.Context) (UploadResult, error) {
+func (u *upload) wait(ctx context.Context) (proto.UploadResult, error) {
 	select {
 	case <-u.done:
 		return u.res, u.err
@@ -53,8 +49,8 @@ func (u *upload) wait(ctx context.Context) (UploadResult, error) {
 	}
 }
 
-func handleUploadBegin(_ context.Context, c *conn, f *frame) (any, error) {
-	var p pathParams
+func handleUploadBegin(_ context.Context, c *conn, f *proto.Frame) (any, error) {
+	var p proto.PathParams
 	if err := decodeParams(f, &p); err != nil {
 		return nil, err
 	}
@@ -93,7 +89,7 @@ func handleUploadBegin(_ context.Context, c *conn, f *frame) (any, error) {
 	}()
 	c.addTransfer(u.id, u)
 	c.log.Info("upload started", "transfer", u.id, "dest", abs)
-	return transferParams{Transfer: u.id}, nil
+	return proto.TransferParams{Transfer: u.id}, nil
 }
 
 func (c *conn) upload(id string) (*upload, error) {
@@ -103,13 +99,13 @@ func (c *conn) upload(id string) (*upload, error) {
 	}
 	u, ok := t.(*upload)
 	if !ok {
-		return nil, fmt.Errorf("%w %q: it is a download, not an upload", ErrUnknownTransfer, id)
+		return nil, fmt.Errorf("%w %q: it is a download, not an upload", proto.ErrUnknownTransfer, id)
 	}
 	return u, nil
 }
 
-func handleUploadChunk(ctx context.Context, c *conn, f *frame) (any, error) {
-	var p chunkParams
+func handleUploadChunk(ctx context.Context, c *conn, f *proto.Frame) (any, error) {
+	var p proto.ChunkParams
 	if err := decodeParams(f, &p); err != nil {
 		return nil, err
 	}
@@ -121,7 +117,7 @@ func handleUploadChunk(ctx context.Context, c *conn, f *frame) (any, error) {
 	defer u.mu.Unlock()
 	if p.Seq != u.next {
 		c.takeTransfer(u.id)
-		err := fmt.Errorf("%w: upload %s got chunk %d, expected %d; chunks must be sent in order, one at a time", ErrInvalidParams, u.id, p.Seq, u.next)
+		err := fmt.Errorf("%w: upload %s got chunk %d, expected %d; chunks must be sent in order, one at a time", proto.ErrInvalidParams, u.id, p.Seq, u.next)
 		u.abort(err)
 		return nil, err
 	}
@@ -142,15 +138,15 @@ func handleUploadChunk(ctx context.Context, c *conn, f *frame) (any, error) {
 			return nil, err
 		}
 		if errors.Is(werr, io.ErrClosedPipe) {
-			return nil, fmt.Errorf("%w: upload %s: data after the end of the archive", ErrBadArchive, u.id)
+			return nil, fmt.Errorf("%w: upload %s: data after the end of the archive", proto.ErrBadArchive, u.id)
 		}
 		return nil, werr
 	}
 	return struct{}{}, nil
 }
 
-func handleUploadEnd(ctx context.Context, c *conn, f *frame) (any, error) {
-	var p transferParams
+func handleUploadEnd(ctx context.Context, c *conn, f *proto.Frame) (any, error) {
+	var p proto.TransferParams
 	if err := decodeParams(f, &p); err != nil {
 		return nil, err
 	}
@@ -186,8 +182,8 @@ func (d *download) abort(err error) {
 	d.pr.CloseWithError(err)
 }
 
-func handleDownloadBegin(_ context.Context, c *conn, f *frame) (any, error) {
-	var p pathParams
+func handleDownloadBegin(_ context.Context, c *conn, f *proto.Frame) (any, error) {
+	var p proto.PathParams
 	if err := decodeParams(f, &p); err != nil {
 		return nil, err
 	}
@@ -222,11 +218,11 @@ func handleDownloadBegin(_ context.Context, c *conn, f *frame) (any, error) {
 	}()
 	c.addTransfer(d.id, d)
 	c.log.Info("download started", "transfer", d.id, "path", abs)
-	return transferParams{Transfer: d.id}, nil
+	return proto.TransferParams{Transfer: d.id}, nil
 }
 
-func handleDownloadRead(ctx context.Context, c *conn, f *frame) (any, error) {
-	var p transferParams
+func handleDownloadRead(ctx context.Context, c *conn, f *proto.Frame) (any, error) {
+	var p proto.TransferParams
 	if err := decodeParams(f, &p); err != nil {
 		return nil, err
 	}
@@ -236,12 +232,12 @@ func handleDownloadRead(ctx context.Context, c *conn, f *frame) (any, error) {
 	}
 	d, ok := t.(*download)
 	if !ok {
-		return nil, fmt.Errorf("%w %q: it is an upload, not a download", ErrUnknownTransfer, p.Transfer)
+		return nil, fmt.Errorf("%w %q: it is an upload, not a download", proto.ErrUnknownTransfer, p.Transfer)
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.idle.Reset(c.s.opts.TransferIdleTimeout)
-	buf := make([]byte, ChunkSize)
+	buf := make([]byte, proto.ChunkSize)
 	stop := context.AfterFunc(ctx, func() { d.abort(ctx.Err()) })
 	n, err := io.ReadFull(d.pr, buf)
 	stop()
@@ -249,13 +245,13 @@ func handleDownloadRead(ctx context.Context, c *conn, f *frame) (any, error) {
 	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
 		c.takeTransfer(d.id)
 		d.idle.Stop()
-		return withData{chunkResult{EOF: true}, buf[:n]}, nil
+		return withData{proto.ChunkResult{EOF: true}, buf[:n]}, nil
 	case err != nil:
 		c.takeTransfer(d.id)
 		d.abort(err)
 		return nil, err
 	}
-	return withData{chunkResult{}, buf[:n]}, nil
+	return withData{proto.ChunkResult{}, buf[:n]}, nil
 }
 
 func (s *Server) newTransferID(kind string) string {
@@ -268,7 +264,7 @@ func (s *Server) newTransferID(kind string) string {
 // that root. A path under none of them is ErrOutsideWorkspace.
 func (s *Server) transferPath(p string) (root, rel, abs string, err error) {
 	if strings.TrimSpace(p) == "" {
-		return "", "", "", fmt.Errorf("%w: path is empty; give a directory under %s", ErrInvalidParams, s.roots())
+		return "", "", "", fmt.Errorf("%w: path is empty; give a directory under %s", proto.ErrInvalidParams, s.roots())
 	}
 	abs = p
 	if !filepath.IsAbs(abs) {
@@ -285,7 +281,7 @@ func (s *Server) transferPath(p string) (root, rel, abs string, err error) {
 		}
 	}
 	if root == "" {
-		return "", "", "", fmt.Errorf("%w: %s is not under %s", ErrOutsideWorkspace, p, s.roots())
+		return "", "", "", fmt.Errorf("%w: %s is not under %s", proto.ErrOutsideWorkspace, p, s.roots())
 	}
 	return root, rel, abs, nil
 }
@@ -302,7 +298,7 @@ func (s *Server) roots() string {
 // exported) as ErrOutsideWorkspace, so the host gets the right code.
 func rootErr(err error) error {
 	if err != nil && strings.Contains(err.Error(), "path escapes from parent") {
-		return fmt.Errorf("%w (through a symlink or ..): %v", ErrOutsideWorkspace, err)
+		return fmt.Errorf("%w (through a symlink or ..): %v", proto.ErrOutsideWorkspace, err)
 	}
 	return err
 }

@@ -19,6 +19,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sandboxd/sandboxd/agent/proto"
 )
 
 // makeTree builds a source tree with what an upload must keep: nested
@@ -101,7 +103,7 @@ func TestUploadDownloadRoundTrip(t *testing.T) {
 	// loaded 2-core machine; the bound is against a hang, not a speed.
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	src := makeTree(t, MaxFrameSize+3*ChunkSize+17) // crosses the frame limit and chunk edges
+	src := makeTree(t, proto.MaxFrameSize+3*proto.ChunkSize+17) // crosses the frame limit and chunk edges
 	want := treeSummary(t, src)
 	archive := tarTree(t, src)
 
@@ -109,7 +111,7 @@ func TestUploadDownloadRoundTrip(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 5, res.Files)
 	assert.Equal(t, 1, res.Links)
-	assert.EqualValues(t, MaxFrameSize+3*ChunkSize+17+6+18+1+1, res.Bytes)
+	assert.EqualValues(t, proto.MaxFrameSize+3*proto.ChunkSize+17+6+18+1+1, res.Bytes)
 	dest := filepath.Join(p.ws, "dest")
 	t.Cleanup(func() { _ = os.Chmod(filepath.Join(dest, "ro"), 0o755) }) // so TempDir can remove it
 	assert.Equal(t, want, treeSummary(t, dest))
@@ -187,25 +189,25 @@ func TestUploadRefusesEscapes(t *testing.T) {
 		want       error
 		text       string
 	}{
-		{"dot-dot entry", "d", tarOf(t, entry{name: "../evil", typ: tar.TypeReg, body: "x"}), ErrBadArchive, `entry "../evil" leads outside`},
-		{"nested dot-dot", "d", tarOf(t, entry{name: "a/../../evil", typ: tar.TypeReg, body: "x"}), ErrBadArchive, "leads outside"},
-		{"absolute entry", "d", tarOf(t, entry{name: "/tmp/evil", typ: tar.TypeReg, body: "x"}), ErrBadArchive, "absolute name"},
-		{"absolute symlink out", "d", tarOf(t, entry{name: "l", typ: tar.TypeSymlink, link: "/etc"}), ErrOutsideWorkspace, `symlink "l" points to "/etc"`},
-		{"relative symlink out", "d", tarOf(t, entry{name: "x/l", typ: tar.TypeSymlink, link: "../../../etc"}), ErrOutsideWorkspace, "outside the workspace"},
+		{"dot-dot entry", "d", tarOf(t, entry{name: "../evil", typ: tar.TypeReg, body: "x"}), proto.ErrBadArchive, `entry "../evil" leads outside`},
+		{"nested dot-dot", "d", tarOf(t, entry{name: "a/../../evil", typ: tar.TypeReg, body: "x"}), proto.ErrBadArchive, "leads outside"},
+		{"absolute entry", "d", tarOf(t, entry{name: "/tmp/evil", typ: tar.TypeReg, body: "x"}), proto.ErrBadArchive, "absolute name"},
+		{"absolute symlink out", "d", tarOf(t, entry{name: "l", typ: tar.TypeSymlink, link: "/etc"}), proto.ErrOutsideWorkspace, `symlink "l" points to "/etc"`},
+		{"relative symlink out", "d", tarOf(t, entry{name: "x/l", typ: tar.TypeSymlink, link: "../../../etc"}), proto.ErrOutsideWorkspace, "outside the workspace"},
 		{"symlink then write through it", "d", tarOf(t,
 			entry{name: "l", typ: tar.TypeSymlink, link: outside},
-			entry{name: "l/evil", typ: tar.TypeReg, body: "x"}), ErrOutsideWorkspace, ""},
-		{"hard link out", "d", tarOf(t, entry{name: "h", typ: tar.TypeLink, link: "../../etc/passwd"}), ErrBadArchive, "leads outside"},
-		{"char device", "d", tarOf(t, entry{name: "null", typ: tar.TypeChar}), ErrBadArchive, "device file or FIFO"},
-		{"fifo", "d", tarOf(t, entry{name: "p", typ: tar.TypeFifo}), ErrBadArchive, "device file or FIFO"},
-		{"through an existing absolute symlink", ".", tarOf(t, entry{name: "abs-out/evil", typ: tar.TypeReg, body: "x"}), ErrOutsideWorkspace, ""},
-		{"through an existing relative symlink", ".", tarOf(t, entry{name: "rel-out/evil", typ: tar.TypeReg, body: "x"}), ErrOutsideWorkspace, ""},
-		{"dest through a symlink", "rel-out/sub", tarOf(t, entry{name: "f", typ: tar.TypeReg, body: "x"}), ErrOutsideWorkspace, ""},
-		{"dest outside", "../x", tarOf(t, entry{name: "f", typ: tar.TypeReg, body: "x"}), ErrOutsideWorkspace, "is not under the workspace"},
-		{"absolute dest outside", "/etc", tarOf(t, entry{name: "f", typ: tar.TypeReg, body: "x"}), ErrOutsideWorkspace, "is not under the workspace"},
-		{"empty dest", "", tarOf(t, entry{name: "f", typ: tar.TypeReg, body: "x"}), ErrInvalidParams, "path is empty"},
-		{"not a tar", "d", bytes.Repeat([]byte("garbage!"), 200), ErrBadArchive, ""},
-		{"truncated", "d", tarOf(t, entry{name: "f", typ: tar.TypeReg, body: strings.Repeat("x", 5000)})[:2000], ErrBadArchive, ""},
+			entry{name: "l/evil", typ: tar.TypeReg, body: "x"}), proto.ErrOutsideWorkspace, ""},
+		{"hard link out", "d", tarOf(t, entry{name: "h", typ: tar.TypeLink, link: "../../etc/passwd"}), proto.ErrBadArchive, "leads outside"},
+		{"char device", "d", tarOf(t, entry{name: "null", typ: tar.TypeChar}), proto.ErrBadArchive, "device file or FIFO"},
+		{"fifo", "d", tarOf(t, entry{name: "p", typ: tar.TypeFifo}), proto.ErrBadArchive, "device file or FIFO"},
+		{"through an existing absolute symlink", ".", tarOf(t, entry{name: "abs-out/evil", typ: tar.TypeReg, body: "x"}), proto.ErrOutsideWorkspace, ""},
+		{"through an existing relative symlink", ".", tarOf(t, entry{name: "rel-out/evil", typ: tar.TypeReg, body: "x"}), proto.ErrOutsideWorkspace, ""},
+		{"dest through a symlink", "rel-out/sub", tarOf(t, entry{name: "f", typ: tar.TypeReg, body: "x"}), proto.ErrOutsideWorkspace, ""},
+		{"dest outside", "../x", tarOf(t, entry{name: "f", typ: tar.TypeReg, body: "x"}), proto.ErrOutsideWorkspace, "is not under the workspace"},
+		{"absolute dest outside", "/etc", tarOf(t, entry{name: "f", typ: tar.TypeReg, body: "x"}), proto.ErrOutsideWorkspace, "is not under the workspace"},
+		{"empty dest", "", tarOf(t, entry{name: "f", typ: tar.TypeReg, body: "x"}), proto.ErrInvalidParams, "path is empty"},
+		{"not a tar", "d", bytes.Repeat([]byte("garbage!"), 200), proto.ErrBadArchive, ""},
+		{"truncated", "d", tarOf(t, entry{name: "f", typ: tar.TypeReg, body: strings.Repeat("x", 5000)})[:2000], proto.ErrBadArchive, ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -238,8 +240,8 @@ func TestDownloadErrors(t *testing.T) {
 	err := p.cli.Download(ctx, "missing", &buf)
 	require.ErrorIs(t, err, fs.ErrNotExist)
 	assert.Contains(t, err.Error(), filepath.Join(p.ws, "missing"))
-	require.ErrorIs(t, p.cli.Download(ctx, "/etc/passwd", &buf), ErrOutsideWorkspace)
-	require.ErrorIs(t, p.cli.Download(ctx, "out/secret", &buf), ErrOutsideWorkspace)
+	require.ErrorIs(t, p.cli.Download(ctx, "/etc/passwd", &buf), proto.ErrOutsideWorkspace)
+	require.ErrorIs(t, p.cli.Download(ctx, "out/secret", &buf), proto.ErrOutsideWorkspace)
 	assert.Zero(t, buf.Len())
 
 	// The symlink itself is downloadable: as a link, not its target.
@@ -254,25 +256,25 @@ func TestDownloadErrors(t *testing.T) {
 func TestTransferProtocolMisuse(t *testing.T) {
 	p := newPair(t)
 	ctx := ctxT(t)
-	_, err := p.cli.roundTrip(ctx, MethodUploadChunk, chunkParams{Transfer: "up-999", Seq: 1, Data: []byte("x")}, nil)
-	require.ErrorIs(t, err, ErrUnknownTransfer)
-	_, err = p.cli.roundTrip(ctx, MethodDownloadRd, transferParams{Transfer: "nope"}, nil)
-	require.ErrorIs(t, err, ErrUnknownTransfer)
+	_, err := p.cli.roundTrip(ctx, proto.MethodUploadChunk, proto.ChunkParams{Transfer: "up-999", Seq: 1, Data: []byte("x")}, nil)
+	require.ErrorIs(t, err, proto.ErrUnknownTransfer)
+	_, err = p.cli.roundTrip(ctx, proto.MethodDownloadRd, proto.TransferParams{Transfer: "nope"}, nil)
+	require.ErrorIs(t, err, proto.ErrUnknownTransfer)
 
-	raw, err := p.cli.roundTrip(ctx, MethodUploadBegin, pathParams{Path: "x"}, nil)
+	raw, err := p.cli.roundTrip(ctx, proto.MethodUploadBegin, proto.PathParams{Path: "x"}, nil)
 	require.NoError(t, err)
 	id := strings.Trim(strings.TrimPrefix(string(raw), `{"transfer":`), `"}`)
-	_, err = p.cli.roundTrip(ctx, MethodUploadChunk, chunkParams{Transfer: id, Seq: 2, Data: []byte("x")}, nil)
-	require.ErrorIs(t, err, ErrInvalidParams)
+	_, err = p.cli.roundTrip(ctx, proto.MethodUploadChunk, proto.ChunkParams{Transfer: id, Seq: 2, Data: []byte("x")}, nil)
+	require.ErrorIs(t, err, proto.ErrInvalidParams)
 	assert.Contains(t, err.Error(), "expected 1")
-	_, err = p.cli.roundTrip(ctx, MethodUploadEnd, transferParams{Transfer: id}, nil)
-	require.ErrorIs(t, err, ErrUnknownTransfer, "an upload out of order is dropped")
-	_, err = p.cli.roundTrip(ctx, MethodDownloadRd, transferParams{Transfer: id}, nil)
-	require.ErrorIs(t, err, ErrUnknownTransfer)
+	_, err = p.cli.roundTrip(ctx, proto.MethodUploadEnd, proto.TransferParams{Transfer: id}, nil)
+	require.ErrorIs(t, err, proto.ErrUnknownTransfer, "an upload out of order is dropped")
+	_, err = p.cli.roundTrip(ctx, proto.MethodDownloadRd, proto.TransferParams{Transfer: id}, nil)
+	require.ErrorIs(t, err, proto.ErrUnknownTransfer)
 
 	// An abandoned upload is dropped when its connection ends.
 	other := p.connect(t)
-	_, err = other.roundTrip(ctx, MethodUploadBegin, pathParams{Path: "y"}, nil)
+	_, err = other.roundTrip(ctx, proto.MethodUploadBegin, proto.PathParams{Path: "y"}, nil)
 	require.NoError(t, err)
 	require.NoError(t, other.Close())
 	waitFor(t, func() bool { return transfers(p.srv) == 0 })
@@ -280,7 +282,7 @@ func TestTransferProtocolMisuse(t *testing.T) {
 
 func TestIdleTransferIsAborted(t *testing.T) {
 	p := newPair(t, func(o *ServerOptions) { o.TransferIdleTimeout = 50 * time.Millisecond })
-	_, err := p.cli.roundTrip(ctxT(t), MethodDownload, pathParams{Path: "."}, nil)
+	_, err := p.cli.roundTrip(ctxT(t), proto.MethodDownload, proto.PathParams{Path: "."}, nil)
 	require.NoError(t, err)
 	waitFor(t, func() bool { return transfers(p.srv) == 0 })
 }
@@ -307,14 +309,14 @@ func TestUploadChunkInlineBase64(t *testing.T) {
 	// frame's binary payload.
 	p := newPair(t)
 	ctx := ctxT(t)
-	raw, err := p.cli.roundTrip(ctx, MethodUploadBegin, pathParams{Path: "inline"}, nil)
+	raw, err := p.cli.roundTrip(ctx, proto.MethodUploadBegin, proto.PathParams{Path: "inline"}, nil)
 	require.NoError(t, err)
-	var tp transferParams
+	var tp proto.TransferParams
 	require.NoError(t, json.Unmarshal(raw, &tp))
-	_, err = p.cli.roundTrip(ctx, MethodUploadChunk, chunkParams{Transfer: tp.Transfer, Seq: 1,
+	_, err = p.cli.roundTrip(ctx, proto.MethodUploadChunk, proto.ChunkParams{Transfer: tp.Transfer, Seq: 1,
 		Data: tarOf(t, entry{name: "f.txt", typ: tar.TypeReg, body: "inline"})}, nil)
 	require.NoError(t, err)
-	_, err = p.cli.roundTrip(ctx, MethodUploadEnd, tp, nil)
+	_, err = p.cli.roundTrip(ctx, proto.MethodUploadEnd, tp, nil)
 	require.NoError(t, err)
 	got, err := os.ReadFile(filepath.Join(p.ws, "inline", "f.txt"))
 	require.NoError(t, err)
@@ -349,11 +351,11 @@ func TestTransferRoots(t *testing.T) {
 
 	// Confined to its own root: no link out of it, not even into the workspace.
 	err = p.cli.Upload(ctx, testbed, bytes.NewReader(tarOf(t, entry{name: "l", typ: tar.TypeSymlink, link: p.ws})))
-	require.ErrorIs(t, err, ErrOutsideWorkspace)
+	require.ErrorIs(t, err, proto.ErrOutsideWorkspace)
 	err = p.cli.Download(ctx, filepath.Join(other, "x"), &got)
-	require.ErrorIs(t, err, ErrOutsideWorkspace)
+	require.ErrorIs(t, err, proto.ErrOutsideWorkspace)
 	assert.Contains(t, err.Error(), "is not under the workspace "+p.ws+" or "+testbed)
-	require.ErrorIs(t, p.cli.Download(ctx, testbed+"/../x", &got), ErrOutsideWorkspace)
+	require.ErrorIs(t, p.cli.Download(ctx, testbed+"/../x", &got), proto.ErrOutsideWorkspace)
 	assertNoTransfers(t, p.srv)
 
 	_, err = NewServer(ServerOptions{Toolset: p.srv.opts.Toolset, Workspace: p.ws, TransferRoots: []string{"rel"}})

@@ -13,6 +13,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/sandboxd/sandboxd/agent/proto"
 )
 
 // extractLimits say where an extraction happens, for the symlink check.
@@ -43,8 +45,8 @@ type extractLimits struct {
 // Entries extracted before an error stay on disk; the error names the entry.
 // After the end-of-archive marker the rest of r is drained, so the sender
 // never blocks on trailing padding.
-func extractTar(dst *os.Root, r io.Reader, lim extractLimits) (UploadResult, error) {
-	var res UploadResult
+func extractTar(dst *os.Root, r io.Reader, lim extractLimits) (proto.UploadResult, error) {
+	var res proto.UploadResult
 	type dirMode struct {
 		name string
 		mode fs.FileMode
@@ -58,7 +60,7 @@ func extractTar(dst *os.Root, r io.Reader, lim extractLimits) (UploadResult, err
 		}
 		if err != nil {
 			if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, tar.ErrHeader) || errors.Is(err, tar.ErrInsecurePath) {
-				return res, fmt.Errorf("%w: %v", ErrBadArchive, err)
+				return res, fmt.Errorf("%w: %v", proto.ErrBadArchive, err)
 			}
 			return res, err // an abort or a cancellation: keep its error
 		}
@@ -76,9 +78,9 @@ func extractTar(dst *os.Root, r io.Reader, lim extractLimits) (UploadResult, err
 		if hdr.Mode&0o1000 != 0 {
 			mode |= fs.ModeSticky
 		}
-		fail := func(err error) (UploadResult, error) {
+		fail := func(err error) (proto.UploadResult, error) {
 			if errors.Is(err, io.ErrUnexpectedEOF) {
-				err = fmt.Errorf("%w: the archive ends inside this file", ErrBadArchive)
+				err = fmt.Errorf("%w: the archive ends inside this file", proto.ErrBadArchive)
 			}
 			return res, fmt.Errorf("entry %q: %w", hdr.Name, rootErr(err))
 		}
@@ -129,9 +131,9 @@ func extractTar(dst *os.Root, r io.Reader, lim extractLimits) (UploadResult, err
 			res.Links++
 		case tar.TypeChar, tar.TypeBlock, tar.TypeFifo:
 			return res, fmt.Errorf("%w: entry %q is a device file or FIFO (type %q); only files, directories and links can be uploaded",
-				ErrBadArchive, hdr.Name, string(hdr.Typeflag))
+				proto.ErrBadArchive, hdr.Name, string(hdr.Typeflag))
 		default:
-			return res, fmt.Errorf("%w: entry %q has the unsupported tar type %q", ErrBadArchive, hdr.Name, string(hdr.Typeflag))
+			return res, fmt.Errorf("%w: entry %q has the unsupported tar type %q", proto.ErrBadArchive, hdr.Name, string(hdr.Typeflag))
 		}
 	}
 	// Deepest first, so a parent made read-only does not block its children.
@@ -149,17 +151,17 @@ func extractTar(dst *os.Root, r io.Reader, lim extractLimits) (UploadResult, err
 // relative, not climbing out.
 func entryName(name string) (string, error) {
 	if name == "" {
-		return "", fmt.Errorf("%w: an entry has an empty name", ErrBadArchive)
+		return "", fmt.Errorf("%w: an entry has an empty name", proto.ErrBadArchive)
 	}
 	if strings.HasPrefix(name, "/") || filepath.IsAbs(name) {
-		return "", fmt.Errorf("%w: entry %q has an absolute name; archive entries must be relative to the destination", ErrBadArchive, name)
+		return "", fmt.Errorf("%w: entry %q has an absolute name; archive entries must be relative to the destination", proto.ErrBadArchive, name)
 	}
 	if strings.ContainsRune(name, 0) {
-		return "", fmt.Errorf("%w: entry %q contains a NUL byte", ErrBadArchive, name)
+		return "", fmt.Errorf("%w: entry %q contains a NUL byte", proto.ErrBadArchive, name)
 	}
 	clean := path.Clean(name)
 	if clean == ".." || strings.HasPrefix(clean, "../") {
-		return "", fmt.Errorf("%w: entry %q leads outside the destination (..)", ErrBadArchive, name)
+		return "", fmt.Errorf("%w: entry %q leads outside the destination (..)", proto.ErrBadArchive, name)
 	}
 	return clean, nil
 }
@@ -168,7 +170,7 @@ func entryName(name string) (string, error) {
 // is not inside the workspace.
 func checkSymlink(name, target string, lim extractLimits) error {
 	if target == "" {
-		return fmt.Errorf("%w: symlink %q has an empty target", ErrBadArchive, name)
+		return fmt.Errorf("%w: symlink %q has an empty target", proto.ErrBadArchive, name)
 	}
 	var inside bool
 	if path.IsAbs(target) {
@@ -179,7 +181,7 @@ func checkSymlink(name, target string, lim extractLimits) error {
 		inside = joined != ".." && !strings.HasPrefix(joined, "../")
 	}
 	if !inside {
-		return fmt.Errorf("%w: symlink %q points to %q, outside the workspace %s", ErrOutsideWorkspace, name, target, lim.workspace)
+		return fmt.Errorf("%w: symlink %q points to %q, outside the workspace %s", proto.ErrOutsideWorkspace, name, target, lim.workspace)
 	}
 	return nil
 }

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/sandboxd/sandboxd/agent/proto"
 )
 
 func TestTruncatedArchiveLeavesNothing(t *testing.T) {
@@ -30,7 +32,7 @@ func TestTruncatedArchiveLeavesNothing(t *testing.T) {
 			require.NoError(t, err)
 			defer func() { _ = root.Close() }()
 			_, err = extractTar(root, bytes.NewReader(b.Bytes()), extractLimits{workspace: ws, destRel: "."})
-			require.ErrorIs(t, err, ErrBadArchive)
+			require.ErrorIs(t, err, proto.ErrBadArchive)
 			entries, _ := os.ReadDir(filepath.Join(ws, "tr"))
 			require.Empty(t, entries, "nothing partial is left")
 		})

@@ -17,6 +17,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/testenv"
 
 	"github.com/sandboxd/sandboxd/agent"
+	"github.com/sandboxd/sandboxd/agent/proto"
 )
 
 func init() {
@@ -302,7 +303,7 @@ func startAgent(bin, ws, state string, log io.Writer, extra ...string) (*agentPr
 	}
 	inR.Close()
 	outW.Close()
-	a := &agentProc{cmd: cmd, cli: agent.NewClient(agent.JoinConn(outR, inW))}
+	a := &agentProc{cmd: cmd, cli: agent.NewClient(proto.JoinConn(outR, inW))}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := a.cli.Ping(ctx); err != nil {

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandboxd/agent"
+	"github.com/sandboxd/sandboxd/agent/proto"
 	"github.com/sandboxd/sandboxd/sandbox"
 	sdocker "github.com/sandboxd/sandboxd/sandbox/docker"
 )
@@ -154,7 +155,7 @@ func TestDirectPathFallback(t *testing.T) {
 	select {
 	case err := <-done:
 		require.Error(t, err)
-		require.ErrorIs(t, err, agent.ErrDisconnected, "the call in flight fails as on a broken stream")
+		require.ErrorIs(t, err, proto.ErrDisconnected, "the call in flight fails as on a broken stream")
 	case <-time.After(30 * time.Second):
 		t.Fatal("the call in flight did not end with its connection")
 	}
@@ -168,7 +169,7 @@ func TestDirectPathFallback(t *testing.T) {
 
 // helloBytes is a direct/hello frame with token, as printf octal escapes.
 func helloBytes(token string) string {
-	body, _ := json.Marshal(map[string]any{"method": agent.MethodDirectHello, "params": map[string]string{"token": token}})
+	body, _ := json.Marshal(map[string]any{"method": proto.MethodDirectHello, "params": map[string]string{"token": token}})
 	frame := binary.BigEndian.AppendUint32(nil, uint32(len(body)))
 	frame = append(frame, body...)
 	var b strings.Builder

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 
 	"github.com/sandboxd/sandboxd/agent"
+	"github.com/sandboxd/sandboxd/agent/proto"
 	"github.com/sandboxd/sandboxd/tools"
 )
 
@@ -21,7 +22,7 @@ type AgentClient interface {
 	Download(ctx context.Context, path string, w io.Writer) error
 	// OpenPTY opens a PTY (a program on a pseudo-terminal of its own, or a
 	// read-only view of a tool); h gets its output and end.
-	OpenPTY(ctx context.Context, o agent.PTYOptions, h agent.PTYHandler) (*agent.PTY, error)
+	OpenPTY(ctx context.Context, o proto.PTYOptions, h agent.PTYHandler) (*agent.PTY, error)
 	// InstallSkills runs the dependency installers of the session's skills
 	// that have not run yet (skills_install: eager); see agent.Client.
 	InstallSkills(ctx context.Context) error

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/agent"
+	"github.com/sandboxd/sandboxd/agent/proto"
 	"github.com/sandboxd/sandboxd/tools"
 )
 
@@ -141,7 +142,7 @@ func (d *directClient) pick() (AgentClient, bool) {
 // check turns the error of a call made over the direct connection into
 // errDirectBroken when that connection broke but the stream answers.
 func (d *directClient) check(ctx context.Context, direct bool, err error) error {
-	if !direct || err == nil || !errors.Is(err, agent.ErrDisconnected) {
+	if !direct || err == nil || !errors.Is(err, proto.ErrDisconnected) {
 		return err
 	}
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), directProbe)
@@ -179,7 +180,7 @@ func (d *directClient) Download(ctx context.Context, path string, w io.Writer) e
 	return d.check(ctx, direct, c.Download(ctx, path, w))
 }
 
-func (d *directClient) OpenPTY(ctx context.Context, o agent.PTYOptions, h agent.PTYHandler) (*agent.PTY, error) {
+func (d *directClient) OpenPTY(ctx context.Context, o proto.PTYOptions, h agent.PTYHandler) (*agent.PTY, error) {
 	c, direct := d.pick()
 	p, err := c.OpenPTY(ctx, o, h)
 	return p, d.check(ctx, direct, err)

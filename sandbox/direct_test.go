@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/sandboxd/sandboxd/agent"
+	"github.com/sandboxd/sandboxd/agent/proto"
 )
 
 // directRuntime is the fake runtime with a direct path: a real unix socket
@@ -118,7 +118,7 @@ func TestDirectPathFallsBackWhenItBreaks(t *testing.T) {
 	require.NoError(t, direct.Close())
 	err = <-done
 	require.Error(t, err)
-	require.ErrorIs(t, err, agent.ErrDisconnected, "the error of a broken stream")
+	require.ErrorIs(t, err, proto.ErrDisconnected, "the error of a broken stream")
 	require.ErrorIs(t, err, errDirectBroken, "the agent answers on the attach stream: said at once")
 
 	assert.False(t, s.Direct())

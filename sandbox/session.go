@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/agent"
+	"github.com/sandboxd/sandboxd/agent/proto"
 	"github.com/sandboxd/sandboxd/internal/loglimit"
 	"github.com/sandboxd/sandboxd/tools"
 )
@@ -232,7 +233,7 @@ func (s *Session) Download(ctx context.Context, path string, w io.Writer) error 
 // on a pseudo-terminal of its own, or a read-only view of a tool. It ends
 // with the agent connection that opened it (a reconnect ends it). While it
 // is open it counts as a call in flight: the session does not idle out.
-func (s *Session) OpenPTY(ctx context.Context, o agent.PTYOptions, h agent.PTYHandler) (*agent.PTY, error) {
+func (s *Session) OpenPTY(ctx context.Context, o proto.PTYOptions, h agent.PTYHandler) (*agent.PTY, error) {
 	c, err := s.begin()
 	if err != nil {
 		return nil, err
@@ -240,7 +241,7 @@ func (s *Session) OpenPTY(ctx context.Context, o agent.PTYOptions, h agent.PTYHa
 	var once sync.Once
 	release := func() { once.Do(s.end) }
 	exit := h.Exit
-	h.Exit = func(st agent.PTYExit) {
+	h.Exit = func(st proto.PTYExit) {
 		if exit != nil {
 			exit(st)
 		}
@@ -296,7 +297,7 @@ var monoBase = time.Now()
 // watcher finds one shortly, so a caller learns "the container was killed",
 // not only "connection ended".
 func (s *Session) callErr(ctx context.Context, what string, err error) error {
-	if err == nil || !errors.Is(err, agent.ErrDisconnected) {
+	if err == nil || !errors.Is(err, proto.ErrDisconnected) {
 		return err
 	}
 	if errors.Is(err, errDirectBroken) {
@@ -428,7 +429,7 @@ func (s *Session) teardown() {
 		select {
 		case <-c.Done(): // the agent is gone already
 		default:
-			if err := c.Shutdown(grace); err != nil && !errors.Is(err, agent.ErrDisconnected) {
+			if err := c.Shutdown(grace); err != nil && !errors.Is(err, proto.ErrDisconnected) {
 				s.log.Debug("agent shutdown", "err", err)
 			}
 		}

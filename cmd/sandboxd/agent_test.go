@@ -23,6 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sandboxd/sandboxd/agent"
+	"github.com/sandboxd/sandboxd/agent/proto"
 	"github.com/sandboxd/sandboxd/tools"
 )
 
@@ -70,7 +71,7 @@ func startAgent(t *testing.T, args ...string) *agentProc {
 	require.NoError(t, p.cmd.Start())
 	closeChildEnds(t, inR, outW)
 	go func() { p.err = p.cmd.Wait(); close(p.exited) }()
-	p.cli = agent.NewClient(agent.JoinConn(outR, inW))
+	p.cli = agent.NewClient(proto.JoinConn(outR, inW))
 	t.Cleanup(func() {
 		_ = p.cli.Close() // ends a --stdio-only agent
 		if p.socket {
@@ -187,7 +188,7 @@ func TestAgentBadInput(t *testing.T) {
 		{"unknown tool", "nope", `{}`, tools.ErrUnknownTool, `unknown tool "nope"; available tools: [terminal file_editor grep glob]`},
 		{"glob: bad pattern", "glob", `{"pattern":"[unclosed"}`, nil, "[unclosed"},
 		{"glob: relative path", "glob", `{"pattern":"*","path":"rel"}`, nil, "rel"},
-		{"empty tool name", "", `{}`, agent.ErrInvalidParams, "needs the name of a tool"},
+		{"empty tool name", "", `{}`, proto.ErrInvalidParams, "needs the name of a tool"},
 		{"wrong type", "terminal", `{"command":5}`, nil, "command"},
 		{"wrong type in array", "file_editor", `{"command":"view","path":"/w","view_range":["a"]}`, nil, "view_range"},
 		{"missing field", "file_editor", `{"command":"view"}`, nil, "path"},
@@ -198,7 +199,7 @@ func TestAgentBadInput(t *testing.T) {
 		{"relative path", "file_editor", `{"command":"view","path":"relative.txt"}`, nil, "absolute"},
 		{"bad regex", "grep", `{"pattern":"(unclosed"}`, nil, "(unclosed"},
 		{"huge argument", "terminal", `{"command":"echo ` + strings.Repeat("x", tools.MaxArgumentBytes) + `"}`, nil, "exceed the limit"},
-		{"argument above the frame limit", "terminal", `{"command":"echo ` + strings.Repeat("x", agent.MaxFrameSize) + `"}`, agent.ErrFrameTooLarge, "the limit is 33554432"},
+		{"argument above the frame limit", "terminal", `{"command":"echo ` + strings.Repeat("x", proto.MaxFrameSize) + `"}`, proto.ErrFrameTooLarge, "the limit is 33554432"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -319,7 +320,7 @@ func TestAgentSIGTERM(t *testing.T) {
 	waitGone(t, pid)
 	select {
 	case err := <-pending:
-		require.ErrorIs(t, err, agent.ErrDisconnected, "a pending call fails with ErrDisconnected, it does not hang")
+		require.ErrorIs(t, err, proto.ErrDisconnected, "a pending call fails with ErrDisconnected, it does not hang")
 	case <-time.After(10 * time.Second):
 		t.Fatal("a pending call hangs after the agent exited")
 	}
@@ -333,13 +334,13 @@ func TestAgentKilledFailsPendingCalls(t *testing.T) {
 	require.NoError(t, p.cmd.Process.Kill()) // the container is killed
 	select {
 	case err := <-pending:
-		require.ErrorIs(t, err, agent.ErrDisconnected)
+		require.ErrorIs(t, err, proto.ErrDisconnected)
 		assert.Contains(t, err.Error(), "the agent closed the stream")
 	case <-time.After(10 * time.Second):
 		t.Fatal("a pending call hangs after the agent was killed")
 	}
 	<-p.cli.Done()
-	require.ErrorIs(t, p.cli.Err(), agent.ErrDisconnected)
+	require.ErrorIs(t, p.cli.Err(), proto.ErrDisconnected)
 	p.wait(t)
 	// The sleep may outlive a SIGKILLed agent (nobody is left to end it; in
 	// a sandbox the container's end takes it down): it is short for that.
@@ -383,7 +384,7 @@ func TestAgentSocketSurvivesStdioAndProxyReconnects(t *testing.T) {
 	proxy.Stdin, proxy.Stdout, proxy.Stderr = inR, outW, p.stderr
 	require.NoError(t, proxy.Start())
 	closeChildEnds(t, inR, outW)
-	cli := agent.NewClient(agent.JoinConn(outR, inW))
+	cli := agent.NewClient(proto.JoinConn(outR, inW))
 	defer func() { _ = cli.Close() }()
 	require.NoError(t, cli.Ping(ctxT(t)))
 	obs = call(t, cli, "terminal", map[string]any{"command": "echo REMEMBER=$REMEMBER"})
@@ -445,6 +446,6 @@ func TestAgentUploadDownload(t *testing.T) {
 	require.NoError(t, tw.WriteHeader(&tar.Header{Name: "../../escape", Mode: 0o644, Typeflag: tar.TypeReg}))
 	require.NoError(t, tw.Close())
 	err = p.cli.Upload(ctx, p.ws, bad)
-	require.ErrorIs(t, err, agent.ErrBadArchive)
+	require.ErrorIs(t, err, proto.ErrBadArchive)
 	require.NoError(t, p.cli.Ping(ctx))
 }

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandboxd/sandboxd/agent"
+	"github.com/sandboxd/sandboxd/agent/proto"
 	"github.com/sandboxd/sandboxd/client"
 	"github.com/sandboxd/sandboxd/server/wsproto"
 )
@@ -34,7 +34,7 @@ func readPTY(t *testing.T, p *client.PTY, out *strings.Builder, want string) {
 
 // PTYs through the API in a real sandbox: the login shell as the session
 // user, with its size; 1.5 MB of output arrives whole through the windowed
-// flow; a session holds at most agent.DefaultMaxPTYs; closing one ends its
+// flow; a session holds at most proto.DefaultMaxPTYs; closing one ends its
 // processes in the sandbox, jobs in their own process groups included.
 func TestPTYInASandbox(t *testing.T) {
 	s := startServer(t)
@@ -101,9 +101,9 @@ func TestPTYInASandbox(t *testing.T) {
 	}
 	readPTY(t, p, &out, "job-started\r\n")
 
-	// The bound: agent.DefaultMaxPTYs in a session.
+	// The bound: proto.DefaultMaxPTYs in a session.
 	var more []*client.PTY
-	for range agent.DefaultMaxPTYs - 1 {
+	for range proto.DefaultMaxPTYs - 1 {
 		q, err := sess.OpenPTY(ctx, client.PTYOptions{Rows: 24, Cols: 80, Command: []string{"sleep", "1000"}})
 		if err != nil {
 			t.Fatal(err)
@@ -113,7 +113,7 @@ func TestPTYInASandbox(t *testing.T) {
 	_, err = sess.OpenPTY(ctx, client.PTYOptions{Rows: 24, Cols: 80})
 	var werr *wsproto.Error
 	if !errors.As(err, &werr) || werr.Code != wsproto.CodeBusy {
-		t.Fatalf("pty %d of %d: %v, want busy", agent.DefaultMaxPTYs+1, agent.DefaultMaxPTYs, err)
+		t.Fatalf("pty %d of %d: %v, want busy", proto.DefaultMaxPTYs+1, proto.DefaultMaxPTYs, err)
 	}
 	for _, q := range more {
 		if err := q.Close(); err != nil {

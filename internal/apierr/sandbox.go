@@ -5,7 +5,7 @@ import (
 	"regexp"
 	"strings"
 
-	"github.com/sandboxd/sandboxd/agent"
+	"github.com/sandboxd/sandboxd/agent/proto"
 	"github.com/sandboxd/sandboxd/sandbox"
 )
 
@@ -26,15 +26,15 @@ var sandboxSentinels = []struct {
 	{sandbox.ErrImageNotFound, InvalidParams}, // before ErrStart, which wraps it
 	{sandbox.ErrStart, Internal},
 
-	{agent.ErrDisconnected, Unavailable},
-	{agent.ErrShuttingDown, Unavailable},
-	{agent.ErrBusy, Busy},
-	{agent.ErrFrameTooLarge, InvalidParams},
-	{agent.ErrOutsideWorkspace, InvalidParams},
-	{agent.ErrBadArchive, InvalidParams},
-	{agent.ErrUnknownTransfer, NotFound},
-	{agent.ErrUnknownPTY, NotFound},
-	{agent.ErrInvalidParams, InvalidParams},
+	{proto.ErrDisconnected, Unavailable},
+	{proto.ErrShuttingDown, Unavailable},
+	{proto.ErrBusy, Busy},
+	{proto.ErrFrameTooLarge, InvalidParams},
+	{proto.ErrOutsideWorkspace, InvalidParams},
+	{proto.ErrBadArchive, InvalidParams},
+	{proto.ErrUnknownTransfer, NotFound},
+	{proto.ErrUnknownPTY, NotFound},
+	{proto.ErrInvalidParams, InvalidParams},
 }
 
 // wireNames are the options a client names differently from the manager
@@ -67,7 +67,7 @@ func FromSandbox(err error) error {
 	}
 	kind := KindOf(err)
 	msg := err.Error()
-	var ae *agent.Error
+	var ae *proto.Error
 	if errors.As(err, &ae) && ae.Message != "" {
 		// The agent's own answer says what went wrong in the client's
 		// terms; what the host wrapped around it names internal methods.
@@ -90,9 +90,9 @@ func FromSandbox(err error) error {
 // tools/call: ", "agent tools/call NAME: "): protocol internals, not for
 // clients.
 var agentMethodRE = regexp.MustCompile(`agent (?:` + strings.Join([]string{
-	regexp.QuoteMeta(agent.MethodPing), regexp.QuoteMeta(agent.MethodToolsList), regexp.QuoteMeta(agent.MethodToolsCall),
-	regexp.QuoteMeta(agent.MethodUploadBegin), regexp.QuoteMeta(agent.MethodUploadChunk), regexp.QuoteMeta(agent.MethodUploadEnd),
-	regexp.QuoteMeta(agent.MethodDownload), regexp.QuoteMeta(agent.MethodDownloadRd), regexp.QuoteMeta(agent.MethodShutdown),
+	regexp.QuoteMeta(proto.MethodPing), regexp.QuoteMeta(proto.MethodToolsList), regexp.QuoteMeta(proto.MethodToolsCall),
+	regexp.QuoteMeta(proto.MethodUploadBegin), regexp.QuoteMeta(proto.MethodUploadChunk), regexp.QuoteMeta(proto.MethodUploadEnd),
+	regexp.QuoteMeta(proto.MethodDownload), regexp.QuoteMeta(proto.MethodDownloadRd), regexp.QuoteMeta(proto.MethodShutdown),
 }, "|") + `)(?: [A-Za-z0-9_.-]+)?: `)
 
 // sandboxError is an error from the sandbox side with the kind FromSandbox

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sandboxd/sandboxd/agent"
+	"github.com/sandboxd/sandboxd/agent/proto"
 	"github.com/sandboxd/sandboxd/sandbox"
 	"github.com/sandboxd/sandboxd/server/wsproto"
 )
@@ -19,8 +19,8 @@ func TestSandboxErrorsAreClassified(t *testing.T) {
 		&sandbox.OptionsError{Problems: []string{"image: is empty"}}:                InvalidParams,
 		fmt.Errorf("session s: %w", sandbox.ErrNotReady):                            Unavailable,
 		fmt.Errorf("session s: %w: container died", sandbox.ErrFailed):              Unavailable,
-		fmt.Errorf("calling terminal: %w", agent.ErrBusy):                           Busy,
-		fmt.Errorf("upload: %w", agent.ErrOutsideWorkspace):                         InvalidParams,
+		fmt.Errorf("calling terminal: %w", proto.ErrBusy):                           Busy,
+		fmt.Errorf("upload: %w", proto.ErrOutsideWorkspace):                         InvalidParams,
 		fmt.Errorf("session s: %w: no such image", sandbox.ErrStart):                Internal,
 		fmt.Errorf("session s: %w: %w", sandbox.ErrStart, sandbox.ErrImageNotFound): InvalidParams,
 		fmt.Errorf("session s: %w", sandbox.ErrManagerClosed):                       Unavailable,
@@ -52,10 +52,10 @@ func TestSandboxErrorsAreClassified(t *testing.T) {
 // ("agent tools/call: ").
 func TestAgentMethodPrefixRemoved(t *testing.T) {
 	for err, want := range map[error]string{
-		fmt.Errorf("agent tools/call: %w", &agent.Error{Code: agent.CodeInvalidParams, Message: `unknown tool "nope"`}): `unknown tool "nope"`,
-		fmt.Errorf("session s: calling x: agent tools/call: %w", &agent.Error{Message: "tool x panicked"}):              "tool x panicked",
+		fmt.Errorf("agent tools/call: %w", &proto.Error{Code: proto.CodeInvalidParams, Message: `unknown tool "nope"`}): `unknown tool "nope"`,
+		fmt.Errorf("session s: calling x: agent tools/call: %w", &proto.Error{Message: "tool x panicked"}):              "tool x panicked",
 		fmt.Errorf("agent tools/call grep: decoding the observation: %w", errors.New("bad")):                            "decoding the observation: bad",
-		fmt.Errorf("agent fs/upload/begin: %w", agent.ErrOutsideWorkspace):                                              agent.ErrOutsideWorkspace.Error(),
+		fmt.Errorf("agent fs/upload/begin: %w", proto.ErrOutsideWorkspace):                                              proto.ErrOutsideWorkspace.Error(),
 		errors.New("the agent failed: kept as it is"):                                                                   "the agent failed: kept as it is",
 	} {
 		if got := FromSandbox(err).Error(); got != want {

@@ -6,6 +6,7 @@ import (
 	"io"
 
 	"github.com/sandboxd/sandboxd/agent"
+	"github.com/sandboxd/sandboxd/agent/proto"
 	"github.com/sandboxd/sandboxd/internal/metrics"
 	"github.com/sandboxd/sandboxd/sandbox"
 	"github.com/sandboxd/sandboxd/tools"
@@ -40,7 +41,7 @@ type Sandbox interface {
 	// OpenPTY opens a PTY in the sandbox: a program on a pseudo-terminal
 	// of its own, or a read-only view of a tool (o.Watch); h gets its
 	// output and end (see agent.PTYHandler).
-	OpenPTY(ctx context.Context, o agent.PTYOptions, h agent.PTYHandler) (PTY, error)
+	OpenPTY(ctx context.Context, o proto.PTYOptions, h agent.PTYHandler) (PTY, error)
 	// Close is idempotent.
 	Close(ctx context.Context) error
 	// Done is closed when the session leaves service; EndReason says why
@@ -52,7 +53,7 @@ type Sandbox interface {
 // PTY is an open PTY of a sandbox (an *agent.PTY behind internal/sandboxmgr).
 type PTY interface {
 	// Opened says what it runs (process id, argv; neither when watching).
-	Opened() agent.PTYOpened
+	Opened() proto.PTYOpened
 	// Input sends bytes to the program; calls from one goroutine keep
 	// their order.
 	Input(ctx context.Context, data []byte) error
@@ -61,7 +62,7 @@ type PTY interface {
 	// passed on, never blocks.
 	Ack(n int)
 	// Close ends the PTY and says how its program ended.
-	Close(ctx context.Context) (agent.PTYExit, error)
+	Close(ctx context.Context) (proto.PTYExit, error)
 }
 
 // Info describes a session.

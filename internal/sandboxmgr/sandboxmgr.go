@@ -8,6 +8,7 @@ import (
 	"io"
 
 	"github.com/sandboxd/sandboxd/agent"
+	"github.com/sandboxd/sandboxd/agent/proto"
 	"github.com/sandboxd/sandboxd/internal/apierr"
 	"github.com/sandboxd/sandboxd/internal/core"
 	"github.com/sandboxd/sandboxd/internal/metrics"
@@ -108,7 +109,7 @@ func (s managed) Info() core.Info {
 	return core.Info{State: s.State().String(), Image: o.Image, Labels: o.Labels}
 }
 
-func (s managed) OpenPTY(ctx context.Context, o agent.PTYOptions, h agent.PTYHandler) (core.PTY, error) {
+func (s managed) OpenPTY(ctx context.Context, o proto.PTYOptions, h agent.PTYHandler) (core.PTY, error) {
 	p, err := s.Session.OpenPTY(ctx, o, h)
 	if err != nil {
 		return nil, apierr.FromSandbox(err)
@@ -128,7 +129,7 @@ func (p managedPTY) Resize(ctx context.Context, rows, cols int) error {
 	return apierr.FromSandbox(p.PTY.Resize(ctx, rows, cols))
 }
 
-func (p managedPTY) Close(ctx context.Context) (agent.PTYExit, error) {
+func (p managedPTY) Close(ctx context.Context) (proto.PTYExit, error) {
 	st, err := p.PTY.Close(ctx)
 	return st, apierr.FromSandbox(err)
 }

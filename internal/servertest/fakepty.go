@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/sandboxd/sandboxd/agent"
+	"github.com/sandboxd/sandboxd/agent/proto"
 	"github.com/sandboxd/sandboxd/internal/apierr"
 	"github.com/sandboxd/sandboxd/internal/core"
 )
@@ -17,11 +18,11 @@ import (
 // code 0, a resize prints "[size RxC]\r\n", Close ends it as SIGHUP would
 // (129). One that watches "terminal" shows each command of the fake
 // terminal tool as "$ command" and its output. A fake session holds at most
-// agent.DefaultMaxPTYs; its end ends them with an error, as a lost agent
+// proto.DefaultMaxPTYs; its end ends them with an error, as a lost agent
 // connection does.
 type FakePTY struct {
 	s     *FakeSandbox
-	o     agent.PTYOptions
+	o     proto.PTYOptions
 	h     agent.PTYHandler
 	acked atomic.Int64
 
@@ -33,7 +34,7 @@ type FakePTY struct {
 var _ core.PTY = (*FakePTY)(nil)
 
 // OpenPTY implements core.Sandbox.
-func (s *FakeSandbox) OpenPTY(ctx context.Context, o agent.PTYOptions, h agent.PTYHandler) (core.PTY, error) {
+func (s *FakeSandbox) OpenPTY(ctx context.Context, o proto.PTYOptions, h agent.PTYHandler) (core.PTY, error) {
 	if s.closed.Load() {
 		return nil, fmt.Errorf("session %s: %w", s.id, errClosed)
 	}
@@ -46,8 +47,8 @@ func (s *FakeSandbox) OpenPTY(ctx context.Context, o agent.PTYOptions, h agent.P
 	p := &FakePTY{s: s, o: o, h: h}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.ptys) >= agent.DefaultMaxPTYs {
-		return nil, apierr.New(apierr.Busy, "%d ptys are open in this session (limit %d); close one first", len(s.ptys), agent.DefaultMaxPTYs)
+	if len(s.ptys) >= proto.DefaultMaxPTYs {
+		return nil, apierr.New(apierr.Busy, "%d ptys are open in this session (limit %d); close one first", len(s.ptys), proto.DefaultMaxPTYs)
 	}
 	s.ptys = append(s.ptys, p)
 	return p, nil
@@ -62,18 +63,18 @@ func (s *FakeSandbox) PTYs() []*FakePTY {
 
 // Opened implements core.PTY: a made-up process id, and the argv asked
 // for (the login shell: "sh -l"); nothing when watching.
-func (p *FakePTY) Opened() agent.PTYOpened {
+func (p *FakePTY) Opened() proto.PTYOpened {
 	switch {
 	case p.o.Watch != "":
-		return agent.PTYOpened{}
+		return proto.PTYOpened{}
 	case len(p.o.Command) > 0:
-		return agent.PTYOpened{PID: 4242, Command: p.o.Command}
+		return proto.PTYOpened{PID: 4242, Command: p.o.Command}
 	}
-	return agent.PTYOpened{PID: 4242, Command: []string{"/bin/sh", "-l"}}
+	return proto.PTYOpened{PID: 4242, Command: []string{"/bin/sh", "-l"}}
 }
 
 // Options are the options the PTY was opened with.
-func (p *FakePTY) Options() agent.PTYOptions { return p.o }
+func (p *FakePTY) Options() proto.PTYOptions { return p.o }
 
 // Emit sends output as the PTY's program would print it.
 func (p *FakePTY) Emit(b []byte) {
@@ -99,7 +100,7 @@ func (p *FakePTY) Input(_ context.Context, data []byte) error {
 	before, _, eof := strings.Cut(string(data), "\x04")
 	p.Emit([]byte(before))
 	if eof {
-		p.end(agent.PTYExit{})
+		p.end(proto.PTYExit{})
 	}
 	return nil
 }
@@ -120,10 +121,10 @@ func (p *FakePTY) Resize(_ context.Context, rows, cols int) error {
 func (p *FakePTY) Ack(n int) { p.acked.Add(int64(n)) }
 
 // Close implements core.PTY.
-func (p *FakePTY) Close(context.Context) (agent.PTYExit, error) {
-	st := agent.PTYExit{ExitCode: 129, Signal: "SIGHUP"}
+func (p *FakePTY) Close(context.Context) (proto.PTYExit, error) {
+	st := proto.PTYExit{ExitCode: 129, Signal: "SIGHUP"}
 	if p.o.Watch != "" {
-		st = agent.PTYExit{}
+		st = proto.PTYExit{}
 	}
 	return p.end(st), nil
 }
@@ -138,7 +139,7 @@ func (p *FakePTY) live() error {
 }
 
 // end ends the PTY once and returns how it ended.
-func (p *FakePTY) end(st agent.PTYExit) agent.PTYExit {
+func (p *FakePTY) end(st proto.PTYExit) proto.PTYExit {
 	p.mu.Lock()
 	if p.ended {
 		p.mu.Unlock()
@@ -172,6 +173,6 @@ func (s *FakeSandbox) watchTerminal(command, out string) {
 // endPTYs ends the PTYs of a session that ended.
 func (s *FakeSandbox) endPTYs() {
 	for _, p := range s.PTYs() {
-		p.end(agent.PTYExit{ExitCode: -1, Error: "agent connection ended: the session closed"})
+		p.end(proto.PTYExit{ExitCode: -1, Error: "agent connection ended: the session closed"})
 	}
 }

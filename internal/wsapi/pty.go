@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/agent"
+	"github.com/sandboxd/sandboxd/agent/proto"
 	"github.com/sandboxd/sandboxd/internal/apierr"
 	"github.com/sandboxd/sandboxd/internal/core"
 	"github.com/sandboxd/sandboxd/server/wsproto"
@@ -20,7 +21,7 @@ import (
 // them to their PTY's queue as they arrive, and one goroutine per PTY runs
 // them in that order (the agent applies them in the order it gets them).
 //
-// Flow control, end to end: the agent sends at most agent.PTYWindow bytes
+// Flow control, end to end: the agent sends at most proto.PTYWindow bytes
 // of output ahead of acknowledgements; a PTY here has at most one
 // pty.output in the connection's queue and acknowledges its bytes to the
 // agent once the socket took it. So a client that reads slowly slows the
@@ -58,7 +59,7 @@ type wsPTY struct {
 	buf      []byte // output not yet queued
 	inFlight int    // bytes of the pty.output in the queue (0: none)
 	seq      uint64
-	exited   *agent.PTYExit // the PTY ended; pty.exit goes after buf
+	exited   *proto.PTYExit // the PTY ended; pty.exit goes after buf
 	ended    bool           // pty.exit is queued
 	noOps    bool           // runOps has stopped: ops are refused
 	done     chan struct{}  // closed with ended
@@ -85,12 +86,12 @@ func ptyOpen(c *conn, req *wsproto.Request) (any, error) {
 	if err := decode(req, &p); err != nil {
 		return nil, err
 	}
-	o := agent.PTYOptions{Rows: p.Rows, Cols: p.Cols, Command: p.Command}
+	o := proto.PTYOptions{Rows: p.Rows, Cols: p.Cols, Command: p.Command}
 	if p.Follow {
 		if len(p.Command) > 0 {
 			return nil, apierr.New(apierr.InvalidParams, "follow opens a view of the agent's terminal: it takes no command")
 		}
-		o = agent.PTYOptions{Watch: "terminal"}
+		o = proto.PTYOptions{Watch: "terminal"}
 	}
 	if err := o.Validate(); err != nil {
 		return nil, apierr.Wrap(apierr.InvalidParams, err, "invalid params for "+req.Method)
@@ -160,7 +161,7 @@ func (w *wsPTY) output(b []byte) {
 }
 
 // exit takes the PTY's end; pty.exit follows the output still held.
-func (w *wsPTY) exit(st agent.PTYExit) {
+func (w *wsPTY) exit(st proto.PTYExit) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.exited = &st
@@ -305,8 +306,8 @@ func ptyResize(c *conn, req *wsproto.Request, size int64) {
 		c.replyError(req.ID, err)
 		return
 	}
-	if p.Rows < 1 || p.Rows > agent.MaxPTYSize || p.Cols < 1 || p.Cols > agent.MaxPTYSize {
-		c.replyError(req.ID, apierr.New(apierr.InvalidParams, "rows and cols must be 1 to %d, got %dx%d", agent.MaxPTYSize, p.Rows, p.Cols))
+	if p.Rows < 1 || p.Rows > proto.MaxPTYSize || p.Cols < 1 || p.Cols > proto.MaxPTYSize {
+		c.replyError(req.ID, apierr.New(apierr.InvalidParams, "rows and cols must be 1 to %d, got %dx%d", proto.MaxPTYSize, p.Rows, p.Cols))
 		return
 	}
 	c.queuePTYOp(p.PTYID, ptyOp{req: req, size: size, rows: p.Rows, cols: p.Cols, resize: true})

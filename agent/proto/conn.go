@@ -1,4 +1,4 @@
-package agent
+package proto
 
 import (
 	"errors"
@@ -21,9 +21,3 @@ type joined struct {
 func (j *joined) Read(p []byte) (int, error)  { return j.r.Read(p) }
 func (j *joined) Write(p []byte) (int, error) { return j.w.Write(p) }
 func (j *joined) Close() error                { return errors.Join(j.w.Close(), j.r.Close()) }
-
-// nopWriteCloser is a writer the connection must not close (a caller's
-// stdout that is not the process's own).
-type nopWriteCloser struct{ io.Writer }
-
-func (nopWriteCloser) Close() error { return nil }
