@@ -6,10 +6,10 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -21,11 +21,9 @@ import (
 
 	"github.com/sandboxd/sandboxd/client"
 	"github.com/sandboxd/sandboxd/internal/auth"
-	"github.com/sandboxd/sandboxd/internal/sandboxmgr"
 	"github.com/sandboxd/sandboxd/internal/testenv"
 	"github.com/sandboxd/sandboxd/sandbox"
-	"github.com/sandboxd/sandboxd/sandbox/docker"
-	"github.com/sandboxd/sandboxd/server"
+	"github.com/sandboxd/sandboxd/server/daemon"
 )
 
 // The harness suite's own flags (registered before main parses the flags).
@@ -69,22 +67,6 @@ type harnessServer struct {
 	stop       func()
 }
 
-// benchRuntime makes a Docker runtime as serve does: the direct path to
-// the agent on (decision 0035), in a state folder of its own, scoped by
-// labels. done closes it and removes the folder.
-func benchRuntime(ctx context.Context, suite, bin string, log *slog.Logger, labels map[string]string) (rt *docker.Runtime, done func(), err error) {
-	stateDir, err := os.MkdirTemp("", "sandboxd-bench-state-")
-	if err != nil {
-		return nil, nil, err
-	}
-	rt, err = docker.New(ctx, docker.Options{AgentBinary: bin, Logger: log, Labels: labels, DirectDir: filepath.Join(stateDir, "direct")})
-	if err != nil {
-		_ = os.RemoveAll(stateDir)
-		return nil, nil, fmt.Errorf("%s suite (is the Docker engine up?): %w", suite, err)
-	}
-	return rt, func() { rt.Close(); _ = os.RemoveAll(stateDir) }, nil
-}
-
 // runLabels scopes one run of a suite's runtime.
 func runLabels() map[string]string {
 	return map[string]string{"sandboxd.bench.run": strconv.FormatInt(time.Now().UnixNano(), 36)}
@@ -93,59 +75,60 @@ func runLabels() map[string]string {
 // startHarnessServer starts a server on a runtime of its own, scoped by
 // labels: managers sharing a scope would reclaim each other's sandboxes.
 func startHarnessServer(ctx context.Context, bin, image string, labels map[string]string, pool, starts int, log *slog.Logger) (*harnessServer, error) {
-	rt, done, err := benchRuntime(ctx, "harness", bin, log, labels)
+	ip, err := startInProcess(ctx, "harness", bin, image, log, labels, 2*time.Minute, func(c *daemon.Config) {
+		c.MaxSessions = -1
+		c.Pool = daemon.Pool{Min: pool, Max: pool} // serve --pool N
+		if starts > 0 {
+			c.MaxStarts = starts
+		}
+	})
 	if err != nil {
 		return nil, err
 	}
-	mopts := sandbox.ManagerOptions{Defaults: sandbox.SessionOptions{Image: image}, Logger: log, MaxConcurrentStarts: starts}
-	if pool > 0 { // as `serve --pool N`
-		mopts.Pools = []sandbox.PoolOptions{{Size: pool}}
-	}
-	m, err := sandbox.NewManager(ctx, rt, mopts)
-	if err != nil {
-		done()
-		return nil, err
-	}
-	ip, err := serveInProcess(m, server.Options{MCPImage: image, Logger: log, MaxSessions: -1}, 2*time.Minute)
-	if err != nil {
-		_ = m.Shutdown(ctx, false)
-		done()
-		return nil, err
-	}
-	return &harnessServer{
-		url: ip.ws, token: ip.token, http: ip.http, m: m, rt: rt,
-		stop: func() {
-			ip.stop()
-			done()
-		},
-	}, nil
+	return &harnessServer{url: ip.ws, token: ip.token, http: ip.http, m: ip.d.Manager, rt: ip.d.Runtime, stop: ip.stop}, nil
 }
 
-// inProcess is a server of the benchmarks on a manager of theirs, served
-// by httptest as `sandboxd serve` would serve it.
+// inProcess is an in-process sandboxd, assembled as `sandboxd serve`
+// assembles it (package daemon), served by httptest.
 type inProcess struct {
 	ws, http, token string // the WebSocket URL, the base URL, the operator token
-	stop            func() // shuts the server down within its bound, then closes its listener
+	d               *daemon.Daemon
+	stop            func() // shuts the daemon down within its bound, then closes its listener
 }
 
-// serveInProcess serves m with opts (its Backend and OperatorToken are
-// set here); stop gives the server's shutdown at most shutdown.
-func serveInProcess(m *sandbox.Manager, opts server.Options, shutdown time.Duration) (*inProcess, error) {
-	opts.Backend = sandboxmgr.New(m)
-	opts.OperatorToken = auth.NewToken()
-	srv, err := server.New(opts)
+// startInProcess assembles a daemon for image as serve does (the direct
+// path to the agent on, decision 0035), in a state folder of its own,
+// scoped by labels, without a disk quota; adjust (may be nil) changes its
+// configuration first. stop gives its shutdown at most shutdown.
+func startInProcess(ctx context.Context, suite, bin, image string, log *slog.Logger, labels map[string]string, shutdown time.Duration,
+	adjust func(*daemon.Config)) (*inProcess, error) {
+	stateDir, err := os.MkdirTemp("", "sandboxd-bench-state-")
 	if err != nil {
 		return nil, err
 	}
-	hs := httptest.NewServer(srv.Handler())
+	c := daemon.Defaults()
+	c.StateDir, c.AgentBinary, c.Logger, c.Token = stateDir, bin, log, auth.NewToken()
+	c.Image, c.MCPImage, c.ShutdownTimeout = image, image, shutdown
+	c.Labels = daemon.KeyValues(maps.Clone(labels))
+	c.DiskBackend = daemon.DiskNone
+	if adjust != nil {
+		adjust(&c)
+	}
+	d, err := daemon.New(ctx, c)
+	if err != nil {
+		_ = os.RemoveAll(stateDir)
+		return nil, fmt.Errorf("%s suite (is the Docker engine up?): %w", suite, err)
+	}
+	hs := httptest.NewServer(d.Handler())
 	return &inProcess{
-		ws: "ws" + strings.TrimPrefix(hs.URL, "http") + "/v1/ws", http: hs.URL, token: opts.OperatorToken,
+		ws: "ws" + strings.TrimPrefix(hs.URL, "http") + "/v1/ws", http: hs.URL, token: d.Token, d: d,
 		stop: func() {
 			sctx, cancel := context.WithTimeout(context.Background(), shutdown)
 			defer cancel()
-			_ = srv.Shutdown(sctx)
+			_ = d.Shutdown(sctx)
 			hs.CloseClientConnections()
 			hs.Close()
+			_ = os.RemoveAll(stateDir)
 		},
 	}, nil
 }

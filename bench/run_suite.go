@@ -11,9 +11,6 @@ import (
 	"os/exec"
 	"strconv"
 	"time"
-
-	"github.com/sandboxd/sandboxd/sandbox"
-	"github.com/sandboxd/sandboxd/server"
 )
 
 func init() {
@@ -38,18 +35,8 @@ func runRunSuite(ctx context.Context, e *env) ([]row, error) {
 		image = "sandboxd-test:latest"
 	}
 	quiet := slog.New(slog.NewTextHandler(e.log, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	rt, done, err := benchRuntime(ctx, "run", bin, quiet, runLabels())
+	ip, err := startInProcess(ctx, "run", bin, image, quiet, runLabels(), time.Minute, nil)
 	if err != nil {
-		return nil, err
-	}
-	defer done()
-	m, err := sandbox.NewManager(ctx, rt, sandbox.ManagerOptions{Defaults: sandbox.SessionOptions{Image: image}, Logger: quiet})
-	if err != nil {
-		return nil, err
-	}
-	ip, err := serveInProcess(m, server.Options{MCPImage: image, Logger: quiet}, time.Minute)
-	if err != nil {
-		_ = m.Shutdown(ctx, false)
 		return nil, err
 	}
 	defer ip.stop()

@@ -8,7 +8,6 @@ import (
 	"math"
 	"net/http"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -18,8 +17,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/client"
 	"github.com/sandboxd/sandboxd/sandbox"
-	"github.com/sandboxd/sandboxd/sandbox/docker"
-	"github.com/sandboxd/sandboxd/server"
+	"github.com/sandboxd/sandboxd/server/daemon"
 )
 
 func init() {
@@ -46,29 +44,16 @@ func runServerSuite(ctx context.Context, e *env) ([]row, error) {
 	}
 	quiet := slog.New(slog.NewTextHandler(e.log, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	// The direct path to the agent on, as serve has it (decision 0035).
-	stateDir, err := os.MkdirTemp("", "sandboxd-bench-state-")
-	if err != nil {
-		return nil, err
-	}
-	defer os.RemoveAll(stateDir)
 	run := strconv.FormatInt(time.Now().UnixNano(), 36)
-	rt, err := docker.New(ctx, docker.Options{AgentBinary: bin, Logger: quiet, DirectDir: filepath.Join(stateDir, "direct"),
-		Labels: map[string]string{"sandboxd.bench.run": run}})
-	if err != nil {
-		return nil, fmt.Errorf("server suite (is the Docker engine up?): %w", err)
-	}
-	defer rt.Close()
-	if on, why := rt.DirectOn(); !on {
-		e.logf("the direct path to the agent is off (%v): every row goes through the engine's attach stream", why)
-	}
-	m, err := sandbox.NewManager(ctx, rt, sandbox.ManagerOptions{Defaults: sandbox.SessionOptions{Image: image}, Logger: quiet})
+	ip, err := startInProcess(ctx, "server", bin, image, quiet, map[string]string{"sandboxd.bench.run": run}, time.Minute, nil)
 	if err != nil {
 		return nil, err
 	}
-	ip, err := serveInProcess(m, server.Options{MCPImage: image, Logger: quiet}, time.Minute)
-	if err != nil {
-		_ = m.Shutdown(ctx, false)
-		return nil, err
+	m := ip.d.Manager
+	if rt, ok := ip.d.Runtime.(interface{ DirectOn() (bool, error) }); ok {
+		if on, why := rt.DirectOn(); !on {
+			e.logf("the direct path to the agent is off (%v): every row goes through the engine's attach stream", why)
+		}
 	}
 	defer ip.stop()
 
@@ -97,21 +82,13 @@ func runServerSuite(ctx context.Context, e *env) ([]row, error) {
 
 	// The same call over the engine's attach stream (serve --direct=false):
 	// a runtime with the direct path off and a session of its own.
-	rtAttach, err := docker.New(ctx, docker.Options{AgentBinary: bin, Logger: quiet, NoDirect: true,
-		Labels: map[string]string{"sandboxd.bench.run": run + "-attach"}})
+	ipAttach, err := startInProcess(ctx, "server", bin, image, quiet, map[string]string{"sandboxd.bench.run": run + "-attach"}, time.Minute,
+		func(c *daemon.Config) { c.Direct = false })
 	if err != nil {
 		return nil, err
 	}
-	defer rtAttach.Close()
-	mAttach, err := sandbox.NewManager(ctx, rtAttach, sandbox.ManagerOptions{Defaults: sandbox.SessionOptions{Image: image}, Logger: quiet})
-	if err != nil {
-		return nil, err
-	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		_ = mAttach.Shutdown(sctx, false)
-	}()
+	defer ipAttach.stop()
+	mAttach := ipAttach.d.Manager
 	attach, err := mAttach.Create(ctx, sandbox.SessionOptions{})
 	if err != nil {
 		return nil, err

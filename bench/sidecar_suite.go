@@ -17,6 +17,7 @@ import (
 	"github.com/sandboxd/sandboxd/client"
 	"github.com/sandboxd/sandboxd/sandbox"
 	"github.com/sandboxd/sandboxd/server"
+	"github.com/sandboxd/sandboxd/server/daemon"
 )
 
 func init() {
@@ -56,21 +57,14 @@ func runSidecarSuite(ctx context.Context, e *env) (_ []row, err error) {
 		return nil, fmt.Errorf("sidecar suite: %s (make sidecar-images): %w", sidecarBenchImage, err)
 	}
 	quiet := slog.New(slog.NewTextHandler(e.log, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	rt, done, err := benchRuntime(ctx, "sidecar", bin, quiet, runLabels())
-	if err != nil {
-		return nil, err
-	}
-	defer done()
-	m, err := sandbox.NewManager(ctx, rt, sandbox.ManagerOptions{Defaults: sandbox.SessionOptions{Image: image}, Logger: quiet})
-	if err != nil {
-		return nil, err
-	}
 	sidecar := sandbox.MCPServer{Name: "everything", Image: sidecarBenchImage, Args: []string{"-http", "0.0.0.0:8080"},
 		Transport: sandbox.TransportHTTP, Port: 8080, Path: "/"}
-	ip, err := serveInProcess(m, server.Options{MCPImage: image, Logger: quiet,
-		Profiles: map[string]sandbox.SessionOptions{"sc": {Image: image, MCPServers: []sandbox.MCPServer{sidecar}}}}, time.Minute)
+	ip, err := startInProcess(ctx, "sidecar", bin, image, quiet, runLabels(), time.Minute, func(c *daemon.Config) {
+		c.ServerHook = func(o *server.Options) {
+			o.Profiles = map[string]sandbox.SessionOptions{"sc": {Image: image, MCPServers: []sandbox.MCPServer{sidecar}}}
+		}
+	})
 	if err != nil {
-		_ = m.Shutdown(ctx, false)
 		return nil, err
 	}
 	defer ip.stop()

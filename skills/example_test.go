@@ -10,16 +10,16 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestReadmeExample: the complete example skill of the README ("Skills")
+// TestReadmeExample: the complete example skill of docs/skills.md
 // is this fixture, word for word; it validates, loads as a tool and runs.
 func TestReadmeExample(t *testing.T) {
 	const dir = "testdata/example/todo-scan"
-	readme, err := os.ReadFile("../README.md")
+	readme, err := os.ReadFile("../docs/skills.md")
 	require.NoError(t, err)
 	for _, f := range []string{"SKILL.md", "scripts/todo_scan.sh", "deps/install.sh"} {
 		data, err := os.ReadFile(filepath.Join(dir, f))
 		require.NoError(t, err)
-		assert.Contains(t, string(readme), string(data), "README.md shows %s/%s as it is", dir, f)
+		assert.Contains(t, string(readme), string(data), "docs/skills.md shows %s/%s as it is", dir, f)
 	}
 
 	assert.Empty(t, problemStrings(Validate(dir)))

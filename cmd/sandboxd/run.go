@@ -19,6 +19,7 @@ import (
 	"github.com/sandboxd/sandboxd/client"
 	"github.com/sandboxd/sandboxd/internal/auth"
 	"github.com/sandboxd/sandboxd/sandbox"
+	"github.com/sandboxd/sandboxd/server/daemon"
 	"github.com/sandboxd/sandboxd/tools"
 	"github.com/sandboxd/sandboxd/tools/bash"
 )
@@ -102,19 +103,6 @@ func envOr(name, def string) string {
 	return def
 }
 
-// envList is a repeatable KEY=VALUE flag.
-type envList map[string]string
-
-func (e envList) String() string { return "" }
-func (e envList) Set(v string) error {
-	k, val, ok := strings.Cut(v, "=")
-	if !ok || k == "" {
-		return fmt.Errorf("%q: want KEY=VALUE", v)
-	}
-	e[k] = val
-	return nil
-}
-
 // callSeconds is the terminal timeout of run's call: the command's whole
 // life (the terminal's longest), its output streamed as it comes. A
 // command still running after it is waited on with the same.
@@ -130,8 +118,8 @@ func runRun(ctx context.Context, std stdio, args []string) error {
 	var profile, image, network, cwd string
 	var timeout time.Duration
 	var withStdin, tty bool
-	var allowHosts listFlag
-	env := envList{}
+	var allowHosts daemon.List
+	env := daemon.KeyValues{}
 	fs := newFlagSet("run", std, "[flags] -- CMD [ARG...]", runHelp)
 	conn.register(fs)
 	fs.StringVar(&profile, "profile", "", "session profile of the server (serve --config) to start the sandbox from; the flags below override its fields (default: the server's default profile)")

@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 )
 
 // Bad numbers are refused before anything starts (no token file, no Docker).
@@ -34,22 +33,5 @@ func TestServeRefusesBadNumbers(t *testing.T) {
 		code := run(append([]string{"serve", "--state-dir", t.TempDir()}, c.args...), stdio{in: &bytes.Buffer{}, out: &out, err: &errb})
 		assert.Equal(t, exitUsage, code, errb.String())
 		assert.Contains(t, errb.String(), c.want)
-	}
-}
-
-func TestSizeFlag(t *testing.T) {
-	for in, want := range map[string]int64{"0": 0, "10GiB": 10 << 30, "10G": 10 << 30, "512MiB": 512 << 20, "1.5GiB": 3 << 29, "2TiB": 2 << 40, "64 MiB": 64 << 20} {
-		var s sizeFlag
-		if assert.NoError(t, s.Set(in), in) {
-			assert.Equal(t, want, int64(s), in)
-		}
-	}
-	for _, bad := range []string{"", "10", "GiB", "x GiB", "-1GiB", "1e30TiB", "10Gi"} {
-		var s sizeFlag
-		require.Error(t, s.Set(bad), bad)
-	}
-	for v, want := range map[int64]string{0: "0", 10 << 30: "10GiB", 1536 << 20: "1536MiB", 1000: "1000"} {
-		s := sizeFlag(v)
-		assert.Equal(t, want, s.String())
 	}
 }

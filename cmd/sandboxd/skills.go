@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/internal/config"
+	"github.com/sandboxd/sandboxd/server/daemon"
 	"github.com/sandboxd/sandboxd/skills"
 )
 
@@ -103,22 +104,7 @@ func plural(n int, one, many string) string {
 // are more of them, after the flags') and the built-in skills, or returns
 // ctx's error once SIGINT or SIGTERM cancels it (see loadLibrary).
 func skillLibrary(ctx context.Context, dirs []string) (*skills.Library, error) {
-	return loadLibrary(ctx, skills.OperatorRoots(dirs...)...)
-}
-
-// loadLibrary loads the roots (skills.NewLibrary) unless ctx ends first: a
-// root on a stuck file system (a hung NFS mount, a file that blocks on
-// open) must not make serve or skills list ignore SIGTERM. The load then
-// goes on in the background until its read returns; the command exits.
-func loadLibrary(ctx context.Context, roots ...skills.Root) (*skills.Library, error) {
-	done := make(chan *skills.Library, 1)
-	go func() { done <- skills.NewLibrary(roots...) }()
-	select {
-	case lib := <-done:
-		return lib, nil
-	case <-ctx.Done():
-		return nil, fmt.Errorf("loading the skill roots: %w", context.Cause(ctx))
-	}
+	return daemon.LoadLibrary(ctx, skills.OperatorRoots(dirs...)...)
 }
 
 // skillListing is one skill as `skills list --json` prints it.
@@ -167,7 +153,7 @@ func orDefault(d, def time.Duration) time.Duration {
 
 func runSkillsList(ctx context.Context, std stdio, args []string) error {
 	fs := newFlagSet("skills list", std, "[--config FILE] [--skills-dir DIR]... [--json]", listHelp)
-	var dirs pathList
+	var dirs daemon.Paths
 	fs.Var(&dirs, "skills-dir", "a root of skills, repeatable; earlier roots shadow later ones, all shadow the built-in skills")
 	configPath := fs.String("config", "", "serve's config file: its skills_dirs come first, as serve --config takes them")
 	asJSON := fs.Bool("json", false, "print JSON: {skills: [...], skipped: [...]}")
@@ -187,9 +173,9 @@ func runSkillsList(ctx context.Context, std stdio, args []string) error {
 			dirs[i] = abs
 		}
 	}
-	roots, err := skillRoots(fromConfig, dirs)
+	roots, err := daemon.SkillRoots(fromConfig, dirs)
 	if err != nil {
-		return err
+		return fromDaemon(err)
 	}
 	lib, err := skillLibrary(ctx, roots)
 	if err != nil {

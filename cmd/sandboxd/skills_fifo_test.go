@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sandboxd/sandboxd/server/daemon"
 	"github.com/sandboxd/sandboxd/skills"
 )
 
@@ -68,13 +69,13 @@ func TestLoadLibraryCancelled(t *testing.T) {
 	t.Cleanup(func() { close(stuck.release) })
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	lib, err := loadLibrary(ctx, skills.Root{Name: "stuck", FS: stuck})
+	lib, err := daemon.LoadLibrary(ctx, skills.Root{Name: "stuck", FS: stuck})
 	assert.Nil(t, lib)
 	require.ErrorIs(t, err, context.Canceled)
 	require.ErrorContains(t, err, "loading the skill roots")
 
 	ok := fstest.MapFS{"a/SKILL.md": {Data: []byte("---\nname: a\ndescription: A.\n---\nbody\n")}}
-	lib, err = loadLibrary(context.Background(), skills.Root{Name: "mem", FS: ok})
+	lib, err = daemon.LoadLibrary(context.Background(), skills.Root{Name: "mem", FS: ok})
 	require.NoError(t, err)
 	_, found := lib.Get("a")
 	assert.True(t, found)

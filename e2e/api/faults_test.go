@@ -15,7 +15,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -28,10 +27,9 @@ import (
 
 	"github.com/sandboxd/sandboxd/client"
 	"github.com/sandboxd/sandboxd/internal/auth"
-	"github.com/sandboxd/sandboxd/internal/sandboxmgr"
 	"github.com/sandboxd/sandboxd/sandbox"
-	"github.com/sandboxd/sandboxd/sandbox/docker"
 	"github.com/sandboxd/sandboxd/server"
+	"github.com/sandboxd/sandboxd/server/daemon"
 	"github.com/sandboxd/sandboxd/tools"
 )
 
@@ -165,51 +163,26 @@ type faultServer struct {
 
 func startFaultServer(t *testing.T, mset func(*sandbox.ManagerOptions), sset func(*server.Options)) *faultServer {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
 	p := startEngineProxy(t)
 	cli, err := dockerclient.NewClientWithOpts(dockerclient.WithHost(p.host()), dockerclient.WithAPIVersionNegotiation())
 	if err != nil {
 		t.Fatal(err)
 	}
 	scope := auth.NewToken()[:12]
-	rt, err := docker.New(ctx, docker.Options{Client: cli, AgentBinary: binary, Logger: slog.Default(),
-		Labels: map[string]string{labelRun: runID, labelTest: scope}})
-	if err != nil {
-		cli.Close()
-		t.Fatal(err)
-	}
-	mopts := sandbox.ManagerOptions{Defaults: sandbox.SessionOptions{Image: testImage}, Logger: slog.Default()}
-	if mset != nil {
-		mset(&mopts)
-	}
-	m, err := sandbox.NewManager(ctx, rt, mopts)
-	if err != nil {
-		cli.Close()
-		t.Fatal(err)
-	}
-	token := auth.NewToken()
-	opts := server.Options{
-		Backend: sandboxmgr.New(m), OperatorToken: token, StateDir: t.TempDir(),
-		MCPImage: testImage, Logger: slog.Default(),
-	}
-	if sset != nil {
-		sset(&opts)
-	}
-	srv, err := server.New(opts)
-	if err != nil {
-		sctx, scancel := context.WithTimeout(context.Background(), time.Minute)
-		defer scancel()
-		_ = m.Shutdown(sctx, false)
-		cli.Close()
-		t.Fatal(err)
-	}
+	d := newDaemon(t, func(c *daemon.Config) {
+		c.DockerClient = cli
+		c.Labels[labelTest] = scope
+		// The engine's attach stream, which this suite cuts: over the
+		// direct path a call would not need the engine at all.
+		c.Direct = false
+		c.ManagerHook, c.ServerHook = mset, sset
+	})
 	// Whatever the test did to the engine, the sessions must be removable.
-	hs, shutdown := serveHTTP(t, srv, p.restore, func() { cli.Close() })
+	hs, shutdown := serveHTTP(t, d, p.restore, func() { cli.Close() })
 	return &faultServer{
 		harnessServer: &harnessServer{
-			apiServer: &apiServer{Server: srv, http: hs, token: token, base: hs.URL,
-				ws: "ws" + strings.TrimPrefix(hs.URL, "http") + "/v1/ws", manager: m},
+			apiServer: &apiServer{Server: d.Server, http: hs, token: d.Token, base: hs.URL,
+				ws: "ws" + strings.TrimPrefix(hs.URL, "http") + "/v1/ws", manager: d.Manager},
 			scope: scope, shutdown: shutdown,
 		},
 		proxy: p,

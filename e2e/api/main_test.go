@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/internal/testenv"
+	"github.com/sandboxd/sandboxd/server/daemon"
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
@@ -28,9 +29,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/sandboxd/sandboxd/internal/auth"
-	"github.com/sandboxd/sandboxd/internal/sandboxmgr"
 	"github.com/sandboxd/sandboxd/sandbox"
-	"github.com/sandboxd/sandboxd/sandbox/docker"
 	"github.com/sandboxd/sandboxd/server"
 )
 
@@ -161,42 +160,42 @@ func startServer(t *testing.T) *apiServer {
 // e.g. a short MCPSessionTimeout.
 func startServerWith(t *testing.T, set func(*server.Options)) *apiServer {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	rt, err := docker.New(ctx, docker.Options{AgentBinary: binary, Labels: map[string]string{labelRun: runID}, Logger: slog.Default()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := sandbox.NewManager(ctx, rt, sandbox.ManagerOptions{Defaults: sandbox.SessionOptions{Image: testImage}, Logger: slog.Default()})
-	if err != nil {
-		rt.Close()
-		t.Fatal(err)
-	}
-	token := auth.NewToken()
-	opts := server.Options{
-		Backend: sandboxmgr.New(m), OperatorToken: token, StateDir: t.TempDir(),
-		MCPImage: testImage, Logger: slog.Default(),
-	}
-	if set != nil {
-		set(&opts)
-	}
-	srv, err := server.New(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewServer(srv.Handler())
-	s := &apiServer{Server: srv, http: hs, token: token, base: hs.URL, ws: "ws" + strings.TrimPrefix(hs.URL, "http") + "/v1/ws", manager: m}
+	d := newDaemon(t, func(c *daemon.Config) { c.ServerHook = set })
+	hs := httptest.NewServer(d.Handler())
+	s := &apiServer{Server: d.Server, http: hs, token: d.Token, base: hs.URL, ws: "ws" + strings.TrimPrefix(hs.URL, "http") + "/v1/ws", manager: d.Manager}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		if err := srv.Shutdown(ctx); err != nil {
+		if err := d.Shutdown(ctx); err != nil {
 			t.Errorf("shutdown: %v", err)
 		}
 		hs.CloseClientConnections()
 		hs.Close()
-		rt.Close()
 	})
 	return s
+}
+
+// newDaemon assembles an in-process daemon as `sandboxd serve` does
+// (package daemon: the direct path to the agent on, in a state folder of
+// the test's), for the test image, scoped by the run's label, without a
+// disk quota; adjust (may be nil) changes its configuration first.
+func newDaemon(t *testing.T, adjust func(*daemon.Config)) *daemon.Daemon {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c := daemon.Defaults()
+	c.StateDir, c.AgentBinary, c.Logger, c.Token = t.TempDir(), binary, slog.Default(), auth.NewToken()
+	c.Image, c.MCPImage = testImage, testImage
+	c.Labels = daemon.KeyValues{labelRun: runID}
+	c.DiskBackend = daemon.DiskNone
+	if adjust != nil {
+		adjust(&c)
+	}
+	d, err := daemon.New(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
 }
 
 // waitUntil polls cond until it holds, failing the test after limit (a bound

@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/http/httptest"
 	"slices"
 	"strings"
@@ -22,10 +21,8 @@ import (
 
 	"github.com/sandboxd/sandboxd/client"
 	"github.com/sandboxd/sandboxd/internal/auth"
-	"github.com/sandboxd/sandboxd/internal/sandboxmgr"
 	"github.com/sandboxd/sandboxd/sandbox"
-	"github.com/sandboxd/sandboxd/sandbox/docker"
-	"github.com/sandboxd/sandboxd/server"
+	"github.com/sandboxd/sandboxd/server/daemon"
 	"github.com/sandboxd/sandboxd/tools"
 )
 
@@ -47,39 +44,15 @@ type harnessServer struct {
 
 func startHarnessServer(t *testing.T, poolSize int) *harnessServer {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
 	scope := auth.NewToken()[:12]
-	rt, err := docker.New(ctx, docker.Options{AgentBinary: binary, Logger: slog.Default(),
-		Labels: map[string]string{labelRun: runID, labelTest: scope}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	mopts := sandbox.ManagerOptions{Defaults: sandbox.SessionOptions{Image: testImage}, Logger: slog.Default()}
-	if poolSize > 0 { // as cmd/sandboxd/serve.go maps --pool
-		mopts.Pools = []sandbox.PoolOptions{{Size: poolSize}}
-	}
-	m, err := sandbox.NewManager(ctx, rt, mopts)
-	if err != nil {
-		rt.Close()
-		t.Fatal(err)
-	}
-	token := auth.NewToken()
-	srv, err := server.New(server.Options{
-		Backend: sandboxmgr.New(m), OperatorToken: token, StateDir: t.TempDir(),
-		MCPImage: testImage, Logger: slog.Default(),
+	d := newDaemon(t, func(c *daemon.Config) {
+		c.Labels[labelTest] = scope
+		c.Pool = daemon.Pool{Min: poolSize, Max: poolSize} // serve --pool N
 	})
-	if err != nil {
-		sctx, scancel := context.WithTimeout(context.Background(), time.Minute)
-		defer scancel()
-		_ = m.Shutdown(sctx, false)
-		rt.Close()
-		t.Fatal(err)
-	}
-	hs, shutdown := serveHTTP(t, srv, nil, func() { rt.Close() })
+	hs, shutdown := serveHTTP(t, d, nil, nil)
 	return &harnessServer{
-		apiServer: &apiServer{Server: srv, http: hs, token: token, base: hs.URL,
-			ws: "ws" + strings.TrimPrefix(hs.URL, "http") + "/v1/ws", manager: m},
+		apiServer: &apiServer{Server: d.Server, http: hs, token: d.Token, base: hs.URL,
+			ws: "ws" + strings.TrimPrefix(hs.URL, "http") + "/v1/ws", manager: d.Manager},
 		scope: scope, shutdown: shutdown,
 	}
 }
@@ -521,9 +494,9 @@ func TestHarnessParallelSessionsWarmPool(t *testing.T) {
 // the test's cleanup too, runs before, shuts srv down (calls drained,
 // sessions closed), closes the listener and its connections, then runs
 // after.
-func serveHTTP(t *testing.T, srv *server.Server, before, after func()) (*httptest.Server, func() error) {
+func serveHTTP(t *testing.T, d *daemon.Daemon, before, after func()) (*httptest.Server, func() error) {
 	t.Helper()
-	hs := httptest.NewServer(srv.Handler())
+	hs := httptest.NewServer(d.Handler())
 	var once sync.Once
 	var shutErr error
 	shutdown := func() error {
@@ -533,7 +506,7 @@ func serveHTTP(t *testing.T, srv *server.Server, before, after func()) (*httptes
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
-			shutErr = srv.Shutdown(ctx)
+			shutErr = d.Shutdown(ctx)
 			hs.CloseClientConnections()
 			hs.Close()
 			if after != nil {

@@ -317,19 +317,19 @@ func TestParseAliasBomb(t *testing.T) {
 	require.ErrorContains(t, err, "profiles.p: too many nodes (more than 100000, aliases counted)")
 }
 
-// The README's example config parses and every profile in it resolves
+// The example config of docs/configuration.md parses and every profile in it resolves
 // (its skill root replaced by one that exists here).
 func TestReadmeExample(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
+	readme, err := os.ReadFile("../../docs/configuration.md")
 	require.NoError(t, err)
 	_, rest, ok := strings.Cut(string(readme), "## Profiles\n")
-	require.True(t, ok, "README has a Profiles section")
+	require.True(t, ok, "docs/configuration.md has a Profiles section")
 	_, rest, ok = strings.Cut(rest, "```yaml\n")
 	require.True(t, ok, "with a yaml example")
 	example, _, ok := strings.Cut(rest, "```")
 	require.True(t, ok)
 	example = strings.ReplaceAll(example, "/srv/sandboxd/skills", t.TempDir())
-	f, err := Parse("README.md", []byte(example))
+	f, err := Parse("configuration.md", []byte(example))
 	require.NoError(t, err)
 	assert.Equal(t, []string{"default", "fuzz", "gvisor", "scratch", "swe", "swe-as-image"}, f.Names())
 	require.NoError(t, f.Check(sandbox.SessionOptions{Image: "img", Limits: sandbox.Limits{DiskQuota: 10 << 30}}))
