@@ -1,8 +1,10 @@
 package agent
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net"
@@ -14,6 +16,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	agentclient "github.com/sandboxd/sandboxd/agent/client"
+	"github.com/sandboxd/sandboxd/agent/proto"
 	"github.com/sandboxd/sandboxd/tools"
 )
 
@@ -149,10 +153,11 @@ func newTestKit(t testing.TB, barrierN int) (*testKit, *tools.Toolset) {
 // pair is a Server and a Client joined by net.Pipe.
 type pair struct {
 	srv      *Server
-	cli      *Client
+	cli      *agentclient.Client
 	kit      *testKit
 	ws       string
 	serveErr chan error
+	raw      *requester // made by request
 }
 
 func newPair(t testing.TB, tweak ...func(*ServerOptions)) *pair {
@@ -174,7 +179,7 @@ func newPair(t testing.TB, tweak ...func(*ServerOptions)) *pair {
 }
 
 // connect serves one more connection and returns its client.
-func (p *pair) connect(t testing.TB) *Client {
+func (p *pair) connect(t testing.TB) *agentclient.Client {
 	hostEnd, agentEnd := net.Pipe()
 	go func() {
 		err := p.srv.Serve(context.Background(), agentEnd)
@@ -183,9 +188,67 @@ func (p *pair) connect(t testing.TB) *Client {
 		default:
 		}
 	}()
-	cli := NewClient(hostEnd, WithLogger(quiet))
+	cli := agentclient.NewClient(hostEnd, agentclient.WithLogger(quiet))
 	t.Cleanup(func() { _ = cli.Close() })
 	return cli
+}
+
+// requester sends requests by hand on a connection of its own to a
+// server, one at a time: what the client would not send, or would check
+// first.
+type requester struct {
+	t    testing.TB
+	conn net.Conn
+	r    *bufio.Reader
+	id   uint64
+}
+
+func newRequester(t testing.TB, srv *Server) *requester {
+	hostEnd, agentEnd := net.Pipe()
+	go func() { _ = srv.Serve(context.Background(), agentEnd) }()
+	t.Cleanup(func() { _ = hostEnd.Close() })
+	return &requester{t: t, conn: hostEnd, r: bufio.NewReader(hostEnd)}
+}
+
+// request is p's requester (made on first use).
+func (p *pair) request(t testing.TB) *requester {
+	if p.raw == nil {
+		p.raw = newRequester(t, p.srv)
+	}
+	return p.raw
+}
+
+func (rq *requester) close() error { return rq.conn.Close() }
+
+// roundTrip sends one request and returns its result, or the agent's error
+// (a *proto.Error) after "agent <method>: ", as the client returns it.
+func (rq *requester) roundTrip(ctx context.Context, method string, params any) (json.RawMessage, error) {
+	t := rq.t
+	t.Helper()
+	raw, err := json.Marshal(params)
+	require.NoError(t, err)
+	rq.id++
+	buf, err := proto.EncodeFrame(&proto.Frame{ID: rq.id, Method: method, Params: raw})
+	require.NoError(t, err)
+	if dl, ok := ctx.Deadline(); ok {
+		require.NoError(t, rq.conn.SetDeadline(dl))
+	}
+	_, err = rq.conn.Write(buf)
+	require.NoError(t, err)
+	var hdr [proto.HeaderSize]byte
+	for {
+		body, _, err := proto.ReadFrame(rq.r, &hdr)
+		require.NoError(t, err)
+		var f proto.Frame
+		require.NoError(t, json.Unmarshal(body, &f))
+		if f.ID != rq.id || f.Method != "" {
+			continue // a notification
+		}
+		if f.Error != nil {
+			return nil, fmt.Errorf("agent %s: %w", method, f.Error)
+		}
+		return f.Result, nil
+	}
 }
 
 func ctxT(t *testing.T) context.Context {

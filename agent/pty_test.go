@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
+	agentclient "github.com/sandboxd/sandboxd/agent/client"
 	"github.com/sandboxd/sandboxd/agent/proto"
 	"github.com/sandboxd/sandboxd/internal/pty"
 )
@@ -31,7 +32,7 @@ type ptyRec struct {
 
 	mu      sync.Mutex
 	out     bytes.Buffer
-	p       *PTY
+	p       *agentclient.PTY
 	owed    int // output received before the PTY was known, to acknowledge
 	changed chan struct{}
 	exit    chan proto.PTYExit
@@ -42,8 +43,8 @@ func newRec(autoAck bool) *ptyRec {
 	return &ptyRec{autoAck: autoAck, changed: make(chan struct{}, 1), exit: make(chan proto.PTYExit, 1)}
 }
 
-func (r *ptyRec) handler() PTYHandler {
-	return PTYHandler{
+func (r *ptyRec) handler() agentclient.PTYHandler {
+	return agentclient.PTYHandler{
 		Output: func(b []byte) {
 			r.mu.Lock()
 			r.out.Write(b)
@@ -74,7 +75,7 @@ func (r *ptyRec) signal() {
 	}
 }
 
-func (r *ptyRec) set(p *PTY) {
+func (r *ptyRec) set(p *agentclient.PTY) {
 	r.mu.Lock()
 	r.p = p
 	owed := r.owed
@@ -124,7 +125,7 @@ func (r *ptyRec) waitExit(ctx context.Context, t *testing.T) proto.PTYExit {
 	}
 }
 
-func openRec(ctx context.Context, t *testing.T, c *Client, o proto.PTYOptions) (*PTY, *ptyRec) {
+func openRec(ctx context.Context, t *testing.T, c *agentclient.Client, o proto.PTYOptions) (*agentclient.PTY, *ptyRec) {
 	t.Helper()
 	r := newRec(true)
 	p, err := c.OpenPTY(ctx, o, r.handler())
@@ -238,8 +239,10 @@ func TestPTYEndsWithItsConnection(t *testing.T) {
 
 	require.NoError(t, other.Close())
 	<-term.Done()
-	assert.Equal(t, -1, term.exit.ExitCode)
-	assert.Contains(t, term.exit.Error, "connection ended")
+	exit, err := term.Close(ctx) // ended: how, at once
+	require.NoError(t, err)
+	assert.Equal(t, -1, exit.ExitCode)
+	assert.Contains(t, exit.Error, "connection ended")
 	require.NoError(t, <-p.serveErr) // Serve returns once its ptys have ended
 	if state, _, ok := pty.ProcStat(pid); ok {
 		assert.Equal(t, byte('Z'), state, "the program outlived its connection")
@@ -260,7 +263,7 @@ func TestPTYBound(t *testing.T) {
 	_, err = a.Close(ctx)
 	require.NoError(t, err)
 	c, _ := openRec(ctx, t, p.cli, proto.PTYOptions{Rows: 24, Cols: 80, Command: []string{"sleep", "1000"}})
-	for _, x := range []*PTY{b, c} {
+	for _, x := range []*agentclient.PTY{b, c} {
 		_, err := x.Close(ctx)
 		require.NoError(t, err)
 	}
@@ -287,9 +290,9 @@ func TestPTYInvalidOptions(t *testing.T) {
 		assert.Contains(t, err.Error(), c.want)
 	}
 	// The agent checks too, whatever a client sends.
-	_, err := p.cli.roundTrip(ctx, proto.MethodPTYOpen, proto.PTYOpenParams{PTY: 99, PTYOptions: proto.PTYOptions{Rows: -1, Cols: 5}}, nil)
+	_, err := p.request(t).roundTrip(ctx, proto.MethodPTYOpen, proto.PTYOpenParams{PTY: 99, PTYOptions: proto.PTYOptions{Rows: -1, Cols: 5}})
 	require.ErrorIs(t, err, proto.ErrInvalidParams)
-	_, err = p.cli.roundTrip(ctx, proto.MethodPTYResize, proto.PTYResizeParams{PTY: 12345, Rows: 5, Cols: 5}, nil)
+	_, err = p.request(t).roundTrip(ctx, proto.MethodPTYResize, proto.PTYResizeParams{PTY: 12345, Rows: 5, Cols: 5})
 	require.ErrorIs(t, err, proto.ErrUnknownPTY)
 }
 

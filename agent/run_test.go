@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	agentclient "github.com/sandboxd/sandboxd/agent/client"
 	"github.com/sandboxd/sandboxd/agent/proto"
 	"github.com/sandboxd/sandboxd/tools"
 )
@@ -167,16 +168,16 @@ func (r *runner) result(t *testing.T) error {
 }
 
 // stdioPair gives Run a stdio connection and returns the client on it.
-func stdioPair(t *testing.T, o *RunOptions) *Client {
+func stdioPair(t *testing.T, o *RunOptions) *agentclient.Client {
 	hostEnd, agentEnd := net.Pipe()
 	t.Cleanup(func() { _ = agentEnd.Close() })
 	o.Stdio, o.Stdin, o.Stdout = true, agentEnd, agentEnd
-	cli := NewClient(hostEnd, WithLogger(quiet))
+	cli := agentclient.NewClient(hostEnd, agentclient.WithLogger(quiet))
 	t.Cleanup(func() { _ = cli.Close() })
 	return cli
 }
 
-func remember(t *testing.T, cli *Client, set string) string {
+func remember(t *testing.T, cli *agentclient.Client, set string) string {
 	t.Helper()
 	raw, err := json.Marshal(rememberArgs{Set: set})
 	require.NoError(t, err)
@@ -188,7 +189,7 @@ func remember(t *testing.T, cli *Client, set string) string {
 
 func TestRunEndsWithTheStdioConnection(t *testing.T) {
 	t.Parallel()
-	var cli *Client
+	var cli *agentclient.Client
 	r := startRun(t, func(o *RunOptions) { cli = stdioPair(t, o) })
 	assert.Equal(t, "x", remember(t, cli, "x"))
 	fi, err := os.Stat(r.opts.Workspace)
@@ -201,7 +202,7 @@ func TestRunEndsWithTheStdioConnection(t *testing.T) {
 
 func TestRunEndsOnHostShutdown(t *testing.T) {
 	t.Parallel()
-	var cli *Client
+	var cli *agentclient.Client
 	r := startRun(t, func(o *RunOptions) { cli = stdioPair(t, o) })
 	require.NoError(t, cli.Shutdown(ctxT(t)))
 	require.NoError(t, cli.Close()) // a non-os stdio is the host's to close
@@ -217,7 +218,7 @@ func TestRunStopsWhenItsContextEnds(t *testing.T) {
 	r.log.wait(t, "agent started")
 	conn, err := net.Dial("unix", sock)
 	require.NoError(t, err)
-	cli := NewClient(conn, WithLogger(quiet))
+	cli := agentclient.NewClient(conn, agentclient.WithLogger(quiet))
 	defer func() { _ = cli.Close() }()
 	pending := make(chan error, 1)
 	go func() {
@@ -240,7 +241,7 @@ func TestRunStopsWhenItsContextEnds(t *testing.T) {
 func TestRunSocketOutlivesStdioAndProxyReconnects(t *testing.T) {
 	t.Parallel()
 	sock := filepath.Join(t.TempDir(), "run", "agent.sock")
-	var cli *Client
+	var cli *agentclient.Client
 	r := startRun(t, func(o *RunOptions) { cli = stdioPair(t, o); o.Socket = sock })
 	remember(t, cli, "me")
 	fi, err := os.Stat(sock)
@@ -261,7 +262,7 @@ func TestRunSocketOutlivesStdioAndProxyReconnects(t *testing.T) {
 	outR, outW := io.Pipe()
 	proxied := make(chan error, 1)
 	go func() { proxied <- Proxy(context.Background(), sock, inR, outW); _ = outW.Close() }()
-	pcli := NewClient(proto.JoinConn(outR, inW), WithLogger(quiet))
+	pcli := agentclient.NewClient(proto.JoinConn(outR, inW), agentclient.WithLogger(quiet))
 	defer func() { _ = pcli.Close() }()
 	assert.Equal(t, "me", remember(t, pcli, ""), "the toolset survived the reconnect")
 
@@ -315,7 +316,7 @@ func TestRunValidates(t *testing.T) {
 	} {
 		require.Error(t, Run(context.Background(), o), name)
 	}
-	var cli *Client
+	var cli *agentclient.Client
 	err := Run(context.Background(), func() RunOptions {
 		o := RunOptions{Workspace: t.TempDir(), StateDir: t.TempDir(), Registry: reg, Specs: []tools.Spec{{Name: "nope"}}, Logger: quiet}
 		cli = stdioPair(t, &o)

@@ -256,33 +256,33 @@ func TestDownloadErrors(t *testing.T) {
 func TestTransferProtocolMisuse(t *testing.T) {
 	p := newPair(t)
 	ctx := ctxT(t)
-	_, err := p.cli.roundTrip(ctx, proto.MethodUploadChunk, proto.ChunkParams{Transfer: "up-999", Seq: 1, Data: []byte("x")}, nil)
+	_, err := p.request(t).roundTrip(ctx, proto.MethodUploadChunk, proto.ChunkParams{Transfer: "up-999", Seq: 1, Data: []byte("x")})
 	require.ErrorIs(t, err, proto.ErrUnknownTransfer)
-	_, err = p.cli.roundTrip(ctx, proto.MethodDownloadRd, proto.TransferParams{Transfer: "nope"}, nil)
+	_, err = p.request(t).roundTrip(ctx, proto.MethodDownloadRd, proto.TransferParams{Transfer: "nope"})
 	require.ErrorIs(t, err, proto.ErrUnknownTransfer)
 
-	raw, err := p.cli.roundTrip(ctx, proto.MethodUploadBegin, proto.PathParams{Path: "x"}, nil)
+	raw, err := p.request(t).roundTrip(ctx, proto.MethodUploadBegin, proto.PathParams{Path: "x"})
 	require.NoError(t, err)
 	id := strings.Trim(strings.TrimPrefix(string(raw), `{"transfer":`), `"}`)
-	_, err = p.cli.roundTrip(ctx, proto.MethodUploadChunk, proto.ChunkParams{Transfer: id, Seq: 2, Data: []byte("x")}, nil)
+	_, err = p.request(t).roundTrip(ctx, proto.MethodUploadChunk, proto.ChunkParams{Transfer: id, Seq: 2, Data: []byte("x")})
 	require.ErrorIs(t, err, proto.ErrInvalidParams)
 	assert.Contains(t, err.Error(), "expected 1")
-	_, err = p.cli.roundTrip(ctx, proto.MethodUploadEnd, proto.TransferParams{Transfer: id}, nil)
+	_, err = p.request(t).roundTrip(ctx, proto.MethodUploadEnd, proto.TransferParams{Transfer: id})
 	require.ErrorIs(t, err, proto.ErrUnknownTransfer, "an upload out of order is dropped")
-	_, err = p.cli.roundTrip(ctx, proto.MethodDownloadRd, proto.TransferParams{Transfer: id}, nil)
+	_, err = p.request(t).roundTrip(ctx, proto.MethodDownloadRd, proto.TransferParams{Transfer: id})
 	require.ErrorIs(t, err, proto.ErrUnknownTransfer)
 
 	// An abandoned upload is dropped when its connection ends.
-	other := p.connect(t)
-	_, err = other.roundTrip(ctx, proto.MethodUploadBegin, proto.PathParams{Path: "y"}, nil)
+	other := newRequester(t, p.srv)
+	_, err = other.roundTrip(ctx, proto.MethodUploadBegin, proto.PathParams{Path: "y"})
 	require.NoError(t, err)
-	require.NoError(t, other.Close())
+	require.NoError(t, other.close())
 	waitFor(t, func() bool { return transfers(p.srv) == 0 })
 }
 
 func TestIdleTransferIsAborted(t *testing.T) {
 	p := newPair(t, func(o *ServerOptions) { o.TransferIdleTimeout = 50 * time.Millisecond })
-	_, err := p.cli.roundTrip(ctxT(t), proto.MethodDownload, proto.PathParams{Path: "."}, nil)
+	_, err := p.request(t).roundTrip(ctxT(t), proto.MethodDownload, proto.PathParams{Path: "."})
 	require.NoError(t, err)
 	waitFor(t, func() bool { return transfers(p.srv) == 0 })
 }
@@ -309,14 +309,14 @@ func TestUploadChunkInlineBase64(t *testing.T) {
 	// frame's binary payload.
 	p := newPair(t)
 	ctx := ctxT(t)
-	raw, err := p.cli.roundTrip(ctx, proto.MethodUploadBegin, proto.PathParams{Path: "inline"}, nil)
+	raw, err := p.request(t).roundTrip(ctx, proto.MethodUploadBegin, proto.PathParams{Path: "inline"})
 	require.NoError(t, err)
 	var tp proto.TransferParams
 	require.NoError(t, json.Unmarshal(raw, &tp))
-	_, err = p.cli.roundTrip(ctx, proto.MethodUploadChunk, proto.ChunkParams{Transfer: tp.Transfer, Seq: 1,
-		Data: tarOf(t, entry{name: "f.txt", typ: tar.TypeReg, body: "inline"})}, nil)
+	_, err = p.request(t).roundTrip(ctx, proto.MethodUploadChunk, proto.ChunkParams{Transfer: tp.Transfer, Seq: 1,
+		Data: tarOf(t, entry{name: "f.txt", typ: tar.TypeReg, body: "inline"})})
 	require.NoError(t, err)
-	_, err = p.cli.roundTrip(ctx, proto.MethodUploadEnd, tp, nil)
+	_, err = p.request(t).roundTrip(ctx, proto.MethodUploadEnd, tp)
 	require.NoError(t, err)
 	got, err := os.ReadFile(filepath.Join(p.ws, "inline", "f.txt"))
 	require.NoError(t, err)

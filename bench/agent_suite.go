@@ -16,7 +16,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/internal/testenv"
 
-	"github.com/sandboxd/sandboxd/agent"
+	agentclient "github.com/sandboxd/sandboxd/agent/client"
 	"github.com/sandboxd/sandboxd/agent/proto"
 )
 
@@ -216,7 +216,7 @@ func shellJoin(args []string) string {
 
 // sameFiles checks that the grep tool and ripgrep find the same files, so
 // the comparison is of equal work.
-func sameFiles(ctx context.Context, c *agent.Client, rg string, args map[string]any, rgArgs []string) error {
+func sameFiles(ctx context.Context, c *agentclient.Client, rg string, args map[string]any, rgArgs []string) error {
 	if rg == "" {
 		return nil
 	}
@@ -284,7 +284,7 @@ func sourceFile(d, f, lines int) string {
 // agentProc is a `sandboxd agent --stdio` child and its client.
 type agentProc struct {
 	cmd *exec.Cmd
-	cli *agent.Client
+	cli *agentclient.Client
 }
 
 func startAgent(bin, ws, state string, log io.Writer, extra ...string) (*agentProc, error) {
@@ -303,7 +303,7 @@ func startAgent(bin, ws, state string, log io.Writer, extra ...string) (*agentPr
 	}
 	inR.Close()
 	outW.Close()
-	a := &agentProc{cmd: cmd, cli: agent.NewClient(proto.JoinConn(outR, inW))}
+	a := &agentProc{cmd: cmd, cli: agentclient.NewClient(proto.JoinConn(outR, inW))}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := a.cli.Ping(ctx); err != nil {

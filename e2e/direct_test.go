@@ -17,7 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
-	"github.com/sandboxd/sandboxd/agent"
+	agentclient "github.com/sandboxd/sandboxd/agent/client"
 	"github.com/sandboxd/sandboxd/agent/proto"
 	"github.com/sandboxd/sandboxd/sandbox"
 	sdocker "github.com/sandboxd/sandboxd/sandbox/docker"
@@ -192,9 +192,9 @@ func TestDirectPathTokenCheck(t *testing.T) {
 
 	ln, path, err := rt.ListenDirect(s.ID())
 	require.NoError(t, err)
-	token, err := agent.NewDirectToken()
+	token, err := agentclient.NewDirectToken()
 	require.NoError(t, err)
-	wrong, err := agent.NewDirectToken()
+	wrong, err := agentclient.NewDirectToken()
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(ctxT(t), 60*time.Second)
 	defer cancel()
@@ -204,7 +204,7 @@ func TestDirectPathTokenCheck(t *testing.T) {
 	}
 	got := make(chan result, 1)
 	go func() {
-		nc, err := agent.AcceptDirect(ctx, ln, token)
+		nc, err := agentclient.AcceptDirect(ctx, ln, token)
 		if nc != nil {
 			nc.Close()
 		}

@@ -6,13 +6,13 @@ import (
 	"io"
 	"log/slog"
 
-	"github.com/sandboxd/sandboxd/agent"
+	agentclient "github.com/sandboxd/sandboxd/agent/client"
 	"github.com/sandboxd/sandboxd/agent/proto"
 	"github.com/sandboxd/sandboxd/tools"
 )
 
 // AgentClient is what a session needs of the agent protocol client;
-// *agent.Client implements it. It is an interface so that tests of the
+// *agentclient.Client implements it. It is an interface so that tests of the
 // Manager can run without containers.
 type AgentClient interface {
 	Ping(ctx context.Context) error
@@ -22,9 +22,9 @@ type AgentClient interface {
 	Download(ctx context.Context, path string, w io.Writer) error
 	// OpenPTY opens a PTY (a program on a pseudo-terminal of its own, or a
 	// read-only view of a tool); h gets its output and end.
-	OpenPTY(ctx context.Context, o proto.PTYOptions, h agent.PTYHandler) (*agent.PTY, error)
+	OpenPTY(ctx context.Context, o proto.PTYOptions, h agentclient.PTYHandler) (*agentclient.PTY, error)
 	// InstallSkills runs the dependency installers of the session's skills
-	// that have not run yet (skills_install: eager); see agent.Client.
+	// that have not run yet (skills_install: eager); see agentclient.Client.
 	InstallSkills(ctx context.Context) error
 	// Shutdown asks the agent to end its tools and exit.
 	Shutdown(ctx context.Context) error
@@ -42,5 +42,5 @@ type DialFunc func(conn io.ReadWriteCloser, log *slog.Logger) AgentClient
 
 // DialAgent is the default DialFunc: the agent package's client.
 func DialAgent(conn io.ReadWriteCloser, log *slog.Logger) AgentClient {
-	return agent.NewClient(conn, agent.WithLogger(log))
+	return agentclient.NewClient(conn, agentclient.WithLogger(log))
 }

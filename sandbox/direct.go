@@ -11,7 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sandboxd/sandboxd/agent"
+	agentclient "github.com/sandboxd/sandboxd/agent/client"
 	"github.com/sandboxd/sandboxd/agent/proto"
 	"github.com/sandboxd/sandboxd/tools"
 )
@@ -44,7 +44,7 @@ const (
 )
 
 // directDialer is what offerDirect needs of a client on the stream:
-// *agent.Client has it; test fakes need not.
+// *agentclient.Client has it; test fakes need not.
 type directDialer interface {
 	DialDirect(ctx context.Context, path, token string) error
 }
@@ -71,7 +71,7 @@ func (m *Manager) offerDirect(ctx context.Context, id string, c AgentClient, log
 		return c
 	}
 	defer ln.Close() // unlinks the socket: nothing more connects
-	token, err := agent.NewDirectToken()
+	token, err := agentclient.NewDirectToken()
 	if err != nil {
 		m.log.Warn("no direct path to the agent; calls go over the engine's stream", "session", id, "err", err)
 		return c
@@ -84,7 +84,7 @@ func (m *Manager) offerDirect(ctx context.Context, id string, c AgentClient, log
 	}
 	got := make(chan accepted, 1)
 	go func() {
-		nc, err := agent.AcceptDirect(ctx, ln, token)
+		nc, err := agentclient.AcceptDirect(ctx, ln, token)
 		got <- accepted{nc, err}
 	}()
 	derr := dd.DialDirect(ctx, path, token)
@@ -180,7 +180,7 @@ func (d *directClient) Download(ctx context.Context, path string, w io.Writer) e
 	return d.check(ctx, direct, c.Download(ctx, path, w))
 }
 
-func (d *directClient) OpenPTY(ctx context.Context, o proto.PTYOptions, h agent.PTYHandler) (*agent.PTY, error) {
+func (d *directClient) OpenPTY(ctx context.Context, o proto.PTYOptions, h agentclient.PTYHandler) (*agentclient.PTY, error) {
 	c, direct := d.pick()
 	p, err := c.OpenPTY(ctx, o, h)
 	return p, d.check(ctx, direct, err)

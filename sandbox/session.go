@@ -11,7 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sandboxd/sandboxd/agent"
+	agentclient "github.com/sandboxd/sandboxd/agent/client"
 	"github.com/sandboxd/sandboxd/agent/proto"
 	"github.com/sandboxd/sandboxd/internal/loglimit"
 	"github.com/sandboxd/sandboxd/tools"
@@ -229,11 +229,11 @@ func (s *Session) Download(ctx context.Context, path string, w io.Writer) error 
 	return s.callErr(ctx, "downloading "+path, c.Download(ctx, path, w))
 }
 
-// OpenPTY opens a PTY in the sandbox (see agent.Client.OpenPTY): a program
+// OpenPTY opens a PTY in the sandbox (see agentclient.Client.OpenPTY): a program
 // on a pseudo-terminal of its own, or a read-only view of a tool. It ends
 // with the agent connection that opened it (a reconnect ends it). While it
 // is open it counts as a call in flight: the session does not idle out.
-func (s *Session) OpenPTY(ctx context.Context, o proto.PTYOptions, h agent.PTYHandler) (*agent.PTY, error) {
+func (s *Session) OpenPTY(ctx context.Context, o proto.PTYOptions, h agentclient.PTYHandler) (*agentclient.PTY, error) {
 	c, err := s.begin()
 	if err != nil {
 		return nil, err

@@ -22,7 +22,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/sandboxd/sandboxd/agent"
+	agentclient "github.com/sandboxd/sandboxd/agent/client"
 	"github.com/sandboxd/sandboxd/agent/proto"
 	"github.com/sandboxd/sandboxd/tools"
 )
@@ -31,7 +31,7 @@ import (
 // stdin/stdout, the way the host talks to a sandbox.
 type agentProc struct {
 	cmd    *exec.Cmd
-	cli    *agent.Client
+	cli    *agentclient.Client
 	ws     string
 	stderr *syncBuffer
 	exited chan struct{}
@@ -71,7 +71,7 @@ func startAgent(t *testing.T, args ...string) *agentProc {
 	require.NoError(t, p.cmd.Start())
 	closeChildEnds(t, inR, outW)
 	go func() { p.err = p.cmd.Wait(); close(p.exited) }()
-	p.cli = agent.NewClient(proto.JoinConn(outR, inW))
+	p.cli = agentclient.NewClient(proto.JoinConn(outR, inW))
 	t.Cleanup(func() {
 		_ = p.cli.Close() // ends a --stdio-only agent
 		if p.socket {
@@ -119,7 +119,7 @@ func ctxT(t *testing.T) context.Context {
 	return ctx
 }
 
-func call(t *testing.T, cli *agent.Client, name string, args any) *tools.Observation {
+func call(t *testing.T, cli *agentclient.Client, name string, args any) *tools.Observation {
 	t.Helper()
 	raw, err := json.Marshal(args)
 	require.NoError(t, err)
@@ -227,7 +227,7 @@ func TestAgentBadInput(t *testing.T) {
 }
 
 // pidOf runs a background sleep through the terminal and returns its pid.
-func startSleep(t *testing.T, cli *agent.Client) int {
+func startSleep(t *testing.T, cli *agentclient.Client) int {
 	t.Helper()
 	obs := call(t, cli, "terminal", map[string]any{"command": "sleep 1000 & echo PID=$!"})
 	m := regexp.MustCompile(`PID=(\d+)`).FindStringSubmatch(obs.Text())
@@ -260,7 +260,7 @@ func waitGone(t *testing.T, pid int) {
 // callInFlight starts a terminal call of `sleep`, which outlasts the test,
 // and returns once the command runs (its first output has streamed back),
 // with the channel its outcome arrives on.
-func callInFlight(t *testing.T, cli *agent.Client, sleep int) <-chan error {
+func callInFlight(t *testing.T, cli *agentclient.Client, sleep int) <-chan error {
 	t.Helper()
 	started := make(chan struct{})
 	var once sync.Once
@@ -384,7 +384,7 @@ func TestAgentSocketSurvivesStdioAndProxyReconnects(t *testing.T) {
 	proxy.Stdin, proxy.Stdout, proxy.Stderr = inR, outW, p.stderr
 	require.NoError(t, proxy.Start())
 	closeChildEnds(t, inR, outW)
-	cli := agent.NewClient(proto.JoinConn(outR, inW))
+	cli := agentclient.NewClient(proto.JoinConn(outR, inW))
 	defer func() { _ = cli.Close() }()
 	require.NoError(t, cli.Ping(ctxT(t)))
 	obs = call(t, cli, "terminal", map[string]any{"command": "echo REMEMBER=$REMEMBER"})

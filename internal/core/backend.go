@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"io"
 
-	"github.com/sandboxd/sandboxd/agent"
+	agentclient "github.com/sandboxd/sandboxd/agent/client"
 	"github.com/sandboxd/sandboxd/agent/proto"
 	"github.com/sandboxd/sandboxd/internal/metrics"
 	"github.com/sandboxd/sandboxd/sandbox"
@@ -40,8 +40,8 @@ type Sandbox interface {
 	Download(ctx context.Context, path string, w io.Writer) error
 	// OpenPTY opens a PTY in the sandbox: a program on a pseudo-terminal
 	// of its own, or a read-only view of a tool (o.Watch); h gets its
-	// output and end (see agent.PTYHandler).
-	OpenPTY(ctx context.Context, o proto.PTYOptions, h agent.PTYHandler) (PTY, error)
+	// output and end (see agentclient.PTYHandler).
+	OpenPTY(ctx context.Context, o proto.PTYOptions, h agentclient.PTYHandler) (PTY, error)
 	// Close is idempotent.
 	Close(ctx context.Context) error
 	// Done is closed when the session leaves service; EndReason says why
@@ -50,7 +50,7 @@ type Sandbox interface {
 	EndReason() string
 }
 
-// PTY is an open PTY of a sandbox (an *agent.PTY behind internal/sandboxmgr).
+// PTY is an open PTY of a sandbox (an *agentclient.PTY behind internal/sandboxmgr).
 type PTY interface {
 	// Opened says what it runs (process id, argv; neither when watching).
 	Opened() proto.PTYOpened

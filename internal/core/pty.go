@@ -3,7 +3,7 @@ package core
 import (
 	"context"
 
-	"github.com/sandboxd/sandboxd/agent"
+	agentclient "github.com/sandboxd/sandboxd/agent/client"
 	"github.com/sandboxd/sandboxd/agent/proto"
 	"github.com/sandboxd/sandboxd/internal/apierr"
 )
@@ -12,7 +12,7 @@ import (
 // refused while the server drains. A PTY is not a call: the drain does not
 // wait for it. It belongs to the API connection that opened it, which
 // closes it when it ends (and the server's shutdown ends connections).
-func (s *Session) OpenPTY(ctx context.Context, o proto.PTYOptions, h agent.PTYHandler) (PTY, error) {
+func (s *Session) OpenPTY(ctx context.Context, o proto.PTYOptions, h agentclient.PTYHandler) (PTY, error) {
 	s.c.mu.Lock()
 	refused := s.c.draining || s.c.closed
 	s.c.mu.Unlock()

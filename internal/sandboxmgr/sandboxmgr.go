@@ -7,7 +7,7 @@ import (
 	"encoding/json"
 	"io"
 
-	"github.com/sandboxd/sandboxd/agent"
+	agentclient "github.com/sandboxd/sandboxd/agent/client"
 	"github.com/sandboxd/sandboxd/agent/proto"
 	"github.com/sandboxd/sandboxd/internal/apierr"
 	"github.com/sandboxd/sandboxd/internal/core"
@@ -109,7 +109,7 @@ func (s managed) Info() core.Info {
 	return core.Info{State: s.State().String(), Image: o.Image, Labels: o.Labels}
 }
 
-func (s managed) OpenPTY(ctx context.Context, o proto.PTYOptions, h agent.PTYHandler) (core.PTY, error) {
+func (s managed) OpenPTY(ctx context.Context, o proto.PTYOptions, h agentclient.PTYHandler) (core.PTY, error) {
 	p, err := s.Session.OpenPTY(ctx, o, h)
 	if err != nil {
 		return nil, apierr.FromSandbox(err)
@@ -119,7 +119,7 @@ func (s managed) OpenPTY(ctx context.Context, o proto.PTYOptions, h agent.PTYHan
 
 // managedPTY is a core.PTY over an agent's PTY, its errors mapped as they
 // leave it.
-type managedPTY struct{ *agent.PTY }
+type managedPTY struct{ *agentclient.PTY }
 
 func (p managedPTY) Input(ctx context.Context, data []byte) error {
 	return apierr.FromSandbox(p.PTY.Input(ctx, data))

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/sandboxd/sandboxd/agent"
+	agentclient "github.com/sandboxd/sandboxd/agent/client"
 	"github.com/sandboxd/sandboxd/agent/proto"
 	"github.com/sandboxd/sandboxd/internal/apierr"
 	"github.com/sandboxd/sandboxd/internal/core"
@@ -23,7 +23,7 @@ import (
 type FakePTY struct {
 	s     *FakeSandbox
 	o     proto.PTYOptions
-	h     agent.PTYHandler
+	h     agentclient.PTYHandler
 	acked atomic.Int64
 
 	mu    sync.Mutex // orders output and the end
@@ -34,7 +34,7 @@ type FakePTY struct {
 var _ core.PTY = (*FakePTY)(nil)
 
 // OpenPTY implements core.Sandbox.
-func (s *FakeSandbox) OpenPTY(ctx context.Context, o proto.PTYOptions, h agent.PTYHandler) (core.PTY, error) {
+func (s *FakeSandbox) OpenPTY(ctx context.Context, o proto.PTYOptions, h agentclient.PTYHandler) (core.PTY, error) {
 	if s.closed.Load() {
 		return nil, fmt.Errorf("session %s: %w", s.id, errClosed)
 	}

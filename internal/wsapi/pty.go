@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sandboxd/sandboxd/agent"
+	agentclient "github.com/sandboxd/sandboxd/agent/client"
 	"github.com/sandboxd/sandboxd/agent/proto"
 	"github.com/sandboxd/sandboxd/internal/apierr"
 	"github.com/sandboxd/sandboxd/internal/core"
@@ -103,7 +103,7 @@ func ptyOpen(c *conn, req *wsproto.Request) (any, error) {
 	w := &wsPTY{id: c.newPTYID(), c: c, ops: make(chan ptyOp, ptyQueue), done: make(chan struct{})}
 	// Output may come before OpenPTY returns: w holds it until the answer
 	// is queued.
-	pt, err := s.OpenPTY(c.ctx, o, agent.PTYHandler{Output: w.output, Exit: w.exit})
+	pt, err := s.OpenPTY(c.ctx, o, agentclient.PTYHandler{Output: w.output, Exit: w.exit})
 	if err != nil {
 		return nil, err
 	}

@@ -1,4 +1,4 @@
-package agent
+package agentclient
 
 import (
 	"bufio"
@@ -20,19 +20,6 @@ import (
 
 // errClientClosed is why a connection ended when the host closed it.
 var errClientClosed = errors.New("the client was closed")
-
-// ErrStreamWindow: the agent streamed more of a call's output than its
-// window allows (StreamWindow); the excess was dropped.
-var ErrStreamWindow = errors.New("agent streamed past the call's window")
-
-// remoteError is an error response as the client returns it: the agent's
-// *proto.Error, which also matches the tool set's sentinels of its code
-// (errors.Is(err, tools.ErrUnknownTool) holds for an unknown tool).
-type remoteError struct{ err *proto.Error }
-
-func (e remoteError) Error() string        { return e.err.Error() }
-func (e remoteError) Is(target error) bool { return codes.Matches(e.err.Code, target) }
-func (e remoteError) Unwrap() error        { return e.err }
 
 // invalidJSONError: params held a json.RawMessage (the tool arguments) that
 // is not valid JSON, found while encoding the request.
