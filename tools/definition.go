@@ -6,7 +6,6 @@ import (
 	"slices"
 
 	"github.com/google/jsonschema-go/jsonschema"
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // Annotations are the MCP tool hints (spec 2025-03-26 onward). All four are
@@ -62,38 +61,17 @@ type OpenAIFunctionSpec struct {
 // OpenAI exports the definition as an OpenAI function-calling tool.
 func (d Definition) OpenAI() OpenAIFunction {
 	return OpenAIFunction{Type: "function", Function: OpenAIFunctionSpec{
-		Name: d.Name, Description: d.Description, Parameters: modelSchema(d.InputSchema),
+		Name: d.Name, Description: d.Description, Parameters: ModelSchema(d.InputSchema),
 	}}
 }
 
-// MCP exports the definition as an MCP tool definition.
-func (d Definition) MCP() *mcp.Tool {
-	destructive, openWorld := d.Annotations.DestructiveHint, d.Annotations.OpenWorldHint
-	t := &mcp.Tool{
-		Name:        d.Name,
-		Description: d.Description,
-		InputSchema: modelSchema(d.InputSchema),
-		Annotations: &mcp.ToolAnnotations{
-			Title:           d.Annotations.Title,
-			ReadOnlyHint:    d.Annotations.ReadOnlyHint,
-			DestructiveHint: &destructive,
-			IdempotentHint:  d.Annotations.IdempotentHint,
-			OpenWorldHint:   &openWorld,
-		},
-	}
-	if d.OutputSchema != nil {
-		t.OutputSchema = d.OutputSchema
-	}
-	return t
-}
-
-// modelSchema is an input schema as a model is shown it: a parameter that
+// ModelSchema is an input schema as a model is shown it: a parameter that
 // may be null (a Go pointer: "not given") shows only its other type, as
 // OpenHands shows Optional fields. Some model APIs refuse type arrays
 // (Gemini's function declarations take one type), and a model has no
 // reason to send null for a parameter it can leave out. Calls are still
 // validated against InputSchema, so a null sent anyway is accepted.
-func modelSchema(s *jsonschema.Schema) *jsonschema.Schema {
+func ModelSchema(s *jsonschema.Schema) *jsonschema.Schema {
 	c := s.CloneSchemas()
 	dropNullTypes(c)
 	return c

@@ -7,6 +7,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/tools"
 	"github.com/sandboxd/sandboxd/tools/builtin"
+	"github.com/sandboxd/sandboxd/tools/mcpexport"
 )
 
 func init() {
@@ -39,7 +40,7 @@ func runTools(_ context.Context, std stdio, args []string) error {
 	case "mcp":
 		m := make([]any, len(defs))
 		for i, d := range defs {
-			m[i] = d.MCP()
+			m[i] = mcpexport.Tool(d)
 		}
 		out = m
 	case "openai":

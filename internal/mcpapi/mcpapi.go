@@ -53,6 +53,7 @@ import (
 	"github.com/sandboxd/sandboxd/sandbox"
 	"github.com/sandboxd/sandboxd/tools"
 	"github.com/sandboxd/sandboxd/tools/builtin"
+	"github.com/sandboxd/sandboxd/tools/mcpexport"
 )
 
 // Defaults of Options.
@@ -575,7 +576,7 @@ func (h *Handler) listTools(ctx context.Context, ss *mcp.ServerSession) (*mcp.Li
 	}
 	res := &mcp.ListToolsResult{Tools: make([]*mcp.Tool, len(defs))}
 	for i, d := range defs {
-		res.Tools[i] = d.MCP()
+		res.Tools[i] = mcpexport.Tool(d)
 	}
 	return res, nil
 }

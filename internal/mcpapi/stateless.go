@@ -20,6 +20,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/metrics"
 	"github.com/sandboxd/sandboxd/sandbox"
 	"github.com/sandboxd/sandboxd/tools"
+	"github.com/sandboxd/sandboxd/tools/mcpexport"
 )
 
 // The MCP revision 2026-07-28 has no protocol sessions: state that outlives
@@ -141,7 +142,7 @@ func modernTools(defs []tools.Definition, idle time.Duration) []*mcp.Tool {
 		},
 	}
 	for _, d := range defs {
-		t := d.MCP()
+		t := mcpexport.Tool(d)
 		in := t.InputSchema.(*jsonschema.Schema).CloneSchemas()
 		if in.Properties == nil {
 			in.Properties = map[string]*jsonschema.Schema{}

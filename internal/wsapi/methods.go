@@ -14,6 +14,7 @@ import (
 	"github.com/sandboxd/sandboxd/sandbox"
 	"github.com/sandboxd/sandboxd/server/wsproto"
 	"github.com/sandboxd/sandboxd/tools"
+	"github.com/sandboxd/sandboxd/tools/mcpexport"
 )
 
 // errResponded: the method has queued its response itself (under a stream
@@ -221,7 +222,7 @@ func toolsIn(format string, defs []tools.Definition) (*wsproto.ToolsListResult, 
 		case "", "sandboxd":
 			out[i] = d
 		case "mcp":
-			out[i] = d.MCP()
+			out[i] = mcpexport.Tool(d)
 		case "openai":
 			out[i] = d.OpenAI()
 		default:

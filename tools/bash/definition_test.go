@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sandboxd/sandboxd/tools"
+	"github.com/sandboxd/sandboxd/tools/mcpexport"
 )
 
 func TestDefinition(t *testing.T) {
@@ -40,7 +41,7 @@ func TestDefinition(t *testing.T) {
 		assert.Contains(t, string(out), `"`+field+`"`)
 	}
 	// Exports used by the transports work.
-	assert.Equal(t, "terminal", d.MCP().Name)
+	assert.Equal(t, "terminal", mcpexport.Tool(d).Name)
 	assert.Equal(t, "function", d.OpenAI().Type)
 }
 

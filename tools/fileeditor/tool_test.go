@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sandboxd/sandboxd/tools"
+	"github.com/sandboxd/sandboxd/tools/mcpexport"
 )
 
 func TestNewExecutorOptions(t *testing.T) {
@@ -55,7 +56,7 @@ func TestFactoryAndDefinition(t *testing.T) {
 	assert.Equal(t, []any{"view", "create", "str_replace", "insert", "undo_edit"}, d.InputSchema.Properties["command"].Enum)
 	assert.ElementsMatch(t, []string{"command", "path"}, d.InputSchema.Required)
 	require.NotNil(t, d.OutputSchema)
-	m := d.MCP()
+	m := mcpexport.Tool(d)
 	assert.True(t, *m.Annotations.DestructiveHint)
 	assert.False(t, *m.Annotations.OpenWorldHint)
 

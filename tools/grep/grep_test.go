@@ -15,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/sandboxd/sandboxd/tools"
+	"github.com/sandboxd/sandboxd/tools/mcpexport"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -458,7 +459,7 @@ func TestFactoryAndDefinition(t *testing.T) {
 	_, err = Factory(tools.Env{Workspace: "rel"}, nil)
 	require.Error(t, err)
 
-	b, err := json.Marshal(def.MCP())
+	b, err := json.Marshal(mcpexport.Tool(def))
 	require.NoError(t, err)
 	assert.Contains(t, string(b), `"readOnlyHint":true`)
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/skills"
 	"github.com/sandboxd/sandboxd/tools"
+	"github.com/sandboxd/sandboxd/tools/mcpexport"
 )
 
 var builtins = []string{"terminal", "file_editor", "grep", "glob"}
@@ -58,7 +59,7 @@ func TestLoadSkillDefinition(t *testing.T) {
 	assert.Equal(t, []string{"name"}, d.InputSchema.Required)
 	assert.True(t, d.Annotations.ReadOnlyHint)
 	assert.False(t, d.Annotations.DestructiveHint)
-	b, err := json.Marshal(d.MCP().InputSchema)
+	b, err := json.Marshal(mcpexport.Tool(d).InputSchema)
 	require.NoError(t, err)
 	assert.Contains(t, string(b), `"additionalProperties":false`)
 }
@@ -198,7 +199,7 @@ func TestSkillToolDefinition(t *testing.T) {
 	assert.Contains(t, d.Description, "as: run_fuzzing_campaign.sh <fuzz_target> <duration_seconds> [<seed_paths>...] [--custom_mutator_path <custom_mutator_path>] [--reset_output] [--tag <tag> (repeated per value)] [-r <ratio>] [--verbose <verbose>]")
 	assert.Contains(t, d.Description, "stopped after 60 seconds")
 	assert.Contains(t, d.Description, "Its stdout is JSON")
-	b, err := json.Marshal(d.MCP().InputSchema)
+	b, err := json.Marshal(mcpexport.Tool(d).InputSchema)
 	require.NoError(t, err)
 	assert.JSONEq(t, `{
 		"type": "object",
