@@ -123,7 +123,7 @@ func (t Table) With(rows ...Row) Table {
 // Matches reports whether target is a sentinel of code in t.
 func (t Table) Matches(code int, target error) bool {
 	for _, row := range t {
-		if row.Code == code && row.Err == target {
+		if row.Code == code && row.Err == target { //nolint:errorlint // the body of Is methods: target is a sentinel, compared as errors.Is does
 			return true
 		}
 	}
