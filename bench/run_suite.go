@@ -6,7 +6,6 @@ import (
 	"crypto/md5"
 	"fmt"
 	"hash"
-	"log/slog"
 	"os"
 	"os/exec"
 	"strconv"
@@ -26,16 +25,12 @@ func init() {
 const runSeqN = 5000000
 
 func runRunSuite(ctx context.Context, e *env) ([]row, error) {
-	bin, err := e.sandboxdBinary()
+	su, err := e.setup()
 	if err != nil {
 		return nil, err
 	}
-	image := os.Getenv("SANDBOXD_TEST_IMAGE")
-	if image == "" {
-		image = "sandboxd-test:latest"
-	}
-	quiet := slog.New(slog.NewTextHandler(e.log, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	ip, err := startInProcess(ctx, "run", bin, image, quiet, runLabels(), time.Minute, nil)
+	bin, image := su.bin, su.image
+	ip, err := startInProcess(ctx, "run", bin, image, su.quiet, runLabels(), time.Minute, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -3,20 +3,15 @@ package main
 import (
 	"archive/tar"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"io/fs"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
-
-	dclient "github.com/docker/docker/client"
 
 	"github.com/sandboxd/sandboxd/client"
 )
@@ -96,24 +91,16 @@ func runGrepSuite(ctx context.Context, e *env) (_ []row, err error) {
 	if st, err := os.Stat(tree); err != nil || !st.IsDir() {
 		return nil, fmt.Errorf("scale-grep: -grep-tree %s is not a directory", tree)
 	}
-	bin, err := e.sandboxdBinary()
+	su, err := e.setup()
 	if err != nil {
 		return nil, err
 	}
-	quiet := slog.New(slog.NewTextHandler(e.log, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	const scopeKey = "sandboxd.bench.run"
-	scope := strconv.FormatInt(time.Now().UnixNano(), 36)
-	cli, err := dclient.NewClientWithOpts(dclient.FromEnv, dclient.WithAPIVersionNegotiation())
+	rs, err := newRunScope()
 	if err != nil {
 		return nil, err
 	}
-	defer cli.Close()
-	defer func() {
-		if left := leftovers(cli, scopeKey, scope); left != nil {
-			err = errors.Join(err, left)
-		}
-	}()
-	srv, err := startHarnessServer(ctx, bin, *workImage, map[string]string{scopeKey: scope}, 0, 0, quiet)
+	defer rs.end(&err, "")
+	srv, err := startHarnessServer(ctx, su.bin, *workImage, rs.labels(), 0, 0, su.quiet)
 	if err != nil {
 		return nil, err
 	}

@@ -6,13 +6,11 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"os"
 	"runtime"
 	"runtime/pprof"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -25,7 +23,6 @@ import (
 	dclient "github.com/docker/docker/client"
 
 	"github.com/sandboxd/sandboxd/client"
-	"github.com/sandboxd/sandboxd/internal/testenv"
 )
 
 var (
@@ -109,33 +106,23 @@ func runSoakSuite(ctx context.Context, e *env) (_ []row, err error) {
 	if n < 2 || pool < 1 {
 		return nil, errors.New("soak: -soak-cycles must be ≥ 2 and -soak-pool ≥ 1")
 	}
-	bin, err := e.sandboxdBinary()
+	su, err := e.setup()
 	if err != nil {
 		return nil, err
 	}
-	image := os.Getenv("SANDBOXD_TEST_IMAGE")
-	if image == "" {
-		image = testenv.DefaultTestImage
-	}
-	quiet := slog.New(slog.NewTextHandler(e.log, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	const scopeKey = "sandboxd.bench.run"
-	scope := strconv.FormatInt(time.Now().UnixNano(), 36)
-	cli, err := dclient.NewClientWithOpts(dclient.FromEnv, dclient.WithAPIVersionNegotiation())
+	rs, err := newRunScope()
 	if err != nil {
 		return nil, err
 	}
-	defer cli.Close()
 	var readings []reading
 	var failures []string
 	done := 0 // cycles run, interrupted or not
 	defer func() {
 		// After the server's shutdown: nothing of the run may be left.
-		r := read(context.Background(), cli, scopeKey, scope, "after shutdown", done)
+		r := read(context.Background(), rs.cli, scopeKey, rs.value, "after shutdown", done)
 		readings = append(readings, r)
 		printSoak(os.Stdout, readings, failures, done, n, pool)
-		if left := leftovers(cli, scopeKey, scope); left != nil {
-			err = errors.Join(err, left)
-		}
+		rs.end(&err, "")
 		if *soakJSON != "" {
 			b, _ := json.MarshalIndent(map[string]any{"readings": readings, "failures": failures}, "", " ")
 			if werr := os.WriteFile(*soakJSON, b, 0o644); werr != nil {
@@ -143,7 +130,7 @@ func runSoakSuite(ctx context.Context, e *env) (_ []row, err error) {
 			}
 		}
 	}()
-	srv, err := startHarnessServer(ctx, bin, image, map[string]string{scopeKey: scope}, pool, 0, quiet)
+	srv, err := startHarnessServer(ctx, su.bin, su.image, rs.labels(), pool, 0, su.quiet)
 	if err != nil {
 		return nil, err
 	}
@@ -165,7 +152,7 @@ func runSoakSuite(ctx context.Context, e *env) (_ []row, err error) {
 			return err
 		}
 		settle()
-		r := read(ctx, cli, scopeKey, scope, at, done)
+		r := read(ctx, rs.cli, scopeKey, rs.value, at, done)
 		slices.Sort(samples)
 		r.TTIp50MS, r.TTIp99MS = quantile(samples, 0.5), quantile(samples, 0.99)
 		readings = append(readings, r)
@@ -256,24 +243,16 @@ func runDensitySuite(ctx context.Context, e *env) (_ []row, err error) {
 	if n < 2 {
 		return nil, errors.New("density: -density-n must be ≥ 2")
 	}
-	bin, err := e.sandboxdBinary()
+	su, err := e.setup()
 	if err != nil {
 		return nil, err
 	}
-	quiet := slog.New(slog.NewTextHandler(e.log, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	const scopeKey = "sandboxd.bench.run"
-	scope := strconv.FormatInt(time.Now().UnixNano(), 36)
-	cli, err := dclient.NewClientWithOpts(dclient.FromEnv, dclient.WithAPIVersionNegotiation())
+	scope, err := newRunScope()
 	if err != nil {
 		return nil, err
 	}
-	defer cli.Close()
-	defer func() {
-		if left := leftovers(cli, scopeKey, scope); left != nil {
-			err = errors.Join(err, left)
-		}
-	}()
-	srv, err := startHarnessServer(ctx, bin, *workImage, map[string]string{scopeKey: scope}, 0, 0, quiet)
+	defer scope.end(&err, "")
+	srv, err := startHarnessServer(ctx, su.bin, *workImage, scope.labels(), 0, 0, su.quiet)
 	if err != nil {
 		return nil, err
 	}
@@ -303,12 +282,12 @@ func runDensitySuite(ctx context.Context, e *env) (_ []row, err error) {
 			return err
 		}
 		if agents {
-			ids, err := runContainers(ctx, cli, scopeKey, scope)
+			ids, err := runContainers(ctx, scope.cli, scopeKey, scope.value)
 			if err != nil {
 				return err
 			}
 			for _, id := range ids {
-				if total, agent, _, err := containerRSSKB(ctx, cli, id); err == nil {
+				if total, agent, _, err := containerRSSKB(ctx, scope.cli, id); err == nil {
 					r.AgentKB, r.ContainerKB = append(r.AgentKB, agent), append(r.ContainerKB, total)
 				}
 			}

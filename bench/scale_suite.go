@@ -6,10 +6,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"log/slog"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -18,7 +16,6 @@ import (
 	dclient "github.com/docker/docker/client"
 
 	"github.com/sandboxd/sandboxd/client"
-	"github.com/sandboxd/sandboxd/internal/testenv"
 )
 
 var (
@@ -209,37 +206,28 @@ func runScaleSuite(ctx context.Context, e *env) (_ []row, err error) {
 			return nil, fmt.Errorf("scale: unknown setup %q in -scale-setups (have docker, cold, pool)", x)
 		}
 	}
-	bin, err := e.sandboxdBinary()
+	su, err := e.setup()
 	if err != nil {
 		return nil, err
 	}
-	image := os.Getenv("SANDBOXD_TEST_IMAGE")
-	if image == "" {
-		image = testenv.DefaultTestImage
-	}
-	quiet := slog.New(slog.NewTextHandler(e.log, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	const scopeKey, serverKey = "sandboxd.bench.run", "sandboxd.bench.scale"
-	scope := strconv.FormatInt(time.Now().UnixNano(), 36)
-	cli, err := dclient.NewClientWithOpts(dclient.FromEnv, dclient.WithAPIVersionNegotiation())
+	bin, image, quiet := su.bin, su.image, su.quiet
+	const serverKey = "sandboxd.bench.scale"
+	rs, err := newRunScope()
 	if err != nil {
 		return nil, err
 	}
-	defer cli.Close()
+	defer rs.end(&err, "scale")
+	cli := rs.cli
 	if _, err := cli.ImageInspect(ctx, image); err != nil {
 		return nil, fmt.Errorf("scale: image %s (is the engine up? make test-image): %w", image, err)
 	}
-	defer func() {
-		if left := testenv.Leftovers(context.Background(), cli, scopeKey, scope); len(left) > 0 {
-			err = errors.Join(err, fmt.Errorf("scale: left behind (now removed): %s", strings.Join(left, ", ")))
-		}
-	}()
 	var results []scaleResult
 	add := func(setup string, r scaleResult) {
 		r.Setup = setup
 		e.logf("scale: %s %s: %d/%d ok, wall %.0f ms", setup, r.Mode, r.OK, r.N, r.WallMS)
 		results = append(results, r)
 	}
-	labels := map[string]string{scopeKey: scope, serverKey: "docker"}
+	labels := rs.labels(serverKey, "docker")
 	if slices.Contains(setups, "docker") {
 		for _, m := range modes {
 			add("docker-run", launch(ctx, m, n, *scaleStagger, dockerTTI(cli, image, labels)))
@@ -251,7 +239,7 @@ func runScaleSuite(ctx context.Context, e *env) (_ []row, err error) {
 			kind = "pool"
 		}
 		// One server per pool setting; every way in draws from it in turn.
-		srv, err := startHarnessServer(ctx, bin, image, map[string]string{scopeKey: scope, serverKey: kind}, pool, *harnessStarts, quiet)
+		srv, err := startHarnessServer(ctx, bin, image, rs.labels(serverKey, kind), pool, *harnessStarts, quiet)
 		if err != nil {
 			return nil, err
 		}

@@ -22,7 +22,6 @@ import (
 	dclient "github.com/docker/docker/client"
 
 	"github.com/sandboxd/sandboxd/client"
-	"github.com/sandboxd/sandboxd/internal/testenv"
 	"github.com/sandboxd/sandboxd/sandbox"
 )
 
@@ -120,26 +119,19 @@ func runWorkSuite(ctx context.Context, e *env) (_ []row, err error) {
 	if *workFiles < 1 {
 		return nil, errors.New("scale-work: -work-files must be ≥ 1")
 	}
-	bin, err := e.sandboxdBinary()
+	su, err := e.setup()
 	if err != nil {
 		return nil, err
 	}
-	quiet := slog.New(slog.NewTextHandler(e.log, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	const scopeKey, serverKey = "sandboxd.bench.run", "sandboxd.bench.work"
-	scope := strconv.FormatInt(time.Now().UnixNano(), 36)
-	cli, err := dclient.NewClientWithOpts(dclient.FromEnv, dclient.WithAPIVersionNegotiation())
+	const serverKey = "sandboxd.bench.work"
+	rs, err := newRunScope()
 	if err != nil {
 		return nil, err
 	}
-	defer cli.Close()
-	if _, err := cli.ImageInspect(ctx, *workImage); err != nil {
+	defer rs.end(&err, "")
+	if _, err := rs.cli.ImageInspect(ctx, *workImage); err != nil {
 		return nil, fmt.Errorf("scale-work: image %s (make image): %w", *workImage, err)
 	}
-	defer func() {
-		if left := leftovers(cli, scopeKey, scope); left != nil {
-			err = errors.Join(err, left)
-		}
-	}()
 	repo := filepath.Join(e.tmp, "repo")
 	if err := hostRepo(ctx, repo, *workFiles); err != nil {
 		return nil, fmt.Errorf("scale-work: making the repository on the host (git needed): %w", err)
@@ -148,7 +140,7 @@ func runWorkSuite(ctx context.Context, e *env) (_ []row, err error) {
 	var mems []workMemory
 	for i, n := range counts {
 		last := i == len(counts)-1
-		ps, mem, err := workRound(ctx, e, cli, bin, repo, n, last, quiet, map[string]string{scopeKey: scope, serverKey: strconv.Itoa(n)})
+		ps, mem, err := workRound(ctx, e, rs.cli, su.bin, repo, n, last, su.quiet, rs.labels(serverKey, strconv.Itoa(n)))
 		phases = append(phases, ps...)
 		if mem != nil {
 			mems = append(mems, *mem)
@@ -473,13 +465,4 @@ func pick(sorted []int64, q float64) int64 {
 	}
 	i := int(q*float64(len(sorted))+0.5) - 1
 	return sorted[min(max(i, 0), len(sorted)-1)]
-}
-
-// leftovers checks, after a suite's servers stopped, that nothing labelled
-// by its run is left (and removes what is).
-func leftovers(cli *dclient.Client, key, value string) error {
-	if left := testenv.Leftovers(context.Background(), cli, key, value); len(left) > 0 {
-		return fmt.Errorf("left behind (now removed): %s", strings.Join(left, ", "))
-	}
-	return nil
 }

@@ -4,10 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"math"
 	"net/http"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -34,18 +32,14 @@ func init() {
 var noopCall = map[string]any{"command": "view", "path": "/workspace/one.txt"}
 
 func runServerSuite(ctx context.Context, e *env) ([]row, error) {
-	bin, err := e.sandboxdBinary()
+	su, err := e.setup()
 	if err != nil {
 		return nil, err
 	}
-	image := os.Getenv("SANDBOXD_TEST_IMAGE")
-	if image == "" {
-		image = "sandboxd-test:latest"
-	}
-	quiet := slog.New(slog.NewTextHandler(e.log, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	bin, image, quiet := su.bin, su.image, su.quiet
 	// The direct path to the agent on, as serve has it (decision 0035).
 	run := strconv.FormatInt(time.Now().UnixNano(), 36)
-	ip, err := startInProcess(ctx, "server", bin, image, quiet, map[string]string{"sandboxd.bench.run": run}, time.Minute, nil)
+	ip, err := startInProcess(ctx, "server", bin, image, quiet, map[string]string{scopeKey: run}, time.Minute, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -82,7 +76,7 @@ func runServerSuite(ctx context.Context, e *env) ([]row, error) {
 
 	// The same call over the engine's attach stream (serve --direct=false):
 	// a runtime with the direct path off and a session of its own.
-	ipAttach, err := startInProcess(ctx, "server", bin, image, quiet, map[string]string{"sandboxd.bench.run": run + "-attach"}, time.Minute,
+	ipAttach, err := startInProcess(ctx, "server", bin, image, quiet, map[string]string{scopeKey: run + "-attach"}, time.Minute,
 		func(c *daemon.Config) { c.Direct = false })
 	if err != nil {
 		return nil, err

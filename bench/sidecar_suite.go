@@ -3,10 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -40,14 +38,11 @@ func addedBelow(d time.Duration) (string, func(row) bool) {
 }
 
 func runSidecarSuite(ctx context.Context, e *env) (_ []row, err error) {
-	bin, err := e.sandboxdBinary()
+	su, err := e.setup()
 	if err != nil {
 		return nil, err
 	}
-	image := os.Getenv("SANDBOXD_TEST_IMAGE")
-	if image == "" {
-		image = "sandboxd-test:latest"
-	}
+	image := su.image
 	cli, err := dclient.NewClientWithOpts(dclient.FromEnv, dclient.WithAPIVersionNegotiation())
 	if err != nil {
 		return nil, err
@@ -56,10 +51,9 @@ func runSidecarSuite(ctx context.Context, e *env) (_ []row, err error) {
 	if _, err := cli.ImageInspect(ctx, sidecarBenchImage); err != nil {
 		return nil, fmt.Errorf("sidecar suite: %s (make sidecar-images): %w", sidecarBenchImage, err)
 	}
-	quiet := slog.New(slog.NewTextHandler(e.log, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	sidecar := sandbox.MCPServer{Name: "everything", Image: sidecarBenchImage, Args: []string{"-http", "0.0.0.0:8080"},
 		Transport: sandbox.TransportHTTP, Port: 8080, Path: "/"}
-	ip, err := startInProcess(ctx, "sidecar", bin, image, quiet, runLabels(), time.Minute, func(c *daemon.Config) {
+	ip, err := startInProcess(ctx, "sidecar", su.bin, image, su.quiet, runLabels(), time.Minute, func(c *daemon.Config) {
 		c.ServerHook = func(o *server.Options) {
 			o.Profiles = map[string]sandbox.SessionOptions{"sc": {Image: image, MCPServers: []sandbox.MCPServer{sidecar}}}
 		}
