@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/sandboxd/sandboxd/internal/dockerbench"
+	"github.com/sandboxd/sandboxd/bench/dockerbench"
 )
 
 func init() {

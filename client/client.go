@@ -28,7 +28,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
-	"github.com/sandboxd/sandboxd/server/wsproto"
+	"github.com/sandboxd/sandboxd/wsproto"
 )
 
 // ErrConnectionLost: the connection to the server ended (and Reconnect is

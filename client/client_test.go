@@ -14,8 +14,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/sandboxd/sandboxd/client"
-	"github.com/sandboxd/sandboxd/internal/servertest"
-	"github.com/sandboxd/sandboxd/server/wsproto"
+	"github.com/sandboxd/sandboxd/server/servertest"
+	"github.com/sandboxd/sandboxd/wsproto"
 )
 
 func TestMain(m *testing.M) {

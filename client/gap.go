@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sandboxd/sandboxd/server/wsproto"
+	"github.com/sandboxd/sandboxd/wsproto"
 )
 
 // maxBacklog bounds the output a session holds while it refills a gap

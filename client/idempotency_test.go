@@ -12,7 +12,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/sandboxd/sandboxd/client"
-	"github.com/sandboxd/sandboxd/server/wsproto"
+	"github.com/sandboxd/sandboxd/wsproto"
 )
 
 // A retried create returns the session's token: the Go client's default

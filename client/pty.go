@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sandboxd/sandboxd/server/wsproto"
+	"github.com/sandboxd/sandboxd/wsproto"
 )
 
 // PTYOptions are the options of a PTY (see wsproto.PTYOpenParams): Rows

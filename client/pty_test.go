@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/client"
-	"github.com/sandboxd/sandboxd/internal/servertest"
-	"github.com/sandboxd/sandboxd/server/wsproto"
+	"github.com/sandboxd/sandboxd/server/servertest"
+	"github.com/sandboxd/sandboxd/wsproto"
 )
 
 // readUntil reads the PTY until its output holds want.

@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sandboxd/sandboxd/server/wsproto"
+	"github.com/sandboxd/sandboxd/wsproto"
 	"github.com/sandboxd/sandboxd/tools"
 )
 

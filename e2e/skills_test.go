@@ -10,15 +10,15 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/sandboxd/sandboxd/internal/sandboxmgr"
 	"github.com/sandboxd/sandboxd/sandbox"
 	sdocker "github.com/sandboxd/sandboxd/sandbox/docker"
+	"github.com/sandboxd/sandboxd/server/daemon"
 	"github.com/sandboxd/sandboxd/skills"
 )
 
 // builtinSkills is the manager's skill source of the built-in skills,
 // extracted under a folder of the test.
-func builtinSkills(t *testing.T, operatorRoots ...string) sandboxmgr.Skills {
+func builtinSkills(t *testing.T, operatorRoots ...string) daemon.Skills {
 	t.Helper()
 	dir, err := skills.ExtractBuiltin(t.TempDir())
 	require.NoError(t, err)
@@ -29,7 +29,7 @@ func builtinSkills(t *testing.T, operatorRoots ...string) sandboxmgr.Skills {
 	for _, r := range operatorRoots {
 		roots = append(roots, skills.Root{Dir: r})
 	}
-	return sandboxmgr.Skills{Lib: skills.NewLibrary(append(roots, skills.BuiltinRoot(dir))...)}
+	return daemon.Skills{Lib: skills.NewLibrary(append(roots, skills.BuiltinRoot(dir))...)}
 }
 
 // Copy mode (a remote engine): the selected skills reach the sandbox as

@@ -15,9 +15,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/sandboxd/sandboxd/internal/servertest"
+	"github.com/sandboxd/sandboxd/server/servertest"
 	"github.com/sandboxd/sandboxd/server"
-	"github.com/sandboxd/sandboxd/server/wsproto"
+	"github.com/sandboxd/sandboxd/wsproto"
 )
 
 func TestWebSocketHandshakeAuth(t *testing.T) {

@@ -11,9 +11,9 @@ import (
 
 	"github.com/gorilla/websocket"
 
-	"github.com/sandboxd/sandboxd/internal/servertest"
+	"github.com/sandboxd/sandboxd/server/servertest"
 	"github.com/sandboxd/sandboxd/server"
-	"github.com/sandboxd/sandboxd/server/wsproto"
+	"github.com/sandboxd/sandboxd/wsproto"
 )
 
 const fuzzMaxMessage = 64 << 10

@@ -11,7 +11,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/sandboxd/sandboxd/internal/servertest"
+	"github.com/sandboxd/sandboxd/server/servertest"
 	"github.com/sandboxd/sandboxd/server"
 )
 

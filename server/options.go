@@ -8,9 +8,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sandboxd/sandboxd/internal/auth"
-	"github.com/sandboxd/sandboxd/internal/core"
 	"github.com/sandboxd/sandboxd/sandbox"
+	"github.com/sandboxd/sandboxd/server/auth"
+	"github.com/sandboxd/sandboxd/server/internal/core"
 	"github.com/sandboxd/sandboxd/tools"
 )
 

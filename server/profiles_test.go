@@ -15,10 +15,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sandboxd/sandboxd/client"
-	"github.com/sandboxd/sandboxd/internal/servertest"
+	"github.com/sandboxd/sandboxd/server/servertest"
 	"github.com/sandboxd/sandboxd/sandbox"
 	"github.com/sandboxd/sandboxd/server"
-	"github.com/sandboxd/sandboxd/server/wsproto"
+	"github.com/sandboxd/sandboxd/wsproto"
 	"github.com/sandboxd/sandboxd/tools"
 )
 

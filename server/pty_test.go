@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sandboxd/sandboxd/internal/servertest"
-	"github.com/sandboxd/sandboxd/server/wsproto"
+	"github.com/sandboxd/sandboxd/server/servertest"
+	"github.com/sandboxd/sandboxd/wsproto"
 )
 
 // ptyOutputs is the concatenated data of the pty.output notifications of

@@ -19,12 +19,14 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sandboxd/sandboxd/internal/core"
-	"github.com/sandboxd/sandboxd/internal/mcpapi"
-	"github.com/sandboxd/sandboxd/internal/metrics"
-	"github.com/sandboxd/sandboxd/internal/wsapi"
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/sandboxd/sandboxd/sandbox"
-	"github.com/sandboxd/sandboxd/server/wsproto"
+	"github.com/sandboxd/sandboxd/server/internal/core"
+	"github.com/sandboxd/sandboxd/server/internal/mcpapi"
+	"github.com/sandboxd/sandboxd/server/internal/metrics"
+	"github.com/sandboxd/sandboxd/server/internal/wsapi"
+	"github.com/sandboxd/sandboxd/wsproto"
 )
 
 // Server is sandboxd's API server.
@@ -106,8 +108,11 @@ func New(opts Options) (*Server, error) {
 	return s, nil
 }
 
-// Core returns the dispatch core (benchmarks call it directly).
-func (s *Server) Core() *core.Core { return s.core }
+// Metrics is the server's Prometheus registry, as /metrics serves it.
+func (s *Server) Metrics() prometheus.Gatherer { return s.core.Metrics().Registry }
+
+// LiveSessions is how many sessions the server holds (WebSocket and MCP).
+func (s *Server) LiveSessions() int { return len(s.core.List(s.core.Operator())) }
 
 // Handler is the server's whole HTTP handler (tests serve it with httptest).
 func (s *Server) Handler() http.Handler {

@@ -17,10 +17,10 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/sandboxd/sandboxd/internal/core"
-	"github.com/sandboxd/sandboxd/internal/servertest"
 	"github.com/sandboxd/sandboxd/server"
-	"github.com/sandboxd/sandboxd/server/wsproto"
+	"github.com/sandboxd/sandboxd/server/internal/core"
+	"github.com/sandboxd/sandboxd/server/servertest"
+	"github.com/sandboxd/sandboxd/wsproto"
 )
 
 func call(sessionID, tool string, args any, stream bool) map[string]any {
@@ -607,7 +607,7 @@ func TestShutdownCancelsLongCalls(t *testing.T) {
 // metricValue sums the samples of a metric family.
 func metricValue(t *testing.T, ts *servertest.Server, name string) float64 {
 	t.Helper()
-	fams, err := ts.Core().Metrics().Registry.Gather()
+	fams, err := ts.Metrics().Gather()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,8 +13,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/sandboxd/sandboxd/internal/auth"
-	"github.com/sandboxd/sandboxd/internal/servertest"
+	"github.com/sandboxd/sandboxd/server/auth"
+	"github.com/sandboxd/sandboxd/server/servertest"
 	"github.com/sandboxd/sandboxd/server"
 )
 

@@ -9,8 +9,8 @@ import (
 
 	"github.com/gorilla/websocket"
 
-	"github.com/sandboxd/sandboxd/internal/servertest"
-	"github.com/sandboxd/sandboxd/server/wsproto"
+	"github.com/sandboxd/sandboxd/server/servertest"
+	"github.com/sandboxd/sandboxd/wsproto"
 )
 
 // rawClient is a bare JSON-RPC-over-WebSocket client: the tests speak the

@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/client"
-	"github.com/sandboxd/sandboxd/internal/auth"
+	"github.com/sandboxd/sandboxd/server/auth"
 	"github.com/sandboxd/sandboxd/sandbox"
 	"github.com/sandboxd/sandboxd/server/daemon"
 	"github.com/sandboxd/sandboxd/tools"

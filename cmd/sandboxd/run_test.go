@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/client"
-	"github.com/sandboxd/sandboxd/internal/servertest"
+	"github.com/sandboxd/sandboxd/server/servertest"
 )
 
 // failWriter fails every write, as a closed pipe does.

@@ -10,7 +10,7 @@ import (
 	"runtime/debug"
 	"strings"
 
-	"github.com/sandboxd/sandboxd/internal/auth"
+	"github.com/sandboxd/sandboxd/server/auth"
 	"github.com/sandboxd/sandboxd/server"
 	"github.com/sandboxd/sandboxd/server/daemon"
 )

@@ -13,7 +13,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/sandboxd/sandboxd/client"
-	"github.com/sandboxd/sandboxd/server/wsproto"
+	"github.com/sandboxd/sandboxd/wsproto"
 )
 
 func init() {

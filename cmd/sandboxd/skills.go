@@ -9,7 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/sandboxd/sandboxd/internal/config"
+	"github.com/sandboxd/sandboxd/server/config"
 	"github.com/sandboxd/sandboxd/server/daemon"
 	"github.com/sandboxd/sandboxd/skills"
 )

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sandboxd/sandboxd/internal/auth"
+	"github.com/sandboxd/sandboxd/server/auth"
 )
 
 // The operator token never appears in what serve, run and shell print

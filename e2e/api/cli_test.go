@@ -20,7 +20,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/client"
-	"github.com/sandboxd/sandboxd/internal/auth"
+	"github.com/sandboxd/sandboxd/server/auth"
 )
 
 // `sandboxd run -- CMD` against a `sandboxd serve` process: the output and

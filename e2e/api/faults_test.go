@@ -26,7 +26,7 @@ import (
 	dockerclient "github.com/docker/docker/client"
 
 	"github.com/sandboxd/sandboxd/client"
-	"github.com/sandboxd/sandboxd/internal/auth"
+	"github.com/sandboxd/sandboxd/server/auth"
 	"github.com/sandboxd/sandboxd/sandbox"
 	"github.com/sandboxd/sandboxd/server"
 	"github.com/sandboxd/sandboxd/server/daemon"

@@ -28,7 +28,7 @@ import (
 	"github.com/docker/docker/client"
 	"go.uber.org/goleak"
 
-	"github.com/sandboxd/sandboxd/internal/auth"
+	"github.com/sandboxd/sandboxd/server/auth"
 	"github.com/sandboxd/sandboxd/sandbox"
 	"github.com/sandboxd/sandboxd/server"
 )

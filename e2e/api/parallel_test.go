@@ -20,7 +20,7 @@ import (
 	"github.com/docker/docker/api/types/volume"
 
 	"github.com/sandboxd/sandboxd/client"
-	"github.com/sandboxd/sandboxd/internal/auth"
+	"github.com/sandboxd/sandboxd/server/auth"
 	"github.com/sandboxd/sandboxd/sandbox"
 	"github.com/sandboxd/sandboxd/server/daemon"
 	"github.com/sandboxd/sandboxd/tools"
@@ -109,7 +109,7 @@ func (s *harnessServer) liveSessions(ctx context.Context) (core, manager, listed
 	}
 	defer c.Close()
 	l, err := c.ListSessions(ctx)
-	return len(s.Core().List(s.Core().Operator())), len(s.manager.List()), len(l), err
+	return s.LiveSessions(), len(s.manager.List()), len(l), err
 }
 
 // barrier lets n goroutines wait for each other; a cancelled ctx releases

@@ -17,7 +17,7 @@ import (
 	"github.com/docker/docker/api/types/filters"
 
 	"github.com/sandboxd/sandboxd/client"
-	"github.com/sandboxd/sandboxd/internal/auth"
+	"github.com/sandboxd/sandboxd/server/auth"
 )
 
 // A warm pool that follows demand (`pool: {min: 1, max: 4, idle: 10s}` on

@@ -11,7 +11,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/agent/proto"
 	"github.com/sandboxd/sandboxd/client"
-	"github.com/sandboxd/sandboxd/server/wsproto"
+	"github.com/sandboxd/sandboxd/wsproto"
 )
 
 // readPTY reads p until its output holds want (or it ends).

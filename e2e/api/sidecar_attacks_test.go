@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/client"
-	"github.com/sandboxd/sandboxd/server/wsproto"
+	"github.com/sandboxd/sandboxd/wsproto"
 )
 
 // The hostile MCP server (e2e/evilmcp) attacks of issue 21

@@ -23,10 +23,10 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/sandboxd/sandboxd/client"
-	"github.com/sandboxd/sandboxd/internal/auth"
+	"github.com/sandboxd/sandboxd/server/auth"
 	"github.com/sandboxd/sandboxd/internal/testenv"
 	"github.com/sandboxd/sandboxd/sandbox"
-	"github.com/sandboxd/sandboxd/server/wsproto"
+	"github.com/sandboxd/sandboxd/wsproto"
 )
 
 // The sidecar images of `make sidecar-images`: the MCP Go SDK's example

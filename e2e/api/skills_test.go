@@ -14,7 +14,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/sandboxd/sandboxd/client"
-	"github.com/sandboxd/sandboxd/internal/auth"
+	"github.com/sandboxd/sandboxd/server/auth"
 )
 
 // skillParam is a ## Parameters entry of a test skill.

@@ -17,7 +17,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/client"
 	"github.com/sandboxd/sandboxd/server"
-	"github.com/sandboxd/sandboxd/server/wsproto"
+	"github.com/sandboxd/sandboxd/wsproto"
 )
 
 // seqOutput is what `seq 1 n` prints.

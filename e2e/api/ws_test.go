@@ -22,7 +22,7 @@ import (
 	"github.com/sandboxd/sandboxd/client"
 	"github.com/sandboxd/sandboxd/sandbox"
 	"github.com/sandboxd/sandboxd/server"
-	"github.com/sandboxd/sandboxd/server/wsproto"
+	"github.com/sandboxd/sandboxd/wsproto"
 )
 
 // wsConn is a bare JSON-RPC client: the protocol as a non-Go client sees it.

@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/sandboxd/sandboxd/internal/config"
 	"github.com/sandboxd/sandboxd/sandbox"
+	"github.com/sandboxd/sandboxd/server/config"
 )
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }

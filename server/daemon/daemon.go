@@ -10,13 +10,13 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/sandboxd/sandboxd/internal/auth"
-	"github.com/sandboxd/sandboxd/internal/config"
-	"github.com/sandboxd/sandboxd/internal/mcpapi"
-	"github.com/sandboxd/sandboxd/internal/sandboxmgr"
 	"github.com/sandboxd/sandboxd/sandbox"
 	"github.com/sandboxd/sandboxd/sandbox/docker"
 	"github.com/sandboxd/sandboxd/server"
+	"github.com/sandboxd/sandboxd/server/auth"
+	"github.com/sandboxd/sandboxd/server/config"
+	"github.com/sandboxd/sandboxd/server/internal/mcpapi"
+	"github.com/sandboxd/sandboxd/server/internal/sandboxmgr"
 	"github.com/sandboxd/sandboxd/tools"
 )
 

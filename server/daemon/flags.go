@@ -7,8 +7,8 @@ import (
 	"strings"
 
 	"github.com/sandboxd/sandboxd/internal/bytesize"
-	"github.com/sandboxd/sandboxd/internal/config"
 	"github.com/sandboxd/sandboxd/sandbox"
+	"github.com/sandboxd/sandboxd/server/config"
 )
 
 // UsageError is a bad configuration, naming the flag at fault: the caller

@@ -5,9 +5,9 @@ import (
 	"errors"
 	"log/slog"
 
-	"github.com/sandboxd/sandboxd/internal/config"
 	"github.com/sandboxd/sandboxd/sandbox"
 	"github.com/sandboxd/sandboxd/server"
+	"github.com/sandboxd/sandboxd/server/config"
 )
 
 // checkProfiles resolves every profile of the config over the sessions'

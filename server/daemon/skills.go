@@ -9,9 +9,8 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/sandboxd/sandboxd/internal/config"
-	"github.com/sandboxd/sandboxd/internal/sandboxmgr"
 	"github.com/sandboxd/sandboxd/sandbox"
+	"github.com/sandboxd/sandboxd/server/config"
 	"github.com/sandboxd/sandboxd/skills"
 )
 
@@ -35,10 +34,10 @@ func LoadLibrary(ctx context.Context, roots ...skills.Root) (*skills.Library, er
 // the state directory so that sandboxes can mount them. What a root holds
 // that cannot be used is logged with the reason; it never stops the server.
 // SIGINT and SIGTERM (ctx) end a load that is stuck.
-func loadSkills(ctx context.Context, stateDir string, operatorRoots []string, log *slog.Logger) (sandboxmgr.Skills, error) {
+func loadSkills(ctx context.Context, stateDir string, operatorRoots []string, log *slog.Logger) (Skills, error) {
 	builtinDir, err := skills.ExtractBuiltin(filepath.Join(stateDir, "skills"))
 	if err != nil {
-		return sandboxmgr.Skills{}, fmt.Errorf("writing the built-in skills under %s: %w", stateDir, err)
+		return Skills{}, fmt.Errorf("writing the built-in skills under %s: %w", stateDir, err)
 	}
 	roots := make([]skills.Root, 0, len(operatorRoots)+1)
 	for _, d := range operatorRoots {
@@ -46,7 +45,7 @@ func loadSkills(ctx context.Context, stateDir string, operatorRoots []string, lo
 	}
 	lib, err := LoadLibrary(ctx, append(roots, skills.BuiltinRoot(builtinDir))...)
 	if err != nil {
-		return sandboxmgr.Skills{}, err
+		return Skills{}, err
 	}
 	for _, sk := range lib.Skipped() {
 		log.Warn("skill not loaded", "path", sk.Path, "root", sk.Root, "reason", sk.Reason)
@@ -57,12 +56,12 @@ func loadSkills(ctx context.Context, stateDir string, operatorRoots []string, lo
 		}
 	}
 	log.Info("skills", "loaded", len(lib.Skills()), "skipped", len(lib.Skipped()), "roots", strings.Join(append(slices.Clone(operatorRoots), "built-in"), ", "))
-	return sandboxmgr.Skills{Lib: lib, Log: log}, nil
+	return Skills{Lib: lib, Log: log}, nil
 }
 
 // checkProfileSkills refuses a profile whose skills select nothing loaded,
 // at the line of its skills option.
-func checkProfileSkills(file *config.File, src sandboxmgr.Skills) error {
+func checkProfileSkills(file *config.File, src Skills) error {
 	var errs []error
 	for _, name := range file.Names() {
 		if sel := file.Profiles[name].Options.Skills; len(sel) > 0 {

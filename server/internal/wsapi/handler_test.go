@@ -1,0 +1,122 @@
+package wsapi
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"go.uber.org/goleak"
+
+	"github.com/sandboxd/sandboxd/server/auth"
+	"github.com/sandboxd/sandboxd/server/internal/core"
+	"github.com/sandboxd/sandboxd/server/internal/metrics"
+	"github.com/sandboxd/sandboxd/sandbox"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// noSessions is a core.Backend without sessions.
+type noSessions struct{}
+
+func (noSessions) Create(context.Context, sandbox.SessionOptions, sandbox.CreateOptions) (core.Sandbox, error) {
+	return nil, context.Canceled
+}
+func (noSessions) Get(string) (core.Sandbox, bool)      { return nil, false }
+func (noSessions) List() []core.Sandbox                 { return nil }
+func (noSessions) Stats() metrics.Stats                 { return metrics.Stats{} }
+func (noSessions) Shutdown(context.Context, bool) error { return nil }
+
+// A connection whose upgrade overlaps the start of Shutdown is closed with
+// 1001 too; Shutdown does not wait for it until its deadline.
+func TestShutdownDuringUpgrade(t *testing.T) {
+	token := auth.NewToken()
+	c, err := core.New(core.Options{Backend: noSessions{}, OperatorToken: token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := New(c, Options{})
+	hs := httptest.NewServer(h)
+	defer hs.Close()
+
+	shutdown := make(chan error, 1)
+	snapshot := make(chan struct{})
+	testHookShutdown = func() { close(snapshot) }
+	testHookUpgraded = func() {
+		// Shutdown takes its snapshot of the connections now, before
+		// this one is registered.
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			shutdown <- h.Shutdown(ctx)
+		}()
+		<-snapshot
+	}
+	defer func() { testHookUpgraded, testHookShutdown = nil, nil }()
+
+	ws, _, err := websocket.DefaultDialer.Dial("ws"+strings.TrimPrefix(hs.URL, "http"), http.Header{"Authorization": {"Bearer " + token}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.Close()
+	_ = ws.SetReadDeadline(time.Now().Add(10 * time.Second))
+	_, _, err = ws.ReadMessage()
+	var ce *websocket.CloseError
+	if !errors.As(err, &ce) || ce.Code != websocket.CloseGoingAway {
+		t.Fatalf("connection upgraded during shutdown: %v, want close 1001", err)
+	}
+	ws.Close()
+	// Had Shutdown waited for the connection until its deadline, it would
+	// say so (context.DeadlineExceeded).
+	if err := <-shutdown; err != nil {
+		t.Fatalf("shutdown still waits for the connection: %v", err)
+	}
+	_ = c.Shutdown(context.Background(), false)
+}
+
+// The handler checks Host and Origin itself: mounted without the server's
+// middleware it still refuses DNS rebinding and other origins.
+func TestHandlerChecksHostAndOrigin(t *testing.T) {
+	token := auth.NewToken()
+	c, err := core.New(core.Options{Backend: noSessions{}, OperatorToken: token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Shutdown(context.Background(), false)
+	for _, tc := range []struct {
+		name   string
+		policy auth.RequestPolicy
+		header http.Header
+		want   int
+	}{
+		{"plain", auth.RequestPolicy{}, http.Header{}, http.StatusSwitchingProtocols},
+		{"rebound host", auth.RequestPolicy{}, http.Header{"Host": {"evil.example:7070"}}, http.StatusForbidden},
+		{"foreign origin", auth.RequestPolicy{}, http.Header{"Origin": {"https://evil.example"}}, http.StatusForbidden},
+		{"null origin", auth.RequestPolicy{}, http.Header{"Origin": {"null"}}, http.StatusForbidden},
+		{"same-host origin", auth.RequestPolicy{}, http.Header{"Origin": {"http://127.0.0.1"}}, http.StatusForbidden},
+		{"allowed origin", auth.RequestPolicy{Origins: auth.OriginPolicy{Allowed: []string{"https://app.example"}}},
+			http.Header{"Origin": {"https://app.example"}}, http.StatusSwitchingProtocols},
+		{"allowed host", auth.RequestPolicy{Hosts: auth.HostPolicy{Allowed: []string{"proxy.example"}}},
+			http.Header{"Host": {"proxy.example"}}, http.StatusSwitchingProtocols},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := New(c, Options{Requests: tc.policy})
+			hs := httptest.NewServer(h)
+			defer hs.Close()
+			defer h.Shutdown(context.Background())
+			hdr := tc.header.Clone()
+			hdr.Set("Authorization", "Bearer "+token)
+			ws, resp, err := websocket.DefaultDialer.Dial("ws"+strings.TrimPrefix(hs.URL, "http"), hdr)
+			if err == nil {
+				ws.Close()
+			}
+			if resp == nil || resp.StatusCode != tc.want {
+				t.Fatalf("status %v, want %d (%v)", resp, tc.want, err)
+			}
+		})
+	}
+}
