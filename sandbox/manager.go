@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -98,39 +99,19 @@ type PoolOptions struct {
 
 func (o *ManagerOptions) setDefaults() error {
 	var p problems
-	if o.MaxConcurrentStarts == 0 {
-		o.MaxConcurrentStarts = DefaultMaxConcurrentStarts
-	}
-	if o.StartTimeout == 0 {
-		o.StartTimeout = DefaultStartTimeout
-	}
-	if o.ShutdownGrace == 0 {
-		o.ShutdownGrace = DefaultShutdownGrace
-	}
-	if o.RemoveTimeout == 0 {
-		o.RemoveTimeout = DefaultRemoveTimeout
-	}
-	if o.ReapInterval == 0 {
-		o.ReapInterval = DefaultReapInterval
-	}
-	if o.ProbeTimeout == 0 {
-		o.ProbeTimeout = DefaultProbeTimeout
-	}
-	if o.HealthTimeout == 0 {
-		o.HealthTimeout = DefaultHealthTimeout
-	}
-	if o.EngineOutage == 0 {
-		o.EngineOutage = DefaultEngineOutage
-	}
-	if o.Logger == nil {
-		o.Logger = slog.Default()
-	}
+	o.MaxConcurrentStarts = cmp.Or(o.MaxConcurrentStarts, DefaultMaxConcurrentStarts)
+	o.StartTimeout = cmp.Or(o.StartTimeout, DefaultStartTimeout)
+	o.ShutdownGrace = cmp.Or(o.ShutdownGrace, DefaultShutdownGrace)
+	o.RemoveTimeout = cmp.Or(o.RemoveTimeout, DefaultRemoveTimeout)
+	o.ReapInterval = cmp.Or(o.ReapInterval, DefaultReapInterval)
+	o.ProbeTimeout = cmp.Or(o.ProbeTimeout, DefaultProbeTimeout)
+	o.HealthTimeout = cmp.Or(o.HealthTimeout, DefaultHealthTimeout)
+	o.EngineOutage = cmp.Or(o.EngineOutage, DefaultEngineOutage)
+	o.Logger = cmp.Or(o.Logger, slog.Default())
 	if o.Dial == nil {
 		o.Dial = DialAgent
 	}
-	if o.warmUp == nil {
-		o.warmUp = defaultWarmUp
-	}
+	o.warmUp = cmp.Or(o.warmUp, defaultWarmUp)
 	for name, d := range map[string]time.Duration{
 		"start_timeout": o.StartTimeout, "shutdown_grace": o.ShutdownGrace, "remove_timeout": o.RemoveTimeout,
 		"reap_interval": o.ReapInterval, "probe_timeout": o.ProbeTimeout, "health_timeout": o.HealthTimeout,

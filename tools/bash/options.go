@@ -73,24 +73,12 @@ type Options struct {
 var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 func (o Options) withDefaults() Options {
-	if o.SoftTimeout == 0 {
-		o.SoftTimeout = DefaultSoftTimeout
-	}
-	if o.MaxWait == 0 {
-		o.MaxWait = DefaultMaxWait
-	}
-	if o.MaxOutputChars == 0 {
-		o.MaxOutputChars = DefaultMaxOutputChars
-	}
-	if o.KillGrace == 0 {
-		o.KillGrace = DefaultKillGrace
-	}
-	if o.StartTimeout == 0 {
-		o.StartTimeout = DefaultStartTimeout
-	}
-	if o.Logger == nil {
-		o.Logger = slog.Default()
-	}
+	o.SoftTimeout = cmp.Or(o.SoftTimeout, DefaultSoftTimeout)
+	o.MaxWait = cmp.Or(o.MaxWait, DefaultMaxWait)
+	o.MaxOutputChars = cmp.Or(o.MaxOutputChars, DefaultMaxOutputChars)
+	o.KillGrace = cmp.Or(o.KillGrace, DefaultKillGrace)
+	o.StartTimeout = cmp.Or(o.StartTimeout, DefaultStartTimeout)
+	o.Logger = cmp.Or(o.Logger, slog.Default())
 	return o
 }
 

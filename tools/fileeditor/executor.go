@@ -1,6 +1,7 @@
 package fileeditor
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -86,21 +87,11 @@ func NewExecutor(opts Options) (*Executor, error) {
 	if opts.MaxResponseChars > 0 && opts.MaxResponseChars < minResponseChars {
 		return nil, fmt.Errorf("fileeditor: MaxResponseChars must be at least %d", minResponseChars)
 	}
-	if opts.MaxFileBytes == 0 {
-		opts.MaxFileBytes = DefaultMaxFileBytes
-	}
-	if opts.MaxHistory == 0 {
-		opts.MaxHistory = DefaultMaxHistory
-	}
-	if opts.MaxHistoryBytes == 0 {
-		opts.MaxHistoryBytes = DefaultMaxHistoryBytes
-	}
-	if opts.MaxResponseChars == 0 {
-		opts.MaxResponseChars = DefaultMaxResponseChars
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.Default()
-	}
+	opts.MaxFileBytes = cmp.Or(opts.MaxFileBytes, DefaultMaxFileBytes)
+	opts.MaxHistory = cmp.Or(opts.MaxHistory, DefaultMaxHistory)
+	opts.MaxHistoryBytes = cmp.Or(opts.MaxHistoryBytes, DefaultMaxHistoryBytes)
+	opts.MaxResponseChars = cmp.Or(opts.MaxResponseChars, DefaultMaxResponseChars)
+	opts.Logger = cmp.Or(opts.Logger, slog.Default())
 	e := &Executor{
 		opts:   opts,
 		hist:   newHistory(opts.MaxHistory, opts.MaxHistoryBytes),
