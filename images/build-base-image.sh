@@ -32,17 +32,7 @@ trap 'on_error "$LINENO" "$BASH_COMMAND"' ERR
 base=${SANDBOXD_BASE_IMAGE:-sandboxd-base:bookworm}
 suite=${SANDBOXD_DEBIAN_SUITE:-bookworm}
 context=$here/default
-force=0
-for arg in "$@"; do
-	case $arg in
-	--force) force=1 ;;
-	-h | --help)
-		sed -n '2,/^set -E/{/^set -E/d;s/^# \{0,1\}//;p}' "$0"
-		exit 0
-		;;
-	*) die "unknown argument: $arg (try --help)" ;;
-	esac
-done
+parse_args "$@"
 
 # Package list: packages.txt without comments, plus the extras, sorted and unique.
 mapfile -t packages < <(

@@ -26,17 +26,7 @@ image=${SANDBOXD_DEFAULT_IMAGE:-sandboxd-default:latest}
 base=${SANDBOXD_BASE_IMAGE:-sandboxd-base:bookworm}
 export SANDBOXD_BASE_IMAGE=$base
 context=$here/default
-force=0
-for arg in "$@"; do
-	case $arg in
-	--force) force=1 ;;
-	-h | --help)
-		sed -n '2,/^set -E/{/^set -E/d;s/^# \{0,1\}//;p}' "$0"
-		exit 0
-		;;
-	*) die "unknown argument: $arg (try --help)" ;;
-	esac
-done
+parse_args "$@"
 
 step "checking prerequisites"
 need_root

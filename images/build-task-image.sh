@@ -23,17 +23,7 @@ image=${SANDBOXD_TASK_IMAGE:-sandboxd-task:latest}
 base=${SANDBOXD_DEFAULT_IMAGE:-sandboxd-default:latest}
 files=${SANDBOXD_TASK_FILES:-10000}
 context=$here/task
-force=0
-for arg in "$@"; do
-	case $arg in
-	--force) force=1 ;;
-	-h | --help)
-		sed -n '2,/^set -E/{/^set -E/d;s/^# \{0,1\}//;p}' "$0"
-		exit 0
-		;;
-	*) die "unknown argument: $arg (try --help)" ;;
-	esac
-done
+parse_args "$@"
 [[ $files =~ ^[0-9]+$ ]] && [ "$files" -ge 10 ] || die "SANDBOXD_TASK_FILES=$files: want a number of files, at least 10"
 
 step "checking prerequisites"

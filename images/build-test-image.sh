@@ -16,17 +16,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 trap 'on_error "$LINENO" "$BASH_COMMAND"' ERR
 
 image=${SANDBOXD_TEST_IMAGE:-sandboxd-test:latest}
-force=0
-for arg in "$@"; do
-	case $arg in
-	--force) force=1 ;;
-	-h | --help)
-		sed -n '2,/^set -E/{/^set -E/d;s/^# \{0,1\}//;p}' "$0"
-		exit 0
-		;;
-	*) die "unknown argument: $arg (try --help)" ;;
-	esac
-done
+parse_args "$@"
 
 packages=(busybox-static bash-static)
 

@@ -162,3 +162,22 @@ lock() {
 		flock "$_sbx_lock_fd"
 	fi
 }
+
+# parse_args "$@": the arguments every build script takes. Sets force (1 for
+# --force, else 0); -h or --help prints the script's header comment (line 2 up
+# to `set -E`) and exits.
+parse_args() {
+	# shellcheck disable=SC2034 # force is read by the script that calls this
+	force=0
+	local arg
+	for arg in "$@"; do
+		case $arg in
+		--force) force=1 ;;
+		-h | --help)
+			sed -n '2,/^set -E/{/^set -E/d;s/^# \{0,1\}//;p}' "$0"
+			exit 0
+			;;
+		*) die "unknown argument: $arg (try --help)" ;;
+		esac
+	done
+}
