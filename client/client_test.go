@@ -8,11 +8,13 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
+	"github.com/gorilla/websocket"
 	"github.com/sandboxd/sandboxd/client"
 	"github.com/sandboxd/sandboxd/server/servertest"
 	"github.com/sandboxd/sandboxd/wsproto"
@@ -131,11 +133,20 @@ func TestAttachWithSessionToken(t *testing.T) {
 	}
 	var mu sync.Mutex
 	var seen strings.Builder
-	vs.OnOutput = func(o wsproto.StreamOutput) { mu.Lock(); seen.WriteString(o.Data); mu.Unlock() }
+	// Each piece of output wakes the wait below: no polling.
+	arrived := make(chan struct{}, 1)
+	vs.OnOutput = func(o wsproto.StreamOutput) {
+		mu.Lock()
+		seen.WriteString(o.Data)
+		mu.Unlock()
+		select {
+		case arrived <- struct{}{}:
+		default:
+		}
+	}
 	if _, err := s.Call(ctx(t), "echo", map[string]string{"text": "shared"}, func([]byte) {}); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
 	for {
 		mu.Lock()
 		got := seen.String()
@@ -143,10 +154,11 @@ func TestAttachWithSessionToken(t *testing.T) {
 		if got == "shared" {
 			break
 		}
-		if time.Now().After(deadline) {
+		select {
+		case <-arrived:
+		case <-ctx(t).Done():
 			t.Fatalf("viewer saw %q", got)
 		}
-		time.Sleep(5 * time.Millisecond)
 	}
 	if _, err := viewer.CreateSession(ctx(t), client.CreateOptions{}); err == nil {
 		t.Fatal("a session token created a session")
@@ -256,8 +268,17 @@ func TestConnectionLostWithoutReconnect(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	go func() { time.Sleep(50 * time.Millisecond); p.cut() }()
-	_, err = s.Call(ctx(t), "sleep", map[string]int{"ms": 2000}, nil)
+	// The connection is cut once the call runs in the sandbox, not after
+	// a guessed time.
+	called := make(chan error, 1)
+	go func() {
+		_, err := s.Call(ctx(t), "sleep", map[string]int{"ms": 60000}, nil)
+		called <- err
+	}()
+	fake := ts.Backend.Sandbox(s.ID)
+	waitUntil(t, "the call to run", func() bool { return fake.Sleeping() == 1 })
+	p.cut()
+	err = <-called
 	if err == nil || !strings.Contains(err.Error(), client.ErrConnectionLost.Error()) {
 		t.Fatalf("call on a lost connection: %v", err)
 	}
@@ -279,13 +300,28 @@ func TestBadToken(t *testing.T) {
 func TestCloseWhileReconnecting(t *testing.T) {
 	ts := servertest.Start(t, nil)
 	p := newProxy(t, ts.HTTP.Listener.Addr().String())
-	c, err := client.Dial(ctx(t), p.url(), ts.Token, client.Options{Reconnect: true, ReconnectTimeout: time.Minute})
+	// Each dial is counted; the second is the first retry.
+	var dials atomic.Int32
+	retrying := make(chan struct{})
+	d := *websocket.DefaultDialer
+	d.NetDialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if dials.Add(1) == 2 {
+			close(retrying)
+		}
+		var nd net.Dialer
+		return nd.DialContext(ctx, network, addr)
+	}
+	c, err := client.Dial(ctx(t), p.url(), ts.Token, client.Options{Reconnect: true, ReconnectTimeout: time.Minute, Dialer: &d})
 	if err != nil {
 		t.Fatal(err)
 	}
 	p.ln.Close() // no more connections
 	p.cut()
-	time.Sleep(300 * time.Millisecond) // the client is retrying now
+	select { // the client is retrying now
+	case <-retrying:
+	case <-ctx(t).Done():
+		t.Fatal("the client did not try to reconnect")
+	}
 	start := time.Now()
 	c.Close()
 	if d := time.Since(start); d > 2*time.Second {

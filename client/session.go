@@ -9,8 +9,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sandboxd/sandboxd/wsproto"
 	"github.com/sandboxd/sandboxd/tools"
+	"github.com/sandboxd/sandboxd/wsproto"
 )
 
 // ChunkSize is the default size of the pieces files.upload and

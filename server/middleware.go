@@ -7,8 +7,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sandboxd/sandboxd/server/internal/apierr"
 	"github.com/sandboxd/sandboxd/server/auth"
+	"github.com/sandboxd/sandboxd/server/internal/apierr"
 )
 
 // guard refuses, before anything else runs, requests whose Host is not an

@@ -15,11 +15,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sandboxd/sandboxd/client"
-	"github.com/sandboxd/sandboxd/server/servertest"
 	"github.com/sandboxd/sandboxd/sandbox"
 	"github.com/sandboxd/sandboxd/server"
-	"github.com/sandboxd/sandboxd/wsproto"
+	"github.com/sandboxd/sandboxd/server/servertest"
 	"github.com/sandboxd/sandboxd/tools"
+	"github.com/sandboxd/sandboxd/wsproto"
 )
 
 // testProfiles are two profiles that differ in every way a test reads.

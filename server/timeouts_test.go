@@ -13,9 +13,9 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/sandboxd/sandboxd/server"
 	"github.com/sandboxd/sandboxd/server/auth"
 	"github.com/sandboxd/sandboxd/server/servertest"
-	"github.com/sandboxd/sandboxd/server"
 )
 
 // A client that announces a body and then trickles it (or stops) must not

@@ -18,8 +18,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/sandboxd/sandboxd/client"
-	"github.com/sandboxd/sandboxd/server/auth"
 	sdocker "github.com/sandboxd/sandboxd/sandbox/docker"
+	"github.com/sandboxd/sandboxd/server/auth"
 )
 
 // harnessTaskImage is the benchmark task image (`make task-image`).

@@ -28,9 +28,9 @@ import (
 	"github.com/docker/docker/client"
 	"go.uber.org/goleak"
 
-	"github.com/sandboxd/sandboxd/server/auth"
 	"github.com/sandboxd/sandboxd/sandbox"
 	"github.com/sandboxd/sandboxd/server"
+	"github.com/sandboxd/sandboxd/server/auth"
 )
 
 // labelRun scopes everything a run makes; the runtimes of this suite only

@@ -16,11 +16,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sandboxd/sandboxd/server/internal/apierr"
+	"github.com/sandboxd/sandboxd/sandbox"
 	"github.com/sandboxd/sandboxd/server/auth"
+	"github.com/sandboxd/sandboxd/server/internal/apierr"
 	"github.com/sandboxd/sandboxd/server/internal/core"
 	"github.com/sandboxd/sandboxd/server/internal/metrics"
-	"github.com/sandboxd/sandboxd/sandbox"
 	"github.com/sandboxd/sandboxd/tools"
 )
 

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandboxd/sandboxd/server/auth"
 	"github.com/sandboxd/sandboxd/server"
+	"github.com/sandboxd/sandboxd/server/auth"
 )
 
 // Server is a running test server over a fake backend.

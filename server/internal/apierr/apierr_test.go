@@ -8,8 +8,8 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/sandboxd/sandboxd/wsproto"
 	"github.com/sandboxd/sandboxd/tools"
+	"github.com/sandboxd/sandboxd/wsproto"
 )
 
 func TestClassification(t *testing.T) {

@@ -5,10 +5,10 @@ import (
 	"testing"
 	"testing/synctest"
 
+	"github.com/sandboxd/sandboxd/sandbox"
 	"github.com/sandboxd/sandboxd/server/auth"
 	"github.com/sandboxd/sandboxd/server/internal/core"
 	"github.com/sandboxd/sandboxd/server/servertest"
-	"github.com/sandboxd/sandboxd/sandbox"
 )
 
 // A kept session whose token the store holds is adopted; one with no token

@@ -19,11 +19,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sandboxd/sandboxd/server/internal/apierr"
+	"github.com/sandboxd/sandboxd/sandbox"
 	"github.com/sandboxd/sandboxd/server/auth"
 	"github.com/sandboxd/sandboxd/server/config"
+	"github.com/sandboxd/sandboxd/server/internal/apierr"
 	"github.com/sandboxd/sandboxd/server/internal/metrics"
-	"github.com/sandboxd/sandboxd/sandbox"
 	"github.com/sandboxd/sandboxd/wsproto"
 )
 

@@ -7,8 +7,8 @@ import (
 	"errors"
 	"sync"
 
-	"github.com/sandboxd/sandboxd/server/internal/apierr"
 	"github.com/sandboxd/sandboxd/server/auth"
+	"github.com/sandboxd/sandboxd/server/internal/apierr"
 	"github.com/sandboxd/sandboxd/tools"
 )
 

@@ -8,8 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sandboxd/sandboxd/server/internal/apierr"
 	"github.com/sandboxd/sandboxd/server/auth"
+	"github.com/sandboxd/sandboxd/server/internal/apierr"
 )
 
 // A transfer is a chunked upload or download in progress: a pipe between the

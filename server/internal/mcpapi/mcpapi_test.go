@@ -9,11 +9,11 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/sandboxd/sandboxd/sandbox"
 	"github.com/sandboxd/sandboxd/server/auth"
 	"github.com/sandboxd/sandboxd/server/internal/core"
 	"github.com/sandboxd/sandboxd/server/internal/mcpapi"
 	"github.com/sandboxd/sandboxd/server/servertest"
-	"github.com/sandboxd/sandboxd/sandbox"
 )
 
 func TestMain(m *testing.M) {

@@ -12,10 +12,10 @@ import (
 	"github.com/gorilla/websocket"
 	"go.uber.org/goleak"
 
+	"github.com/sandboxd/sandboxd/sandbox"
 	"github.com/sandboxd/sandboxd/server/auth"
 	"github.com/sandboxd/sandboxd/server/internal/core"
 	"github.com/sandboxd/sandboxd/server/internal/metrics"
-	"github.com/sandboxd/sandboxd/sandbox"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -8,13 +8,13 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/sandboxd/sandboxd/sandbox"
 	"github.com/sandboxd/sandboxd/server/internal/apierr"
 	"github.com/sandboxd/sandboxd/server/internal/core"
 	"github.com/sandboxd/sandboxd/server/internal/metrics"
-	"github.com/sandboxd/sandboxd/sandbox"
-	"github.com/sandboxd/sandboxd/wsproto"
 	"github.com/sandboxd/sandboxd/tools"
 	"github.com/sandboxd/sandboxd/tools/mcpexport"
+	"github.com/sandboxd/sandboxd/wsproto"
 )
 
 // errResponded: the method has queued its response itself (under a stream

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandboxd/sandboxd/server/internal/apierr"
 	"github.com/sandboxd/sandboxd/sandbox"
+	"github.com/sandboxd/sandboxd/server/internal/apierr"
 	"github.com/sandboxd/sandboxd/wsproto"
 )
 
