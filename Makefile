@@ -73,12 +73,17 @@ clean: ## remove build outputs
 	rm -rf bin
 
 # FUZZ_TARGETS are the fuzz targets `make fuzz` runs, as package:Func; CI
-# calls `make fuzz`. Minimizing a new input is capped (10 runs): by default
+# calls `make fuzz`. FUZZTIME is a count of executions, not a duration: Go
+# 1.26's fuzz coordinator can fail a duration-bounded run with a bare
+# "context deadline exceeded" and no crasher when a starved worker is mid-
+# call at the deadline (golang/go#75804, fixed in Go 1.27; it failed CI's
+# FuzzExtractTar under load). 5000 runs take ~2 s idle, ~15 s on a busy
+# 2-core machine. Minimizing a new input is capped (10 runs): by default
 # it may take 60 s, more than the whole budget.
-FUZZTIME     ?= 5s
+FUZZTIME     ?= 5000x
 FUZZ_TARGETS := ./agent/proto:FuzzReadFrame ./agent:FuzzExtractTar ./server:FuzzJSONRPC ./skills:FuzzParse
 
-fuzz: ## run each fuzz target for FUZZTIME (default 5s) past its seed corpus
+fuzz: ## run each fuzz target for FUZZTIME executions (default 5000x) past its seed corpus
 	@set -e; for t in $(FUZZ_TARGETS); do \
 		echo "fuzz $${t#*:} ($(FUZZTIME))"; \
 		$(GO) test -run '^$$' -fuzz "^$${t#*:}\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 10x "$${t%%:*}"; \
