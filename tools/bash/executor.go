@@ -207,52 +207,13 @@ func (e *Executor) Call(ctx context.Context, a Action) (*tools.Observation, erro
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if a.Reset && a.IsInput {
-		return tools.Errorf("Cannot use reset=True with is_input=True"), nil
-	}
-	if strings.ContainsRune(a.Command, 0) {
-		return tools.Errorf("The command contains a NUL character, which a terminal cannot send. Remove it (use printf '\\0' in the command to produce one)."), nil
-	}
-	if !a.IsInput {
-		if kind := literalKind(a.Command); kind != "" {
-			return tools.Errorf("%s", literalMessage(a.Command, kind)), nil
-		}
+	if obs := refuseAction(a); obs != nil {
+		return obs, nil
 	}
 	k, isKey := parseKey(a.Command, a.IsInput)
 	empty := strings.TrimSpace(a.Command) == ""
-	newCommand := !a.Reset && !a.IsInput && !isKey && !empty
-	if a.IsInput && !isKey {
-		if n := longestLine(typedInput(a.Command)); n > MaxInputLine {
-			return tools.Errorf("A line of the input is %d bytes; a terminal passes at most %d bytes per line to a program that reads lines, and would silently drop the rest. Write the data to a file (file_editor create) and have the program read it, or send shorter lines.", n, MaxInputLine), nil
-		}
-	}
-
-	if newCommand {
-		select {
-		case e.sem <- struct{}{}:
-		default:
-			if !e.awaitCancelled(ctx) {
-				return e.busy(a.Command), nil
-			}
-		}
-	} else {
-		// A poll, input or key waits for a call in flight (which may be
-		// waiting on the same command) for no longer than it would wait
-		// for output itself.
-		bound := e.opts.SoftTimeout
-		if a.Timeout != nil && *a.Timeout > 0 {
-			bound = timeoutDuration(*a.Timeout)
-		}
-		t := time.NewTimer(bound)
-		select {
-		case e.sem <- struct{}{}:
-			t.Stop()
-		case <-ctx.Done():
-			t.Stop()
-			return nil, ctx.Err()
-		case <-t.C:
-			return tools.Errorf("Another terminal call is still in flight (it waits for the running command and will return its output); this call waited %s for it and did nothing. Try again once that call has returned.", seconds(bound)), nil
-		}
+	if obs, err := e.acquire(ctx, a, !a.Reset && !a.IsInput && !isKey && !empty); obs != nil || err != nil {
+		return obs, err
 	}
 	holderDone := ctx.Done()
 	e.holder.Store(&holderDone)
@@ -267,57 +228,134 @@ func (e *Executor) Call(ctx context.Context, a Action) (*tools.Observation, erro
 	if closed {
 		return nil, ErrClosed
 	}
+	c := call{command: a.Command}
+	s, obs := e.ensureShell(&c, s, a, empty)
+	if obs != nil {
+		return obs, nil
+	}
 
-	var c call
-	c.command = a.Command
+	// Output is streamed from before the command starts until Call returns.
+	s.attachSink(tools.StreamFrom(ctx))
+	defer s.setSink(nil)
+	if obs := e.send(&c, s, a, k, isKey, empty); obs != nil {
+		return obs, nil
+	}
+	return e.wait(ctx, s, &c, a.Timeout), nil
+}
+
+// refuseAction is the observation refusing an action that can never run,
+// or nil.
+func refuseAction(a Action) *tools.Observation {
+	if a.Reset && a.IsInput {
+		return tools.Errorf("Cannot use reset=True with is_input=True")
+	}
+	if strings.ContainsRune(a.Command, 0) {
+		return tools.Errorf("The command contains a NUL character, which a terminal cannot send. Remove it (use printf '\\0' in the command to produce one).")
+	}
+	if !a.IsInput {
+		if kind := literalKind(a.Command); kind != "" {
+			return tools.Errorf("%s", literalMessage(a.Command, kind))
+		}
+	}
+	if _, isKey := parseKey(a.Command, a.IsInput); a.IsInput && !isKey {
+		if n := longestLine(typedInput(a.Command)); n > MaxInputLine {
+			return tools.Errorf("A line of the input is %d bytes; a terminal passes at most %d bytes per line to a program that reads lines, and would silently drop the rest. Write the data to a file (file_editor create) and have the program read it, or send shorter lines.", n, MaxInputLine)
+		}
+	}
+	return nil
+}
+
+// acquire takes the terminal for this call (e.sem). A new command does not
+// wait: a call in flight makes it busy (unless that call is being
+// cancelled). A poll, input or key waits for a call in flight (which may
+// be waiting on the same command) for no longer than it would wait for
+// output itself. A non-nil observation or error means it was not taken.
+func (e *Executor) acquire(ctx context.Context, a Action, newCommand bool) (*tools.Observation, error) {
+	if newCommand {
+		select {
+		case e.sem <- struct{}{}:
+			return nil, nil
+		default:
+			if !e.awaitCancelled(ctx) {
+				return e.busy(a.Command), nil
+			}
+			return nil, nil
+		}
+	}
+	bound := e.opts.SoftTimeout
+	if a.Timeout != nil && *a.Timeout > 0 {
+		bound = timeoutDuration(*a.Timeout)
+	}
+	t := time.NewTimer(bound)
+	defer t.Stop()
+	select {
+	case e.sem <- struct{}{}:
+		return nil, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-t.C:
+		return tools.Errorf("Another terminal call is still in flight (it waits for the running command and will return its output); this call waited %s for it and did nothing. Try again once that call has returned.", seconds(bound)), nil
+	}
+}
+
+// ensureShell resets the shell when asked, or starts a new one when the
+// last ended, noting it in c; it returns the shell to use, or the
+// observation that ends the call.
+func (e *Executor) ensureShell(c *call, s *session, a Action, empty bool) (*session, *tools.Observation) {
 	if a.Reset {
 		if s != nil {
 			s.terminate()
 		}
 		var err error
 		if s, err = e.restart(); err != nil {
-			return tools.Errorf("Terminal reset failed: %v", err), nil
+			return nil, tools.Errorf("Terminal reset failed: %v", err)
 		}
 		c.restarted = true
 		c.notes = append(c.notes, "Terminal session has been reset. All previous environment variables and session state have been cleared.")
 		if empty {
-			return c.observation(Output{Command: "[RESET]", ExitCode: 0, ShellRestarted: true, Metadata: e.meta(s.lastMarker(), 0)}, false), nil
+			return nil, c.observation(Output{Command: "[RESET]", ExitCode: 0, ShellRestarted: true, Metadata: e.meta(s.lastMarker(), 0)}, false)
 		}
 		c.command = "[RESET] " + a.Command
-	} else if s == nil || s.hasExited() {
-		note := "The previous shell session ended, so a new one was started. Environment variables, functions, background jobs and the working directory were reset."
-		if s != nil {
-			note = fmt.Sprintf("The previous shell session ended (exit code %d), so a new one was started. Environment variables, functions, background jobs and the working directory were reset.", s.exitCode())
-			s.terminate() // ends processes the old shell left and its goroutines
-		}
-		var err error
-		if s, err = e.restart(); err != nil {
-			return tools.Errorf("Starting a new shell failed: %v", err), nil
-		}
-		c.restarted = true
-		c.notes = append(c.notes, note)
+		return s, nil
 	}
+	if s != nil && !s.hasExited() {
+		return s, nil
+	}
+	note := "The previous shell session ended, so a new one was started. Environment variables, functions, background jobs and the working directory were reset."
+	if s != nil {
+		note = fmt.Sprintf("The previous shell session ended (exit code %d), so a new one was started. Environment variables, functions, background jobs and the working directory were reset.", s.exitCode())
+		s.terminate() // ends processes the old shell left and its goroutines
+	}
+	var err error
+	if s, err = e.restart(); err != nil {
+		return nil, tools.Errorf("Starting a new shell failed: %v", err)
+	}
+	c.restarted = true
+	c.notes = append(c.notes, note)
+	return s, nil
+}
 
-	// Output is streamed from before the command starts until Call returns.
-	s.attachSink(tools.StreamFrom(ctx))
-	defer s.setSink(nil)
+// send gives the shell what the action carries: nothing (a poll of the
+// running command), input or a key to it, or a new command; a non-nil
+// observation ends the call.
+func (e *Executor) send(c *call, s *session, a Action, k key, isKey, empty bool) *tools.Observation {
 	running, done, _ := s.state()
 	switch {
 	case empty && !isKey:
 		if !running {
-			return c.errorf("No previous running command to retrieve logs from."), nil
+			return c.errorf("No previous running command to retrieve logs from.")
 		}
 		c.continued = true
 	case a.IsInput || isKey:
 		if !running {
-			return c.errorf("No previous running command to interact with."), nil
+			return c.errorf("No previous running command to interact with.")
 		}
 		c.continued = true
 		if done != nil {
 			// The command ended before the input: sending it would type
 			// into the shell itself.
 			c.inputNotSent = true
-			break
+			return nil
 		}
 		data := k.bytes
 		if isKey {
@@ -326,20 +364,20 @@ func (e *Executor) Call(ctx context.Context, a Action) (*tools.Observation, erro
 			data = typedInput(a.Command)
 		}
 		if err := s.write([]byte(data)); err != nil {
-			return c.errorf("Could not send the input: %v", err), nil
+			return c.errorf("Could not send the input: %v", err)
 		}
 	default: // a new command
 		if running && done == nil {
-			return e.refuse(&c, s, a.Command), nil
+			return e.refuse(c, s, a.Command)
 		}
 		if running {
 			c.previous = s.takeDone()
 		}
 		if err := s.run(a.Command); err != nil {
-			return c.errorf("Could not start the command: %v", err), nil
+			return c.errorf("Could not start the command: %v", err)
 		}
 	}
-	return e.wait(ctx, s, &c, a.Timeout), nil
+	return nil
 }
 
 // restart replaces the session (the old one is already terminated).
