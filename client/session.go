@@ -14,8 +14,8 @@ import (
 )
 
 // ChunkSize is the default size of the pieces files.upload and
-// files.download move (4 MiB: 5.3 MiB of base64 per message).
-const ChunkSize = 4 << 20
+// files.download move (wsproto.ChunkSize).
+const ChunkSize = wsproto.ChunkSize
 
 // Session is a sandbox session on the server.
 type Session struct {

@@ -30,6 +30,11 @@ const Path = "/v1/ws"
 // Version is the JSON-RPC version string of every message.
 const Version = "2.0"
 
+// ChunkSize is the default size of the pieces files.upload and
+// files.download move (4 MiB: 5.3 MiB of base64 per message); a server's
+// message limit must hold one.
+const ChunkSize = 4 << 20
+
 // MaxIDBytes bounds a request id (as JSON) and a create's idempotency key.
 // Both are kept as cache keys for minutes and ids are echoed in every
 // stream.output of a call: unbounded, a client could make the server hold

@@ -9,9 +9,9 @@ import (
 
 	dockerclient "github.com/docker/docker/client"
 
-	"github.com/sandboxd/sandboxd/client"
 	"github.com/sandboxd/sandboxd/sandbox"
 	"github.com/sandboxd/sandboxd/server"
+	"github.com/sandboxd/sandboxd/wsproto"
 )
 
 // Runtime backends (Config.Backend).
@@ -180,7 +180,7 @@ func (c *Config) Validate() error {
 		return usageErrorf("--runtime %q: %v", c.Runtime, err)
 	}
 	if c.MaxMessage < minMaxMessage {
-		return usageErrorf("--max-message-bytes %d: want at least %d (1 MiB): tool results and transfer chunks must fit (the Go client moves files in %d MiB chunks; set its ChunkSize below the limit)", c.MaxMessage, minMaxMessage, client.ChunkSize>>20)
+		return usageErrorf("--max-message-bytes %d: want at least %d (1 MiB): tool results and transfer chunks must fit (the Go client moves files in %d MiB chunks; set its ChunkSize below the limit)", c.MaxMessage, minMaxMessage, wsproto.ChunkSize>>20)
 	}
 	if c.MaxStarts < 1 {
 		return usageErrorf("--max-concurrent-starts %d: want 1 or more", c.MaxStarts)
