@@ -96,7 +96,7 @@ func TestIdempotentRetry(t *testing.T) {
 	// A retry from another connection while the first run is in flight
 	// joins it: the client lost its connection mid-call.
 	c.send("slow", wsproto.MethodToolsCall, call(s.SessionID, "count", map[string]int{"ms": 300}, false))
-	time.Sleep(50 * time.Millisecond)
+	waitFor(t, func() bool { return fake.Counts() == 4 }, "the slow call to run") // count counts before it waits
 	c.ws.Close()
 	c2 := dial(t, ts)
 	c2.ok("att", wsproto.MethodSessionAttach, map[string]any{"session_id": s.SessionID, "session_token": s.SessionToken}, nil)
@@ -486,7 +486,7 @@ func TestCancelAndClose(t *testing.T) {
 	c := dial(t, ts)
 	s := c.create()
 	c.send("long", wsproto.MethodToolsCall, call(s.SessionID, "sleep", map[string]int{"ms": 10000}, false))
-	time.Sleep(50 * time.Millisecond)
+	waitFor(t, func() bool { return ts.Backend.Sandbox(s.SessionID).Sleeping() == 1 }, "the call to run")
 	c.send("cx", wsproto.MethodToolsCancel, map[string]any{"session_id": s.SessionID, "call_id": "long"})
 	// The cancelled call may answer before the cancel does: either order.
 	got := c.waitAll("cx", "long")
@@ -562,7 +562,7 @@ func TestGracefulShutdown(t *testing.T) {
 	c := dial(t, ts)
 	s := c.create()
 	c.send("running", wsproto.MethodToolsCall, call(s.SessionID, "sleep", map[string]int{"ms": 300}, false))
-	time.Sleep(50 * time.Millisecond)
+	waitFor(t, func() bool { return ts.Backend.Sandbox(s.SessionID).Sleeping() == 1 }, "the call to run")
 	done := make(chan error, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -780,12 +780,10 @@ func TestHealthzDrainingDuringShutdown(t *testing.T) {
 		defer cancel()
 		done <- ts.Shutdown(ctx)
 	}()
-	deadline := time.Now().Add(time.Second)
-	code, body := health()
-	for code == http.StatusOK && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-		code, body = health()
-	}
+	// Shutdown marks the server draining before it waits for the call.
+	var code int
+	var body string
+	waitFor(t, func() bool { code, body = health(); return code != http.StatusOK }, "healthz to leave 200")
 	if code != http.StatusServiceUnavailable || !strings.Contains(body, `"draining"`) {
 		t.Fatalf("healthz while draining: %d %s", code, body)
 	}
