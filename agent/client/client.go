@@ -161,7 +161,7 @@ func (c *Client) ListTools(ctx context.Context) ([]tools.Definition, error) {
 	}
 	var defs []tools.Definition
 	if err := json.Unmarshal(raw, &defs); err != nil {
-		return nil, fmt.Errorf("agent tools/list: decoding the result: %w", err)
+		return nil, &MethodError{Method: proto.MethodToolsList, Err: fmt.Errorf("decoding the result: %w", err)}
 	}
 	return defs, nil
 }
@@ -176,7 +176,7 @@ func (c *Client) ListTools(ctx context.Context) ([]tools.Definition, error) {
 // shutting down, or the connection ended (ErrDisconnected).
 func (c *Client) Call(ctx context.Context, name string, args json.RawMessage, stream tools.StreamFunc) (*tools.Observation, error) {
 	if len(args) > proto.MaxFrameSize {
-		return nil, fmt.Errorf("agent %s %s: %w: %d bytes of arguments, the limit is %d", proto.MethodToolsCall, name, proto.ErrFrameTooLarge, len(args), proto.MaxFrameSize)
+		return nil, &MethodError{Method: proto.MethodToolsCall, Name: name, Err: fmt.Errorf("%w: %d bytes of arguments, the limit is %d", proto.ErrFrameTooLarge, len(args), proto.MaxFrameSize)}
 	}
 	cp := proto.CallParams{Name: name, Arguments: args, Stream: stream != nil}
 	if cp.Stream {
@@ -192,7 +192,7 @@ func (c *Client) Call(ctx context.Context, name string, args json.RawMessage, st
 	}
 	var obs tools.Observation
 	if err := json.Unmarshal(raw, &obs); err != nil {
-		return nil, fmt.Errorf("agent tools/call %s: decoding the observation: %w", name, err)
+		return nil, &MethodError{Method: proto.MethodToolsCall, Name: name, Err: fmt.Errorf("decoding the observation: %w", err)}
 	}
 	return &obs, nil
 }
@@ -241,7 +241,7 @@ func (c *Client) exchange(ctx context.Context, method string, params any, data [
 			// arguments, which are not valid JSON.
 			return nil, &invalidJSONError{me.Unwrap()}
 		}
-		return nil, fmt.Errorf("agent %s: encoding params: %w", method, err)
+		return nil, &MethodError{Method: method, Err: fmt.Errorf("encoding params: %w", err)}
 	}
 	id := c.nextID.Add(1)
 	p := &pendingCall{resp: make(chan *proto.Frame, 1), c: c, id: id}
@@ -255,7 +255,7 @@ func (c *Client) exchange(ctx context.Context, method string, params any, data [
 	if c.err != nil {
 		err := c.err
 		c.mu.Unlock()
-		return nil, fmt.Errorf("agent %s: %w", method, err)
+		return nil, &MethodError{Method: method, Err: err}
 	}
 	c.pending[id] = p
 	c.mu.Unlock()
@@ -265,7 +265,7 @@ func (c *Client) exchange(ctx context.Context, method string, params any, data [
 		if ctx.Err() != nil {
 			return nil, ctx.Err() // never queued: nothing to cancel
 		}
-		return nil, fmt.Errorf("agent %s: %w", method, err)
+		return nil, &MethodError{Method: method, Err: err}
 	}
 	for {
 		select {
@@ -286,7 +286,7 @@ func (c *Client) exchange(ctx context.Context, method string, params any, data [
 				return p.finish(method, f, stream)
 			default:
 			}
-			return nil, fmt.Errorf("agent %s: %w", method, c.Err())
+			return nil, &MethodError{Method: method, Err: c.Err()}
 		}
 	}
 }
@@ -316,13 +316,13 @@ func (c *Client) awaitCancelled(p *pendingCall, stream tools.StreamFunc) {
 func (p *pendingCall) finish(method string, f *proto.Frame, stream tools.StreamFunc) (*proto.Frame, error) {
 	p.deliver(stream) // every chunk came before the response
 	if f.Error != nil {
-		return nil, fmt.Errorf("agent %s: %w", method, remoteError{f.Error})
+		return nil, &MethodError{Method: method, Err: remoteError{f.Error}}
 	}
 	p.mu.Lock()
 	over := p.overflow
 	p.mu.Unlock()
 	if over > 0 {
-		return nil, fmt.Errorf("agent %s: %w: %d bytes past its window of %d were dropped", method, ErrStreamWindow, over, p.window)
+		return nil, &MethodError{Method: method, Err: fmt.Errorf("%w: %d bytes past its window of %d were dropped", ErrStreamWindow, over, p.window)}
 	}
 	return f, nil
 }

@@ -27,3 +27,22 @@ type remoteError struct{ err *proto.Error }
 func (e remoteError) Error() string        { return e.err.Error() }
 func (e remoteError) Is(target error) bool { return codes.Matches(e.err.Code, target) }
 func (e remoteError) Unwrap() error        { return e.err }
+
+// MethodError is an error of one call to the agent: the method (and the
+// tool, for tools/call) it came from, and what went wrong. Its text names
+// both ("agent tools/call terminal: ..."), for the daemon's logs; the API
+// shows clients Err's text in its place (server/internal/apierr), since
+// method names are protocol internals.
+type MethodError struct {
+	Method, Name string
+	Err          error
+}
+
+func (e *MethodError) Error() string {
+	if e.Name != "" {
+		return "agent " + e.Method + " " + e.Name + ": " + e.Err.Error()
+	}
+	return "agent " + e.Method + ": " + e.Err.Error()
+}
+
+func (e *MethodError) Unwrap() error { return e.Err }

@@ -31,7 +31,7 @@ func (c *Client) UploadResult(ctx context.Context, destDir string, tarStream io.
 	}
 	var tp proto.TransferParams
 	if err := json.Unmarshal(raw, &tp); err != nil {
-		return res, fmt.Errorf("agent %s: decoding the result: %w", proto.MethodUploadBegin, err)
+		return res, &MethodError{Method: proto.MethodUploadBegin, Err: fmt.Errorf("decoding the result: %w", err)}
 	}
 	buf := make([]byte, proto.ChunkSize)
 	for seq := uint64(1); ; seq++ {
@@ -55,7 +55,7 @@ func (c *Client) UploadResult(ctx context.Context, destDir string, tarStream io.
 		return res, err
 	}
 	if err := json.Unmarshal(raw, &res); err != nil {
-		return res, fmt.Errorf("agent %s: decoding the result: %w", proto.MethodUploadEnd, err)
+		return res, &MethodError{Method: proto.MethodUploadEnd, Err: fmt.Errorf("decoding the result: %w", err)}
 	}
 	return res, nil
 }
@@ -70,7 +70,7 @@ func (c *Client) Download(ctx context.Context, path string, w io.Writer) error {
 	}
 	var tp proto.TransferParams
 	if err := json.Unmarshal(raw, &tp); err != nil {
-		return fmt.Errorf("agent %s: decoding the result: %w", proto.MethodDownload, err)
+		return &MethodError{Method: proto.MethodDownload, Err: fmt.Errorf("decoding the result: %w", err)}
 	}
 	for {
 		f, err := c.exchange(ctx, proto.MethodDownloadRd, proto.TransferParams{Transfer: tp.Transfer}, nil, nil)
@@ -83,7 +83,7 @@ func (c *Client) Download(ctx context.Context, path string, w io.Writer) error {
 		var ch proto.ChunkResult
 		if err := json.Unmarshal(f.Result, &ch); err != nil {
 			c.abort(tp.Transfer)
-			return fmt.Errorf("agent %s: decoding the result: %w", proto.MethodDownloadRd, err)
+			return &MethodError{Method: proto.MethodDownloadRd, Err: fmt.Errorf("decoding the result: %w", err)}
 		}
 		if f.Data != nil {
 			ch.Data = f.Data

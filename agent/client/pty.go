@@ -3,6 +3,7 @@ package agentclient
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -40,17 +41,17 @@ type PTY struct {
 // OpenPTY returns.
 func (c *Client) OpenPTY(ctx context.Context, o proto.PTYOptions, h PTYHandler) (*PTY, error) {
 	if err := o.Validate(); err != nil {
-		return nil, fmt.Errorf("agent %s: %w", proto.MethodPTYOpen, err)
+		return nil, &MethodError{Method: proto.MethodPTYOpen, Err: err}
 	}
 	if h.Output == nil || h.Exit == nil {
-		return nil, fmt.Errorf("agent %s: the handler needs Output and Exit", proto.MethodPTYOpen)
+		return nil, &MethodError{Method: proto.MethodPTYOpen, Err: errors.New("the handler needs Output and Exit")}
 	}
 	p := &PTY{c: c, id: c.ptySeq.Add(1), h: h, done: make(chan struct{})}
 	c.mu.Lock()
 	if c.err != nil {
 		err := c.err
 		c.mu.Unlock()
-		return nil, fmt.Errorf("agent %s: %w", proto.MethodPTYOpen, err)
+		return nil, &MethodError{Method: proto.MethodPTYOpen, Err: err}
 	}
 	if c.ptys == nil {
 		c.ptys = map[uint64]*PTY{}
@@ -70,7 +71,7 @@ func (c *Client) OpenPTY(ctx context.Context, o proto.PTYOptions, h PTYHandler) 
 	if err := json.Unmarshal(raw, &p.opened); err != nil {
 		c.forgetPTY(p.id)
 		c.notifyCloseAsync(p.id)
-		return nil, fmt.Errorf("agent %s: decoding the result: %w", proto.MethodPTYOpen, err)
+		return nil, &MethodError{Method: proto.MethodPTYOpen, Err: fmt.Errorf("decoding the result: %w", err)}
 	}
 	return p, nil
 }
@@ -119,7 +120,7 @@ func (p *PTY) Close(ctx context.Context) (proto.PTYExit, error) {
 	}
 	var st proto.PTYExit
 	if err := json.Unmarshal(raw, &st); err != nil {
-		return proto.PTYExit{}, fmt.Errorf("agent %s: decoding the result: %w", proto.MethodPTYClose, err)
+		return proto.PTYExit{}, &MethodError{Method: proto.MethodPTYClose, Err: fmt.Errorf("decoding the result: %w", err)}
 	}
 	return st, nil
 }

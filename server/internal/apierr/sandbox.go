@@ -2,9 +2,9 @@ package apierr
 
 import (
 	"errors"
-	"regexp"
 	"strings"
 
+	agentclient "github.com/sandboxd/sandboxd/agent/client"
 	"github.com/sandboxd/sandboxd/agent/proto"
 	"github.com/sandboxd/sandboxd/sandbox"
 )
@@ -73,7 +73,13 @@ func FromSandbox(err error) error {
 		// terms; what the host wrapped around it names internal methods.
 		msg = ae.Message
 	} else {
-		msg = agentMethodRE.ReplaceAllString(msg, "")
+		// What the host's client put around the agent's error names
+		// protocol internals ("agent tools/call NAME: "): the client reads
+		// the error itself in its place, whatever wraps it.
+		var me *agentclient.MethodError
+		if errors.As(err, &me) {
+			msg = strings.Replace(msg, me.Error(), me.Err.Error(), 1)
+		}
 	}
 	if kind == Internal {
 		for _, row := range sandboxSentinels {
@@ -85,15 +91,6 @@ func FromSandbox(err error) error {
 	}
 	return &sandboxError{kind: kind, msg: msg, err: err}
 }
-
-// agentMethodRE matches what agent.Client puts before its errors ("agent
-// tools/call: ", "agent tools/call NAME: "): protocol internals, not for
-// clients.
-var agentMethodRE = regexp.MustCompile(`agent (?:` + strings.Join([]string{
-	regexp.QuoteMeta(proto.MethodPing), regexp.QuoteMeta(proto.MethodToolsList), regexp.QuoteMeta(proto.MethodToolsCall),
-	regexp.QuoteMeta(proto.MethodUploadBegin), regexp.QuoteMeta(proto.MethodUploadChunk), regexp.QuoteMeta(proto.MethodUploadEnd),
-	regexp.QuoteMeta(proto.MethodDownload), regexp.QuoteMeta(proto.MethodDownloadRd), regexp.QuoteMeta(proto.MethodShutdown),
-}, "|") + `)(?: [A-Za-z0-9_.-]+)?: `)
 
 // sandboxError is an error from the sandbox side with the kind FromSandbox
 // gave it.

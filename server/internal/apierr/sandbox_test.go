@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	agentclient "github.com/sandboxd/sandboxd/agent/client"
 	"github.com/sandboxd/sandboxd/agent/proto"
 	"github.com/sandboxd/sandboxd/sandbox"
 	"github.com/sandboxd/sandboxd/wsproto"
@@ -49,14 +50,14 @@ func TestSandboxErrorsAreClassified(t *testing.T) {
 }
 
 // Error texts carry the agent's words, not the host's protocol internals
-// ("agent tools/call: ").
+// ("agent tools/call: ", agentclient.MethodError), and keep what wraps them.
 func TestAgentMethodPrefixRemoved(t *testing.T) {
 	for err, want := range map[error]string{
-		fmt.Errorf("agent tools/call: %w", &proto.Error{Code: proto.CodeInvalidParams, Message: `unknown tool "nope"`}): `unknown tool "nope"`,
-		fmt.Errorf("session s: calling x: agent tools/call: %w", &proto.Error{Message: "tool x panicked"}):              "tool x panicked",
-		fmt.Errorf("agent tools/call grep: decoding the observation: %w", errors.New("bad")):                            "decoding the observation: bad",
-		fmt.Errorf("agent fs/upload/begin: %w", proto.ErrOutsideWorkspace):                                              proto.ErrOutsideWorkspace.Error(),
-		errors.New("the agent failed: kept as it is"):                                                                   "the agent failed: kept as it is",
+		&agentclient.MethodError{Method: proto.MethodToolsCall, Err: &proto.Error{Code: proto.CodeInvalidParams, Message: `unknown tool "nope"`}}:      `unknown tool "nope"`,
+		fmt.Errorf("session s: calling x: %w", &agentclient.MethodError{Method: proto.MethodToolsCall, Err: &proto.Error{Message: "tool x panicked"}}): "tool x panicked",
+		&agentclient.MethodError{Method: proto.MethodToolsCall, Name: "grep", Err: fmt.Errorf("decoding the observation: %w", errors.New("bad"))}:      "decoding the observation: bad",
+		fmt.Errorf("session s: %w", &agentclient.MethodError{Method: proto.MethodUploadBegin, Err: proto.ErrOutsideWorkspace}):                         "session s: " + proto.ErrOutsideWorkspace.Error(),
+		errors.New("the agent failed: kept as it is"): "the agent failed: kept as it is",
 	} {
 		if got := FromSandbox(err).Error(); got != want {
 			t.Errorf("%q became %q, want %q", err, got, want)
