@@ -180,7 +180,7 @@ type Manager struct {
 	cancel context.CancelFunc
 	bg     sync.WaitGroup
 
-	sidecarTools sidecarToolCache // learned MCP servers' tools (sidecartools.go)
+	sidecarTools sidecarToolCache // learned MCP servers' tools (sidecars.go)
 	claims       *claimer         // claims of handed-out pooled sandboxes (claims.go)
 	mu           sync.Mutex
 	sessions     map[string]*Session // handed out (or adopted), not yet forgotten

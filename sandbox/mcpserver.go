@@ -1,24 +1,24 @@
 package sandbox
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"regexp"
 	"strings"
+
+	"github.com/sandboxd/sandboxd/sandbox/sidecar"
 )
 
 // Values of MCPServer.Transport and MCPServer.Start.
 const (
 	// TransportStdio speaks MCP over the sidecar's stdin/stdout (the
 	// daemon's attach stream to its main process). The default.
-	TransportStdio = "stdio"
+	TransportStdio = sidecar.Stdio
 	// TransportHTTP is streamable HTTP at http://<sidecar>:Port/Path on the
 	// session's sidecar network.
-	TransportHTTP = "http"
+	TransportHTTP = sidecar.HTTP
 	// TransportSSE is the legacy HTTP+SSE transport (2024-11-05) at
 	// http://<sidecar>:Port/Path.
-	TransportSSE = "sse"
+	TransportSSE = sidecar.SSE
 	// StartEager starts the sidecar with the session, before it is handed
 	// out. The default.
 	StartEager = "eager"
@@ -30,20 +30,12 @@ const (
 	WorkspaceReadWrite = "rw"
 )
 
-// Bounds of MCP sidecars.
-const (
-	// MaxMCPServers bounds the sidecars of one session.
-	MaxMCPServers = 8
-	// MaxToolName is the longest exposed tool name: model APIs refuse
-	// names beyond ^[A-Za-z0-9_-]{1,64}$.
-	MaxToolName = 64
-	// SidecarToolSep joins a sidecar's name and its tool's.
-	SidecarToolSep = "__"
-)
+// MaxMCPServers bounds the sidecars of one session.
+const MaxMCPServers = 8
 
 // MCPServer declares an MCP server that runs in a container of its own
 // beside the session's sandbox (a "sidecar"); its tools become the
-// session's, named <Name>__<tool> (ExposedToolName).
+// session's, named <Name>__<tool> (sidecar.ExposedToolName).
 type MCPServer struct {
 	// Name prefixes the server's tools: lower-case letters, digits and
 	// '-', starting with a letter, at most 32 (no '_', so the "__"
@@ -117,10 +109,7 @@ type MCPSecret struct {
 // minimum, and twice its /tmp.
 const leastSidecarMemory = max(MinMemory, 2*SidecarTmpfs)
 
-var (
-	mcpServerNameRe = regexp.MustCompile(`^[a-z][a-z0-9-]{0,31}$`)
-	toolNameBadRe   = regexp.MustCompile(`[^A-Za-z0-9_-]`)
-)
+var mcpServerNameRe = regexp.MustCompile(`^[a-z][a-z0-9-]{0,31}$`)
 
 // withDefaults fills an MCPServer's defaults; its limits come from the
 // sandbox's, l.
@@ -234,24 +223,6 @@ func (o SessionOptions) validateMCPServers(p *problems) {
 			p.add(f+".limits.pids", "%d is below the minimum of %d", s.Limits.Pids, MinPids)
 		}
 	}
-}
-
-// ExposedToolName is the session's name for tool of MCP server server:
-// server__tool with every character outside [A-Za-z0-9_-] replaced by '_',
-// and when that is longer than MaxToolName, cut and ended with '_' and an
-// 8-character hash of the whole uncut name, so that it stays unique.
-func ExposedToolName(server, tool string) string {
-	full := server + SidecarToolSep + tool
-	name := toolNameBadRe.ReplaceAllString(full, "_")
-	if len(name) <= MaxToolName && name == full {
-		return name
-	}
-	sum := sha256.Sum256([]byte(full))
-	suffix := "_" + hex.EncodeToString(sum[:4])
-	if len(name) > MaxToolName-len(suffix) {
-		name = name[:MaxToolName-len(suffix)]
-	}
-	return name + suffix
 }
 
 // env is the variable the secret is set in.

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"time"
+
+	"github.com/sandboxd/sandboxd/sandbox/sidecar"
 )
 
 // Labels sandboxd puts on every container, volume and network it creates.
@@ -162,7 +164,7 @@ func (s Status) Describe() string {
 type SidecarRuntime interface {
 	// StartSidecar starts one sidecar of a session, replacing any
 	// container it had under that name (a restart), and connects to it.
-	StartSidecar(ctx context.Context, spec SidecarSpec) (*SidecarConn, error)
+	StartSidecar(ctx context.Context, spec SidecarSpec) (*sidecar.Conn, error)
 }
 
 // SidecarSpec is what a runtime needs to start one MCP sidecar.
@@ -171,20 +173,6 @@ type SidecarSpec struct {
 	Server    MCPServer         // resolved (MCPServer.withDefaults)
 	Labels    map[string]string // the session's (SessionLabels)
 	Env       map[string]string // Server.Env with the secrets resolved: never logged or labelled
-}
-
-// SidecarConn is the daemon's way to a started sidecar.
-type SidecarConn struct {
-	// Stream is the stdio of its main process (TransportStdio).
-	Stream io.ReadWriteCloser
-	// URL is its MCP endpoint (TransportHTTP, TransportSSE), reachable from
-	// the daemon only.
-	URL string
-	// Stderr returns the end of what the sidecar wrote to stderr (hostile
-	// input, bounded), for errors that say why it did not answer.
-	Stderr func() string
-	// Close drops the connection (not the container).
-	Close func()
 }
 
 // Sidecar settings that MCPServer does not declare.

@@ -14,6 +14,7 @@ import (
 	agentclient "github.com/sandboxd/sandboxd/agent/client"
 	"github.com/sandboxd/sandboxd/agent/proto"
 	"github.com/sandboxd/sandboxd/internal/loglimit"
+	"github.com/sandboxd/sandboxd/sandbox/sidecar"
 	"github.com/sandboxd/sandboxd/tools"
 )
 
@@ -48,7 +49,7 @@ type Session struct {
 	inflight   atomic.Int64 // calls running now; a busy session is never idle
 	checking   atomic.Bool  // a health ping is in flight
 
-	sidecars *sidecars // its MCP servers; nil without any
+	sidecars *sidecar.Set // its MCP servers; nil without any
 
 	startCancel context.CancelFunc // cancels a start in progress
 	started     chan struct{}      // closed when the start attempt has ended
@@ -168,7 +169,7 @@ func (s *Session) WatchTools(fn func()) (stop func()) {
 	if s.sidecars == nil {
 		return func() {}
 	}
-	return s.sidecars.watch(fn)
+	return s.sidecars.Watch(fn)
 }
 
 // Tools lists the tools the session's agent serves.
@@ -183,7 +184,7 @@ func (s *Session) Tools(ctx context.Context) ([]tools.Definition, error) {
 		return nil, s.callErr(ctx, "listing tools", err)
 	}
 	if s.sidecars != nil {
-		return s.sidecars.tools(ctx, defs)
+		return s.sidecars.Tools(ctx, defs)
 	}
 	return defs, nil
 }
@@ -197,10 +198,8 @@ func (s *Session) Call(ctx context.Context, name string, args json.RawMessage, s
 		return nil, err
 	}
 	defer s.end()
-	if s.sidecars != nil {
-		if sc, ok := s.sidecars.route(name); ok {
-			return sc.call(ctx, name, args)
-		}
+	if s.sidecars != nil && s.sidecars.Owns(name) {
+		return s.sidecars.Call(ctx, name, args)
 	}
 	obs, err := c.Call(ctx, name, args, stream)
 	return obs, s.callErr(ctx, "calling "+name, err)
@@ -422,7 +421,7 @@ func (s *Session) teardown() {
 	ctx, cancel := context.WithTimeout(context.Background(), m.opts.ShutdownGrace+m.opts.RemoveTimeout)
 	defer cancel()
 	if s.sidecars != nil {
-		s.sidecars.close()
+		s.sidecars.Close()
 	}
 	if c := s.currentClient(); c != nil {
 		grace, cancelGrace := context.WithTimeout(ctx, m.opts.ShutdownGrace)
@@ -468,7 +467,7 @@ func (s *Session) detach() {
 			c.Close()
 		}
 		if s.sidecars != nil {
-			s.sidecars.close() // the containers stay; the next daemon replaces them
+			s.sidecars.Close() // the containers stay; the next daemon replaces them
 		}
 		close(s.closed)
 	})

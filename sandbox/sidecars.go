@@ -10,8 +10,64 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/sandboxd/sandboxd/sandbox/sidecar"
 	"github.com/sandboxd/sandboxd/tools"
 )
+
+// newSidecars is the set of a session's MCP servers (package
+// sandbox/sidecar, the daemon's MCP client to them), each started by srt.
+func newSidecars(s *Session, srt SidecarRuntime) *sidecar.Set {
+	return sidecar.New(s.m.ctx, sidecar.Options{Servers: sidecarServers(s, srt), Log: s.agentLog, Closed: ErrClosed})
+}
+
+// sidecarServers are a session's MCP servers as a sidecar.Set runs them:
+// started by srt with the session's labels and their secrets, and what
+// they list learned by the manager.
+func sidecarServers(s *Session, srt SidecarRuntime) []sidecar.Server {
+	out := make([]sidecar.Server, len(s.opts.MCPServers))
+	for i, srv := range s.opts.MCPServers {
+		out[i] = sidecar.Server{
+			Name:      srv.Name,
+			Transport: srv.Transport,
+			Eager:     srv.Start == StartEager,
+			Start: func(ctx context.Context) (*sidecar.Conn, error) {
+				return s.startSidecar(ctx, srt, srv)
+			},
+			Learned: func(defs []tools.Definition) { s.m.learnedTools(srv, defs) },
+		}
+	}
+	return out
+}
+
+// startSidecar runs the container of one of the session's MCP servers,
+// replacing any it had, with its secrets resolved now.
+func (s *Session) startSidecar(ctx context.Context, srt SidecarRuntime, srv MCPServer) (*sidecar.Conn, error) {
+	env, err := sidecarEnv(srv, s.m.opts.Secrets)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := srt.StartSidecar(ctx, SidecarSpec{
+		SessionID: s.id,
+		Server:    srv,
+		Labels:    SessionLabels(s.id, s.opts, "", s.created),
+		Env:       env,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("mcp server %q: starting its container: %w", srv.Name, err)
+	}
+	return conn, nil
+}
+
+// needWorkspace reports whether one of servers mounts the session's
+// workspace.
+func needWorkspace(servers []MCPServer) bool {
+	for _, srv := range servers {
+		if srv.Workspace != "" {
+			return true
+		}
+	}
+	return false
+}
 
 // sidecarToolCache is what the manager learned of MCP servers' tools, by
 // declaration (sidecarKey), for lists made without a sandbox (the
@@ -40,7 +96,7 @@ func (m *Manager) learnedTools(s MCPServer, defs []tools.Definition) {
 		m.sidecarTools.defs = map[string][]tools.Definition{}
 	}
 	key := sidecarKey(s)
-	if prev, ok := m.sidecarTools.defs[key]; ok && sameTools(prev, defs) {
+	if prev, ok := m.sidecarTools.defs[key]; ok && sidecar.SameTools(prev, defs) {
 		return
 	}
 	m.sidecarTools.defs[key] = defs
@@ -89,18 +145,17 @@ func (m *Manager) LearnSidecarTools(ctx context.Context, servers []MCPServer) er
 		return err
 	}
 	s := newSession(m, "probe-"+uuid.NewString(), o)
-	set := newSidecars(s, srt)
-	errs := make([]error, len(set.all))
-	var wg sync.WaitGroup
-	for i, c := range set.all {
-		wg.Go(func() { _, errs[i] = c.session(ctx) })
+	probe := sidecarServers(s, srt)
+	for i := range probe {
+		probe[i].Eager = true // a probe starts the lazy ones too
 	}
-	wg.Wait()
-	set.close()
+	set := sidecar.New(m.ctx, sidecar.Options{Servers: probe, Log: s.agentLog, Closed: ErrClosed})
+	err := set.StartEager(ctx)
+	set.Close()
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.opts.RemoveTimeout)
 	defer cancel()
-	if err := m.rt.Remove(rctx, s.id); err != nil {
-		errs = append(errs, fmt.Errorf("removing the probe: %w", err))
+	if rerr := m.rt.Remove(rctx, s.id); rerr != nil {
+		err = errors.Join(err, fmt.Errorf("removing the probe: %w", rerr))
 	}
-	return errors.Join(errs...)
+	return err
 }

@@ -124,14 +124,14 @@ func (m *Manager) startSandbox(ctx context.Context, s *Session, poolKey string) 
 		sidecarErr = make(chan error, 1)
 		afterSandbox = make(chan struct{})
 		go func() {
-			if s.sidecars.needWorkspace() { // its volume comes with the sandbox
+			if needWorkspace(s.opts.MCPServers) { // its volume comes with the sandbox
 				<-afterSandbox
 				if !sandboxUp.Load() {
 					sidecarErr <- nil
 					return
 				}
 			}
-			sidecarErr <- s.sidecars.startEager(ctx)
+			sidecarErr <- s.sidecars.StartEager(ctx)
 		}()
 	}
 	conn, err := m.rt.Start(ctx, spec)
@@ -141,12 +141,12 @@ func (m *Manager) startSandbox(ctx context.Context, s *Session, poolKey string) 
 		serr := <-sidecarErr
 		if err == nil && serr != nil {
 			conn.Close()
-			s.sidecars.close()
+			s.sidecars.Close()
 			m.removeQuietly(s.id)
 			return fmt.Errorf("session %s: %w: %w", s.id, ErrStart, serr)
 		}
 		if err != nil {
-			s.sidecars.close()
+			s.sidecars.Close()
 			m.removeQuietly(s.id) // a sidecar made after the runtime's rollback
 		}
 	}
@@ -166,7 +166,7 @@ func (m *Manager) startSandbox(ctx context.Context, s *Session, poolKey string) 
 		c.Close()
 		why := m.describe(s.id)
 		if s.sidecars != nil {
-			s.sidecars.close()
+			s.sidecars.Close()
 		}
 		m.removeQuietly(s.id)
 		return fmt.Errorf("session %s: %w: its agent did not answer (%v); %s", s.id, ErrStart, err, why)
@@ -179,7 +179,7 @@ func (m *Manager) startSandbox(ctx context.Context, s *Session, poolKey string) 
 	if !s.setReady(c) { // Close came first; its teardown removes the sandbox
 		c.Close()
 		if s.sidecars != nil {
-			s.sidecars.close()
+			s.sidecars.Close()
 		}
 		return fmt.Errorf("session %s: %w while it was starting", s.id, ErrClosed)
 	}

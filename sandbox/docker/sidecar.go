@@ -18,6 +18,7 @@ import (
 	"github.com/docker/docker/pkg/stdcopy"
 
 	"github.com/sandboxd/sandboxd/sandbox"
+	"github.com/sandboxd/sandboxd/sandbox/sidecar"
 )
 
 // stderrTail bounds what is kept of a sidecar's stderr for errors.
@@ -60,7 +61,7 @@ func sidecarNetworkKey(id string) string { return id + "/_mcp" }
 // a stdio one has that network only. A container of the same name (an
 // earlier run) is removed first, and its egress network and rules with
 // it.
-func (r *Runtime) StartSidecar(ctx context.Context, spec sandbox.SidecarSpec) (_ *sandbox.SidecarConn, err error) {
+func (r *Runtime) StartSidecar(ctx context.Context, spec sandbox.SidecarSpec) (_ *sidecar.Conn, err error) {
 	id, srv := spec.SessionID, spec.Server
 	name := sidecarName(id, srv.Name)
 	log := r.agentLog(id).With("sidecar", srv.Name)
@@ -227,7 +228,7 @@ func (r *Runtime) StartSidecar(ctx context.Context, spec sandbox.SidecarSpec) (_
 		})
 		<-done
 	}
-	conn := &sandbox.SidecarConn{Stderr: tail.String, Close: closeFn}
+	conn := &sidecar.Conn{Stderr: tail.String, Close: closeFn}
 	if stdio {
 		conn.Stream = &sidecarStream{r: pr, w: hj.Conn, close: closeFn}
 		log.Debug("sidecar started", "container", created.ID[:12], "transport", srv.Transport)

@@ -1,4 +1,4 @@
-package sandbox
+package sidecar
 
 import (
 	"bytes"
@@ -25,52 +25,50 @@ import (
 // third party's server: everything it sends is hostile input
 // (attacks-2026-11b M5-M14), bounded here whatever the SDK does by default.
 const (
-	// SidecarMaxMessage bounds one message from a sidecar: a stdio line,
-	// an HTTP response body, a server-sent event.
-	SidecarMaxMessage = 16 << 20
-	// SidecarMaxTools, SidecarMaxToolBytes and SidecarMaxListBytes bound
-	// a sidecar's tool list: how many, one tool's JSON (name, description,
-	// schemas), and all of them together; SidecarMaxPages bounds the pages
-	// of tools/list. A server over any of them does not start, saying
-	// which.
-	SidecarMaxTools     = 1000
-	SidecarMaxToolBytes = 64 << 10
-	SidecarMaxListBytes = 4 << 20
-	SidecarMaxPages     = 100
-	// SidecarMaxResultChars bounds the text of one result, as the
-	// terminal's output is bounded; past it the middle is cut, saying so.
-	SidecarMaxResultChars = 30000
-	// SidecarMaxResultBinary bounds the image and audio bytes of one
-	// result.
-	SidecarMaxResultBinary = 8 << 20
-	// SidecarCallTimeout is the deadline of one sidecar tool call.
-	SidecarCallTimeout = 10 * time.Minute
-	// sidecarCancelGrace is how long a cancelled call waits for the SDK
-	// to give it up before it returns anyway (the protocol promises 3 s).
-	sidecarCancelGrace = 500 * time.Millisecond
-	// sidecarRelistEvery spaces the re-reads of a sidecar's tools after
+	// MaxMessage bounds one message from a sidecar: a stdio line, an HTTP
+	// response body, a server-sent event.
+	MaxMessage = 16 << 20
+	// MaxTools, MaxToolBytes and MaxListBytes bound a sidecar's tool
+	// list: how many, one tool's JSON (name, description, schemas), and
+	// all of them together; MaxPages bounds the pages of tools/list. A
+	// server over any of them does not start, saying which.
+	MaxTools     = 1000
+	MaxToolBytes = 64 << 10
+	MaxListBytes = 4 << 20
+	MaxPages     = 100
+	// MaxResultChars bounds the text of one result, as the terminal's
+	// output is bounded; past it the middle is cut, saying so.
+	MaxResultChars = 30000
+	// MaxResultBinary bounds the image and audio bytes of one result.
+	MaxResultBinary = 8 << 20
+	// CallTimeout is the deadline of one sidecar tool call.
+	CallTimeout = 10 * time.Minute
+	// cancelGrace is how long a cancelled call waits for the SDK to give
+	// it up before it returns anyway (the protocol promises 3 s).
+	cancelGrace = 500 * time.Millisecond
+	// relistEvery spaces the re-reads of a sidecar's tools after
 	// notifications/tools/list_changed: at most one in flight, one
 	// pending, and one started per this interval.
-	sidecarRelistEvery = time.Second
+	relistEvery = time.Second
 	// A sidecar may send sandboxd requests (ping; roots, sampling and
 	// elicitation are refused: sandboxd offers none) at this rate after a
 	// burst; one that sends more is cut off as flooding.
-	sidecarRequestBurst = 32
-	sidecarRequestRate  = 10
+	requestBurst = 32
+	requestRate  = 10
 )
 
-// errSidecarFlood is why a flooding sidecar was cut off.
-var errSidecarFlood = errors.New("it sent sandboxd requests faster than " +
-	fmt.Sprint(sidecarRequestRate) + " a second (sandboxd answers ping and offers MCP servers no roots, sampling or elicitation): its connection was closed")
+// errFlood is why a flooding sidecar was cut off.
+var errFlood = errors.New("it sent sandboxd requests faster than " +
+	fmt.Sprint(requestRate) + " a second (sandboxd answers ping and offers MCP servers no roots, sampling or elicitation): its connection was closed")
 
 // limitedBodies is an http.RoundTripper that bounds what a sidecar's
 // replies make the daemon read (M13: the SDK reads a JSON body whole with
 // io.ReadAll, and one 1 GiB reply took the daemon to 9 GB). A JSON reply
-// is read here, up to SidecarMaxMessage: past it, reading stops and the
+// is read here, up to MaxMessage: past it, reading stops and the
 // reply becomes a JSON-RPC error for the request's id, so that call fails
 // saying why and the connection stays up. Other bodies (an event stream,
 // whose events the SDK bounds one by one with MaxEventSize) end in an
-// error past SidecarMaxMessage.
+// error past MaxMessage.
 type limitedBodies struct{ base http.RoundTripper }
 
 func (l limitedBodies) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -83,18 +81,18 @@ func (l limitedBodies) RoundTrip(req *http.Request) (*http.Response, error) {
 		return resp, nil
 	}
 	if mt != "application/json" {
-		resp.Body = &limitedBody{rc: resp.Body, left: SidecarMaxMessage}
+		resp.Body = &limitedBody{rc: resp.Body, left: MaxMessage}
 		return resp, nil
 	}
 	var body []byte
-	if resp.ContentLength <= SidecarMaxMessage {
-		body, err = io.ReadAll(io.LimitReader(resp.Body, SidecarMaxMessage+1))
+	if resp.ContentLength <= MaxMessage {
+		body, err = io.ReadAll(io.LimitReader(resp.Body, MaxMessage+1))
 	}
 	_ = resp.Body.Close() // stops a sender past the limit at once
 	if err != nil {
 		return nil, err
 	}
-	if resp.ContentLength > SidecarMaxMessage || len(body) > SidecarMaxMessage {
+	if resp.ContentLength > MaxMessage || len(body) > MaxMessage {
 		body = tooLargeReply(req, resp.ContentLength)
 	}
 	resp.Body = io.NopCloser(bytes.NewReader(body))
@@ -111,13 +109,13 @@ func tooLargeReply(req *http.Request, n int64) []byte {
 	if n > 0 {
 		what = fmt.Sprintf("%d MiB, more than", n>>20)
 	}
-	msg := fmt.Sprintf("sandboxd: the server's reply is %s the limit of %d MiB a message; it was not read", what, SidecarMaxMessage>>20)
+	msg := fmt.Sprintf("sandboxd: the server's reply is %s the limit of %d MiB a message; it was not read", what, MaxMessage>>20)
 	var call struct {
 		ID json.RawMessage `json:"id"`
 	}
 	if req.GetBody != nil {
 		if rc, err := req.GetBody(); err == nil {
-			_ = json.NewDecoder(io.LimitReader(rc, SidecarMaxMessage)).Decode(&call)
+			_ = json.NewDecoder(io.LimitReader(rc, MaxMessage)).Decode(&call)
 			_ = rc.Close()
 		}
 	}
@@ -141,7 +139,7 @@ type limitedBody struct {
 func (b *limitedBody) Read(p []byte) (int, error) {
 	if b.left <= 0 {
 		_ = b.rc.Close() // stop the sender at once
-		return 0, fmt.Errorf("its HTTP reply is more than the limit of %d MiB a message", SidecarMaxMessage>>20)
+		return 0, fmt.Errorf("its HTTP reply is more than the limit of %d MiB a message", MaxMessage>>20)
 	}
 	if int64(len(p)) > b.left {
 		p = p[:b.left]
@@ -186,20 +184,20 @@ func (c *sidecar) cutOff(req mcp.Request) {
 	}
 	c.mu.Unlock()
 	if first {
-		c.log.Warn("mcp sidecar cut off", "err", errSidecarFlood)
+		c.log.Warn("mcp sidecar cut off", "err", errFlood)
 		go func() { _ = cs.Close() }()
 	}
 }
 
 // newRequestLimiter is a sidecar's budget of requests to sandboxd.
 func newRequestLimiter() *rate.Limiter {
-	return rate.NewLimiter(sidecarRequestRate, sidecarRequestBurst)
+	return rate.NewLimiter(requestRate, requestBurst)
 }
 
 // relister coalesces a sidecar's re-reads of its tools (M7: one goroutine
 // and a 30 s re-read per notifications/tools/list_changed made 34,000
 // goroutines and 13 MB of log in 45 s): at most one re-read in flight and
-// one pending, started at most once per sidecarRelistEvery.
+// one pending, started at most once per relistEvery.
 type relister struct {
 	mu      sync.Mutex
 	running bool
@@ -232,40 +230,40 @@ func (r *relister) loop(run func()) {
 		}
 		r.again = false
 		r.mu.Unlock()
-		if wait := sidecarRelistEvery - time.Since(began); wait > 0 {
+		if wait := relistEvery - time.Since(began); wait > 0 {
 			time.Sleep(wait)
 		}
 	}
 }
 
-// listSidecarTools reads every page of a server's tools and names them for
+// listTools reads every page of a server's tools and names them for
 // the session, within the list limits.
-func listSidecarTools(ctx context.Context, server string, cs *mcp.ClientSession) ([]tools.Definition, map[string]string, error) {
+func listTools(ctx context.Context, server string, cs *mcp.ClientSession) ([]tools.Definition, map[string]string, error) {
 	defs := []tools.Definition{}
 	orig := map[string]string{}
 	total := 0
 	var cursor string
 	for page := 1; ; page++ {
-		if page > SidecarMaxPages {
-			return nil, nil, fmt.Errorf("its tools/list has more than %d pages, the limit", SidecarMaxPages)
+		if page > MaxPages {
+			return nil, nil, fmt.Errorf("its tools/list has more than %d pages, the limit", MaxPages)
 		}
 		res, err := cs.ListTools(ctx, &mcp.ListToolsParams{Cursor: cursor})
 		if err != nil {
 			return nil, nil, err
 		}
 		for _, t := range res.Tools {
-			if len(defs) == SidecarMaxTools {
-				return nil, nil, fmt.Errorf("it lists more than %d tools, the limit", SidecarMaxTools)
+			if len(defs) == MaxTools {
+				return nil, nil, fmt.Errorf("it lists more than %d tools, the limit", MaxTools)
 			}
 			b, err := json.Marshal(t)
 			if err != nil {
 				return nil, nil, fmt.Errorf("tool %.64q: %w", t.Name, err)
 			}
-			if len(b) > SidecarMaxToolBytes {
-				return nil, nil, fmt.Errorf("its tool %.64q is %d bytes of JSON, above the limit of %d KiB a tool", t.Name, len(b), SidecarMaxToolBytes>>10)
+			if len(b) > MaxToolBytes {
+				return nil, nil, fmt.Errorf("its tool %.64q is %d bytes of JSON, above the limit of %d KiB a tool", t.Name, len(b), MaxToolBytes>>10)
 			}
-			if total += len(b); total > SidecarMaxListBytes {
-				return nil, nil, fmt.Errorf("its tools are more than %d MiB of JSON together, the limit (%d tools so far)", SidecarMaxListBytes>>20, len(defs))
+			if total += len(b); total > MaxListBytes {
+				return nil, nil, fmt.Errorf("its tools are more than %d MiB of JSON together, the limit (%d tools so far)", MaxListBytes>>20, len(defs))
 			}
 			d, err := fromMCPTool(server, t)
 			if err != nil {
@@ -285,8 +283,8 @@ func listSidecarTools(ctx context.Context, server string, cs *mcp.ClientSession)
 }
 
 // boundResult cuts an observation from a sidecar to the result limits:
-// text past SidecarMaxResultChars loses its middle, images and audio past
-// SidecarMaxResultBinary are left out, and structured content clients
+// text past MaxResultChars loses its middle, images and audio past
+// MaxResultBinary are left out, and structured content clients
 // could not take (tools.CheckStructured) is left out; each says so in a
 // note the model reads (M12, K12).
 func boundResult(server string, obs *tools.Observation) *tools.Observation {
@@ -302,7 +300,7 @@ func boundResult(server string, obs *tools.Observation) *tools.Observation {
 		chars += utf8.RuneCountInString(c.Text)
 		binary += len(c.Data)
 	}
-	if binary > SidecarMaxResultBinary {
+	if binary > MaxResultBinary {
 		kept := obs.Content[:0]
 		for _, c := range obs.Content {
 			if len(c.Data) == 0 {
@@ -310,11 +308,11 @@ func boundResult(server string, obs *tools.Observation) *tools.Observation {
 			}
 		}
 		obs.Content = kept
-		notes = append(notes, fmt.Sprintf("its images and audio (%d MiB) are left out, above the limit of %d MiB a result", binary>>20, SidecarMaxResultBinary>>20))
+		notes = append(notes, fmt.Sprintf("its images and audio (%d MiB) are left out, above the limit of %d MiB a result", binary>>20, MaxResultBinary>>20))
 	}
-	if chars > SidecarMaxResultChars {
+	if chars > MaxResultChars {
 		obs.Content = cutText(obs.Content, chars)
-		notes = append(notes, fmt.Sprintf("its text was %d characters: the middle was cut to keep %d, the limit of a result", chars, SidecarMaxResultChars))
+		notes = append(notes, fmt.Sprintf("its text was %d characters: the middle was cut to keep %d, the limit of a result", chars, MaxResultChars))
 	}
 	if len(notes) > 0 {
 		obs.Content = append(obs.Content, tools.Content{Type: "text",
@@ -323,11 +321,11 @@ func boundResult(server string, obs *tools.Observation) *tools.Observation {
 	return obs
 }
 
-// cutText keeps the first and last SidecarMaxResultChars/2 characters of
-// the text blocks (of chars in all, more than SidecarMaxResultChars),
+// cutText keeps the first and last MaxResultChars/2 characters of
+// the text blocks (of chars in all, more than MaxResultChars),
 // dropping the text between and marking the cut once.
 func cutText(content []tools.Content, chars int) []tools.Content {
-	head, tail := SidecarMaxResultChars/2, SidecarMaxResultChars-SidecarMaxResultChars/2
+	head, tail := MaxResultChars/2, MaxResultChars-MaxResultChars/2
 	out := make([]tools.Content, 0, len(content))
 	pos, marked := 0, false // pos: characters of text before this block
 	for _, c := range content {

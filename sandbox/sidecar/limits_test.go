@@ -1,4 +1,4 @@
-package sandbox
+package sidecar
 
 import (
 	"context"
@@ -42,8 +42,8 @@ func TestSidecarRequestFloodIsCutOff(t *testing.T) {
 		f := &fakeSidecars{}
 		set, cancel := newTestSidecars(t, f)
 		defer cancel()
-		defer set.close()
-		require.NoError(t, set.startEager(context.Background()))
+		defer set.Close()
+		require.NoError(t, set.StartEager(context.Background()))
 		ss := serverSession(t, f)
 		ctx := context.Background()
 		require.NoError(t, ss.Ping(ctx, nil), "a ping is answered")
@@ -81,8 +81,8 @@ func TestSidecarListChangedIsCoalesced(t *testing.T) {
 		}}
 		set, cancel := newTestSidecars(t, f)
 		defer cancel()
-		defer set.close()
-		require.NoError(t, set.startEager(context.Background()))
+		defer set.Close()
+		require.NoError(t, set.StartEager(context.Background()))
 		before := lists.Load()
 		c, _ := set.route("fake__count")
 		began := time.Now()
@@ -112,12 +112,12 @@ func TestSidecarToolListLimits(t *testing.T) {
 		want  string
 	}{
 		{"too many tools", func(srv *mcp.Server) {
-			for i := range SidecarMaxTools {
+			for i := range MaxTools {
 				srv.AddTool(&mcp.Tool{Name: fmt.Sprintf("t%d", i), InputSchema: map[string]any{"type": "object"}}, nil)
 			}
 		}, "more than 1000 tools, the limit"},
 		{"too big a tool", func(srv *mcp.Server) {
-			srv.AddTool(&mcp.Tool{Name: "huge", Description: strings.Repeat("d", SidecarMaxToolBytes), InputSchema: map[string]any{"type": "object"}}, nil)
+			srv.AddTool(&mcp.Tool{Name: "huge", Description: strings.Repeat("d", MaxToolBytes), InputSchema: map[string]any{"type": "object"}}, nil)
 		}, `its tool "huge" is 65`},
 		{"too many bytes", func(srv *mcp.Server) {
 			for i := range 100 {
@@ -130,8 +130,8 @@ func TestSidecarToolListLimits(t *testing.T) {
 				f := &fakeSidecars{setup: tc.setup}
 				set, cancel := newTestSidecars(t, f)
 				defer cancel()
-				defer set.close()
-				err := set.startEager(context.Background())
+				defer set.Close()
+				err := set.StartEager(context.Background())
 				require.Error(t, err)
 				assert.Contains(t, err.Error(), tc.want)
 			})
@@ -154,11 +154,11 @@ func TestSidecarToolListLimits(t *testing.T) {
 			}}
 			set, cancel := newTestSidecars(t, f)
 			defer cancel()
-			defer set.close()
-			err := set.startEager(context.Background())
+			defer set.Close()
+			err := set.StartEager(context.Background())
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), "more than 100 pages, the limit")
-			assert.Equal(t, int64(SidecarMaxPages), pages.Load())
+			assert.Equal(t, int64(MaxPages), pages.Load())
 		})
 	})
 }
@@ -177,7 +177,7 @@ func TestBoundResult(t *testing.T) {
 	assert.Contains(t, text, `mcp server "s"'s result was cut: its text was 40017 characters: the middle was cut to keep 30000`)
 	body, _, found := strings.Cut(text, "\n[sandboxd:")
 	require.True(t, found)
-	assert.Equal(t, SidecarMaxResultChars+len("\n[...]\n"), utf8.RuneCountInString(body))
+	assert.Equal(t, MaxResultChars+len("\n[...]\n"), utf8.RuneCountInString(body))
 	assert.True(t, utf8.ValidString(text))
 
 	small := &tools.Observation{Content: []tools.Content{{Type: "text", Text: "ok"}}, Structured: map[string]any{"a": 1.0}}
@@ -192,7 +192,7 @@ func TestBoundResult(t *testing.T) {
 	assert.Contains(t, obs.Text(), "its structured content is left out: it is nested deeper than 64 levels")
 
 	obs = boundResult("s", &tools.Observation{Content: []tools.Content{
-		{Type: "image", Data: make([]byte, SidecarMaxResultBinary), MIMEType: "image/png"}, {Type: "text", Text: "t"},
+		{Type: "image", Data: make([]byte, MaxResultBinary), MIMEType: "image/png"}, {Type: "text", Text: "t"},
 		{Type: "audio", Data: []byte{1}, MIMEType: "audio/wav"}}})
 	require.Len(t, obs.Content, 2)
 	assert.Equal(t, "t", obs.Content[0].Text)
@@ -203,7 +203,7 @@ func TestBoundResult(t *testing.T) {
 // error for the call's id, read no further (M13); another body ends in an
 // error there; an event stream is the SDK's to bound, event by event.
 func TestLimitedBodies(t *testing.T) {
-	big := strings.Repeat("x", SidecarMaxMessage+1)
+	big := strings.Repeat("x", MaxMessage+1)
 	var sent atomic.Int64
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
@@ -257,7 +257,7 @@ func TestLimitedBodies(t *testing.T) {
 	body, err = post("/plain")
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "its HTTP reply is more than the limit of 16 MiB a message")
-	assert.Len(t, body, SidecarMaxMessage)
+	assert.Len(t, body, MaxMessage)
 	body, err = post("/sse")
 	require.NoError(t, err)
 	assert.Len(t, body, len(big))
@@ -276,14 +276,14 @@ func TestSidecarCallDeadline(t *testing.T) {
 		}}
 		set, cancel := newTestSidecars(t, f)
 		defer cancel()
-		defer set.close()
+		defer set.Close()
 		defer close(release)
-		require.NoError(t, set.startEager(context.Background()))
+		require.NoError(t, set.StartEager(context.Background()))
 		c, _ := set.route("fake__hang")
 		began := time.Now()
 		obs, err := c.call(context.Background(), "fake__hang", nil)
 		require.NoError(t, err)
-		assert.Equal(t, SidecarCallTimeout, time.Since(began))
+		assert.Equal(t, CallTimeout, time.Since(began))
 		assert.True(t, obs.IsError)
 		assert.Contains(t, obs.Text(), `mcp server "fake" did not answer fake__hang within 10m0s, the deadline of a sidecar call`)
 
@@ -292,7 +292,7 @@ func TestSidecarCallDeadline(t *testing.T) {
 		began = time.Now()
 		_, err = c.call(ctx, "fake__hang", nil)
 		require.ErrorIs(t, err, context.DeadlineExceeded)
-		assert.LessOrEqual(t, time.Since(began), time.Second+sidecarCancelGrace)
+		assert.LessOrEqual(t, time.Since(began), time.Second+cancelGrace)
 		assert.Equal(t, "1", callText(t, set, "fake__count"), "the sidecar still answers")
 	})
 }

@@ -1,4 +1,4 @@
-package sandbox
+package sidecar
 
 import (
 	"context"
@@ -7,11 +7,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"strings"
 	"sync"
 	"time"
 
-	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"golang.org/x/time/rate"
@@ -21,41 +19,28 @@ import (
 
 // Timings of MCP sidecars.
 const (
-	// SidecarReadyTimeout bounds a sidecar's start: container, initialize
-	// and the first tools/list.
-	SidecarReadyTimeout = 30 * time.Second
-	// MaxSidecarRestarts bounds the restarts of a sidecar that exited; the
-	// backoff before each doubles from sidecarBackoff.
-	MaxSidecarRestarts = 3
-	sidecarBackoff     = time.Second
-	// sidecarHTTPRetry is how often an HTTP sidecar is tried until it
-	// listens.
-	sidecarHTTPRetry = 50 * time.Millisecond
+	// ReadyTimeout bounds a sidecar's start: container, initialize and the
+	// first tools/list.
+	ReadyTimeout = 30 * time.Second
+	// MaxRestarts bounds the restarts of a sidecar that exited; the
+	// backoff before each doubles from restartBackoff.
+	MaxRestarts    = 3
+	restartBackoff = time.Second
+	// httpRetry is how often an HTTP sidecar is tried until it listens.
+	httpRetry = 50 * time.Millisecond
+	// failureSettle is how long a call that lost its connection waits for
+	// the watcher to say why (the server exited, was cut off), so that it
+	// returns that reason rather than a bare "connection ended".
+	failureSettle = 3 * time.Second
 )
 
-// sidecarClient names sandboxd to MCP servers.
-var sidecarClient = &mcp.Implementation{Name: "sandboxd", Version: "1"}
+// clientInfo names sandboxd to MCP servers.
+var clientInfo = &mcp.Implementation{Name: "sandboxd", Version: "1"}
 
-// sidecars are a session's MCP servers, one daemon-owned MCP client
-// session each, shared by every caller of the session.
-type sidecars struct {
-	s   *Session
-	rt  SidecarRuntime
-	all []*sidecar // in declaration order
-	by  map[string]*sidecar
-
-	closeOnce sync.Once
-	closed    chan struct{}
-
-	watchMu   sync.Mutex
-	watchNext int
-	watchers  map[int]func() // WatchTools's
-}
-
-// sidecar is one MCP server of a session.
+// sidecar is one MCP server of a set.
 type sidecar struct {
-	set *sidecars
-	srv MCPServer
+	set *Set
+	srv Server
 	log *slog.Logger // bounded (package loglimit): the session's budget of hostile input
 
 	requests *rate.Limiter // the server's requests to sandboxd (guard)
@@ -63,7 +48,7 @@ type sidecar struct {
 
 	mu       sync.Mutex
 	cs       *mcp.ClientSession // nil while down
-	conn     *SidecarConn
+	conn     *Conn
 	defs     []tools.Definition // exposed, from the last tools/list
 	orig     map[string]string  // exposed name → the server's
 	starting chan struct{}      // closed when the start in progress ends
@@ -72,135 +57,6 @@ type sidecar struct {
 	gen      int                // counts starts, so a stale exit is ignored
 	down     chan struct{}      // closed when the running client session ends
 	flooded  *mcp.ClientSession // the client session cut off for flooding (guard)
-}
-
-func newSidecars(s *Session, rt SidecarRuntime) *sidecars {
-	set := &sidecars{s: s, rt: rt, by: map[string]*sidecar{}, closed: make(chan struct{})}
-	for _, srv := range s.opts.MCPServers {
-		c := &sidecar{set: set, srv: srv, log: s.agentLog.With("sidecar", srv.Name), requests: newRequestLimiter()}
-		set.all = append(set.all, c)
-		set.by[srv.Name] = c
-	}
-	return set
-}
-
-// startEager starts the eager sidecars at once and returns the first error.
-func (set *sidecars) startEager(ctx context.Context) error {
-	var (
-		wg   sync.WaitGroup
-		errs = make([]error, len(set.all))
-	)
-	for i, c := range set.all {
-		if c.srv.Start != StartEager {
-			continue
-		}
-		wg.Go(func() { _, errs[i] = c.session(ctx) })
-	}
-	wg.Wait()
-	return errors.Join(errs...)
-}
-
-// watch calls fn whenever a sidecar's tools change; stop ends it.
-func (set *sidecars) watch(fn func()) (stop func()) {
-	set.watchMu.Lock()
-	defer set.watchMu.Unlock()
-	if set.watchers == nil {
-		set.watchers = map[int]func(){}
-	}
-	id := set.watchNext
-	set.watchNext++
-	set.watchers[id] = fn
-	return func() {
-		set.watchMu.Lock()
-		defer set.watchMu.Unlock()
-		delete(set.watchers, id)
-	}
-}
-
-// changed tells the watchers that a sidecar's tools changed.
-func (set *sidecars) changed() {
-	set.watchMu.Lock()
-	fns := make([]func(), 0, len(set.watchers))
-	for _, fn := range set.watchers {
-		fns = append(fns, fn)
-	}
-	set.watchMu.Unlock()
-	for _, fn := range fns {
-		fn()
-	}
-}
-
-// sameTools reports whether two lists of definitions are the same.
-func sameTools(a, b []tools.Definition) bool {
-	ja, err1 := json.Marshal(a)
-	jb, err2 := json.Marshal(b)
-	return err1 == nil && err2 == nil && string(ja) == string(jb)
-}
-
-// needWorkspace reports whether a sidecar mounts the session's workspace.
-func (set *sidecars) needWorkspace() bool {
-	for _, c := range set.all {
-		if c.srv.Workspace != "" {
-			return true
-		}
-	}
-	return false
-}
-
-// close ends every client session; the containers go with the session's
-// Remove.
-func (set *sidecars) close() {
-	set.closeOnce.Do(func() {
-		close(set.closed)
-		for _, c := range set.all {
-			c.mu.Lock()
-			cs, conn := c.cs, c.conn
-			c.cs, c.conn = nil, nil
-			c.err = fmt.Errorf("mcp server %q: %w", c.srv.Name, ErrClosed)
-			c.mu.Unlock()
-			if cs != nil {
-				_ = cs.Close()
-			}
-			if conn != nil && conn.Close != nil {
-				conn.Close()
-			}
-		}
-	})
-}
-
-// route returns the sidecar a tool name belongs to by its prefix.
-func (set *sidecars) route(name string) (*sidecar, bool) {
-	srv, _, ok := strings.Cut(name, SidecarToolSep)
-	if !ok {
-		return nil, false
-	}
-	c, ok := set.by[srv]
-	return c, ok
-}
-
-// tools lists the sidecars' tools (starting lazy ones), checked against
-// the sandbox's own tools: a clash names both owners.
-func (set *sidecars) tools(ctx context.Context, own []tools.Definition) ([]tools.Definition, error) {
-	owner := make(map[string]string, len(own))
-	for _, d := range own {
-		owner[d.Name] = "the sandbox's tool " + d.Name
-	}
-	out := own
-	for _, c := range set.all {
-		defs, err := c.list(ctx)
-		if err != nil {
-			return nil, err
-		}
-		for _, d := range defs {
-			o := fmt.Sprintf("mcp server %q's tool %q", c.srv.Name, c.originalName(d.Name))
-			if prev, ok := owner[d.Name]; ok {
-				return nil, fmt.Errorf("tool name %q is taken twice: by %s and by %s", d.Name, prev, o)
-			}
-			owner[d.Name] = o
-			out = append(out, d)
-		}
-	}
-	return out, nil
 }
 
 func (c *sidecar) originalName(exposed string) string {
@@ -273,24 +129,14 @@ func (c *sidecar) session(ctx context.Context) (*mcp.ClientSession, error) {
 // start runs the sidecar's container, connects the client (initialize),
 // reads its tools, and watches for its end. It runs with c.starting set.
 func (c *sidecar) start(ctx context.Context) (err error) {
-	ctx, cancel := context.WithTimeout(ctx, SidecarReadyTimeout)
+	ctx, cancel := context.WithTimeout(ctx, ReadyTimeout)
 	defer cancel()
-	stop := context.AfterFunc(c.set.s.m.ctx, cancel)
+	stop := context.AfterFunc(c.set.life, cancel)
 	defer stop()
 	began := time.Now()
-	s := c.set.s
-	env, err := sidecarEnv(c.srv, s.m.opts.Secrets)
+	conn, err := c.srv.Start(ctx)
 	if err != nil {
 		return err
-	}
-	conn, err := c.set.rt.StartSidecar(ctx, SidecarSpec{
-		SessionID: s.id,
-		Server:    c.srv,
-		Labels:    SessionLabels(s.id, s.opts, "", s.created),
-		Env:       env,
-	})
-	if err != nil {
-		return fmt.Errorf("mcp server %q: starting its container: %w", c.srv.Name, err)
 	}
 	defer func() {
 		if err != nil && conn.Close != nil {
@@ -306,31 +152,31 @@ func (c *sidecar) start(ctx context.Context) (err error) {
 		if tail == "" {
 			tail = "(nothing)"
 		}
-		return fmt.Errorf("mcp server %q did not answer within %v: %v; its stderr ends with: %s", c.srv.Name, SidecarReadyTimeout, err, tail)
+		return fmt.Errorf("mcp server %q did not answer within %v: %v; its stderr ends with: %s", c.srv.Name, ReadyTimeout, err, tail)
 	}
-	defs, orig, err := listSidecarTools(ctx, c.srv.Name, cs)
+	defs, orig, err := listTools(ctx, c.srv.Name, cs)
 	if err != nil {
 		_ = cs.Close()
 		return fmt.Errorf("mcp server %q: tools/list: %w", c.srv.Name, err)
 	}
 	c.mu.Lock()
 	select {
-	case <-c.set.closed:
+	case <-c.set.done:
 		c.mu.Unlock()
 		_ = cs.Close()
-		return fmt.Errorf("mcp server %q: %w", c.srv.Name, ErrClosed)
+		return fmt.Errorf("mcp server %q: %w", c.srv.Name, c.set.closed)
 	default:
 	}
 	c.gen++
 	gen := c.gen
 	// A restart (or reconnect) whose server lists other tools than before
 	// is a change the session's clients are told of.
-	changed := c.defs != nil && !sameTools(c.defs, defs)
+	changed := c.defs != nil && !SameTools(c.defs, defs)
 	c.cs, c.conn, c.defs, c.orig, c.err = cs, conn, defs, orig, nil
 	c.down = make(chan struct{})
 	down := c.down
 	c.mu.Unlock()
-	s.m.learnedTools(c.srv, defs)
+	c.learned(defs)
 	c.log.Info("mcp sidecar ready", "tools", len(defs), "took", time.Since(began).Round(time.Millisecond))
 	go c.watch(cs, gen, down)
 	if changed {
@@ -342,21 +188,21 @@ func (c *sidecar) start(ctx context.Context) (err error) {
 // connect makes the client session over the sidecar's transport: its
 // attach stream (stdio), or its address on the session's sidecar network,
 // retried until the server listens.
-func (c *sidecar) connect(ctx context.Context, conn *SidecarConn) (*mcp.ClientSession, error) {
-	client := mcp.NewClient(sidecarClient, &mcp.ClientOptions{
+func (c *sidecar) connect(ctx context.Context, conn *Conn) (*mcp.ClientSession, error) {
+	client := mcp.NewClient(clientInfo, &mcp.ClientOptions{
 		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) { c.relist() },
 	})
 	client.AddReceivingMiddleware(c.guard)
-	if c.srv.Transport == TransportStdio {
-		return client.Connect(ctx, &mcp.IOTransport{Reader: conn.Stream, Writer: conn.Stream, MaxLineLength: SidecarMaxMessage}, nil)
+	if c.srv.Transport == Stdio {
+		return client.Connect(ctx, &mcp.IOTransport{Reader: conn.Stream, Writer: conn.Stream, MaxLineLength: MaxMessage}, nil)
 	}
 	hc := &http.Client{Transport: limitedBodies{&http.Transport{DisableCompression: true, MaxIdleConnsPerHost: 64}}}
 	for {
 		var t mcp.Transport
-		if c.srv.Transport == TransportSSE {
-			t = &mcp.SSEClientTransport{Endpoint: conn.URL, HTTPClient: hc, MaxEventSize: SidecarMaxMessage}
+		if c.srv.Transport == SSE {
+			t = &mcp.SSEClientTransport{Endpoint: conn.URL, HTTPClient: hc, MaxEventSize: MaxMessage}
 		} else {
-			t = &mcp.StreamableClientTransport{Endpoint: conn.URL, HTTPClient: hc, MaxRetries: -1, MaxEventSize: SidecarMaxMessage}
+			t = &mcp.StreamableClientTransport{Endpoint: conn.URL, HTTPClient: hc, MaxRetries: -1, MaxEventSize: MaxMessage}
 		}
 		// The SSE transport's event stream lives on the context of
 		// Connect: it must outlive the start, and end only with the
@@ -383,7 +229,7 @@ func (c *sidecar) connect(ctx context.Context, conn *SidecarConn) (*mcp.ClientSe
 		select {
 		case <-ctx.Done():
 			return nil, err
-		case <-time.After(sidecarHTTPRetry):
+		case <-time.After(httpRetry):
 		}
 	}
 }
@@ -408,18 +254,18 @@ func (c *sidecar) reread() {
 	if cs == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), SidecarReadyTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), ReadyTimeout)
 	defer cancel()
-	stop := context.AfterFunc(c.set.s.m.ctx, cancel)
+	stop := context.AfterFunc(c.set.life, cancel)
 	defer stop()
-	defs, orig, err := listSidecarTools(ctx, c.srv.Name, cs)
+	defs, orig, err := listTools(ctx, c.srv.Name, cs)
 	if err != nil {
 		c.log.Warn("re-reading tools after list_changed", "err", err)
 		return
 	}
 	c.mu.Lock()
 	current := c.cs == cs
-	changed := current && !sameTools(c.defs, defs)
+	changed := current && !SameTools(c.defs, defs)
 	if current {
 		c.defs, c.orig = defs, orig
 	}
@@ -427,14 +273,14 @@ func (c *sidecar) reread() {
 	if !current || !changed {
 		return
 	}
-	c.set.s.m.learnedTools(c.srv, defs)
+	c.learned(defs)
 	c.log.Info("mcp sidecar tools changed", "tools", len(defs))
 	c.set.changed()
 }
 
 // watch waits for the client session to end. Unless the session closes,
 // the sidecar is down: calls fail at once saying so, and it is restarted
-// after a backoff, at most MaxSidecarRestarts times.
+// after a backoff, at most MaxRestarts times.
 func (c *sidecar) watch(cs *mcp.ClientSession, gen int, down chan struct{}) {
 	werr := cs.Wait()
 	c.mu.Lock()
@@ -455,17 +301,17 @@ func (c *sidecar) watch(cs *mcp.ClientSession, gen int, down chan struct{}) {
 	why := "its connection ended"
 	switch {
 	case flooded:
-		why = errSidecarFlood.Error()
+		why = errFlood.Error()
 	case werr != nil:
 		why += " (" + werr.Error() + ")"
 	}
 	if tail != "" {
 		why += "; its stderr ends with: " + tail
 	}
-	if n > MaxSidecarRestarts {
-		c.err = fmt.Errorf("mcp server %q is down: %s; it was restarted %d times already, which is the limit: its tools fail until the session is closed", c.srv.Name, why, MaxSidecarRestarts)
+	if n > MaxRestarts {
+		c.err = fmt.Errorf("mcp server %q is down: %s; it was restarted %d times already, which is the limit: its tools fail until the session is closed", c.srv.Name, why, MaxRestarts)
 	} else {
-		c.err = fmt.Errorf("mcp server %q is down: %s; sandboxd restarts it (restart %d of %d) and whatever state it held is lost", c.srv.Name, why, n, MaxSidecarRestarts)
+		c.err = fmt.Errorf("mcp server %q is down: %s; sandboxd restarts it (restart %d of %d) and whatever state it held is lost", c.srv.Name, why, n, MaxRestarts)
 	}
 	c.starting = make(chan struct{}) // callers fail fast (see call), listings wait
 	close(down)
@@ -475,22 +321,22 @@ func (c *sidecar) watch(cs *mcp.ClientSession, gen int, down chan struct{}) {
 		conn.Close()
 	}
 	select {
-	case <-c.set.closed:
+	case <-c.set.done:
 		c.endStart(nil)
 		return
 	default:
 	}
 	c.log.Warn("mcp sidecar down", "err", c.err)
-	if n > MaxSidecarRestarts {
+	if n > MaxRestarts {
 		c.endStart(nil)
 		return
 	}
-	delay := sidecarBackoff << (n - 1)
+	delay := restartBackoff << (n - 1)
 	select {
-	case <-c.set.closed:
+	case <-c.set.done:
 		c.endStart(nil)
 		return
-	case <-c.set.s.m.ctx.Done():
+	case <-c.set.life.Done():
 		c.endStart(nil)
 		return
 	case <-time.After(delay):
@@ -503,6 +349,13 @@ func (c *sidecar) watch(cs *mcp.ClientSession, gen int, down chan struct{}) {
 	}
 	c.log.Warn("mcp sidecar restarted; its state was lost", "restart", n)
 	c.endStart(nil)
+}
+
+// learned tells Server.Learned the tools just read.
+func (c *sidecar) learned(defs []tools.Definition) {
+	if c.srv.Learned != nil {
+		c.srv.Learned(defs)
+	}
 }
 
 // endStart ends a restart begun in watch; err, if set, is why the sidecar
@@ -555,7 +408,7 @@ func (c *sidecar) call(ctx context.Context, exposed string, args json.RawMessage
 			return nil, ctx.Err()
 		}
 		if errors.Is(err, context.DeadlineExceeded) {
-			return tools.Errorf("mcp server %q did not answer %s within %v, the deadline of a sidecar call", c.srv.Name, exposed, SidecarCallTimeout), nil
+			return tools.Errorf("mcp server %q did not answer %s within %v, the deadline of a sidecar call", c.srv.Name, exposed, CallTimeout), nil
 		}
 		var rpc *jsonrpc.Error
 		if errors.As(err, &rpc) {
@@ -582,12 +435,12 @@ func (c *sidecar) call(ctx context.Context, exposed string, args json.RawMessage
 	return boundResult(c.srv.Name, fromMCPResult(res)), nil
 }
 
-// callTool is cs.CallTool within SidecarCallTimeout, returning at most
-// sidecarCancelGrace after ctx ends whatever the transport does: a POST
+// callTool is cs.CallTool within CallTimeout, returning at most
+// cancelGrace after ctx ends whatever the transport does: a POST
 // to an HTTP server that never answers held a cancelled call 16.7 s (M14).
 // The abandoned call ends with the client session at the latest.
 func (c *sidecar) callTool(ctx context.Context, cs *mcp.ClientSession, params *mcp.CallToolParams) (*mcp.CallToolResult, error) {
-	cctx, cancel := context.WithTimeout(ctx, SidecarCallTimeout)
+	cctx, cancel := context.WithTimeout(ctx, CallTimeout)
 	defer cancel()
 	type answer struct {
 		res *mcp.CallToolResult
@@ -603,7 +456,7 @@ func (c *sidecar) callTool(ctx context.Context, cs *mcp.ClientSession, params *m
 		return a.res, a.err
 	case <-cctx.Done():
 	}
-	t := time.NewTimer(sidecarCancelGrace)
+	t := time.NewTimer(cancelGrace)
 	defer t.Stop()
 	select {
 	case a := <-done:
@@ -611,77 +464,4 @@ func (c *sidecar) callTool(ctx context.Context, cs *mcp.ClientSession, params *m
 	case <-t.C:
 		return nil, cctx.Err()
 	}
-}
-
-// fromMCPTool is a server's tool as the session shows it: the exposed
-// name, the server's schemas, annotations (MCP's defaults when unset:
-// destructive and open-world) and description.
-func fromMCPTool(server string, t *mcp.Tool) (tools.Definition, error) {
-	d := tools.Definition{Name: ExposedToolName(server, t.Name), Description: t.Description}
-	var err error
-	if d.InputSchema, err = toSchema(t.InputSchema); err != nil {
-		return d, fmt.Errorf("tool %q: input schema: %w", t.Name, err)
-	}
-	if d.InputSchema == nil {
-		d.InputSchema = &jsonschema.Schema{Type: "object"}
-	}
-	if t.OutputSchema != nil {
-		if d.OutputSchema, err = toSchema(t.OutputSchema); err != nil {
-			return d, fmt.Errorf("tool %q: output schema: %w", t.Name, err)
-		}
-	}
-	d.Annotations = tools.Annotations{Title: t.Title, DestructiveHint: true, OpenWorldHint: true}
-	if a := t.Annotations; a != nil {
-		if a.Title != "" {
-			d.Annotations.Title = a.Title
-		}
-		d.Annotations.ReadOnlyHint = a.ReadOnlyHint
-		d.Annotations.IdempotentHint = a.IdempotentHint
-		if a.DestructiveHint != nil {
-			d.Annotations.DestructiveHint = *a.DestructiveHint
-		}
-		if a.OpenWorldHint != nil {
-			d.Annotations.OpenWorldHint = *a.OpenWorldHint
-		}
-	}
-	return d, nil
-}
-
-func toSchema(v any) (*jsonschema.Schema, error) {
-	if v == nil {
-		return nil, nil
-	}
-	b, err := json.Marshal(v)
-	if err != nil {
-		return nil, err
-	}
-	var s jsonschema.Schema
-	if err := json.Unmarshal(b, &s); err != nil {
-		return nil, err
-	}
-	return &s, nil
-}
-
-// fromMCPResult is a server's tool result as an observation: text, images
-// and audio as they are, structured content and isError unchanged; other
-// blocks (resource links, embedded resources) as their JSON text.
-func fromMCPResult(res *mcp.CallToolResult) *tools.Observation {
-	obs := &tools.Observation{IsError: res.IsError, Structured: res.StructuredContent, Content: make([]tools.Content, 0, len(res.Content))}
-	for _, c := range res.Content {
-		switch c := c.(type) {
-		case *mcp.TextContent:
-			obs.Content = append(obs.Content, tools.Content{Type: "text", Text: c.Text})
-		case *mcp.ImageContent:
-			obs.Content = append(obs.Content, tools.Content{Type: "image", Data: c.Data, MIMEType: c.MIMEType})
-		case *mcp.AudioContent:
-			obs.Content = append(obs.Content, tools.Content{Type: "audio", Data: c.Data, MIMEType: c.MIMEType})
-		default:
-			b, err := json.Marshal(c)
-			if err != nil {
-				b = []byte(fmt.Sprintf("(a %T block that could not be encoded: %v)", c, err))
-			}
-			obs.Content = append(obs.Content, tools.Content{Type: "text", Text: string(b)})
-		}
-	}
-	return obs
 }

@@ -1,8 +1,9 @@
-package sandbox
+package sidecar
 
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -30,13 +31,15 @@ type fakeSidecars struct {
 	total  atomic.Int64
 
 	setup func(*mcp.Server) // adds to each server before it connects (when set)
+
+	learned []tools.Definition // what Server.Learned was told last
 }
 
 const longTool = "a_tool_name_of_ninety_characters_that_no_model_api_accepts_as_it_is_written_by_its_server__"
 
-func (f *fakeSidecars) StartSidecar(ctx context.Context, spec SidecarSpec) (*SidecarConn, error) {
+func (f *fakeSidecars) StartSidecar(ctx context.Context, name string) (*Conn, error) {
 	client, server := net.Pipe()
-	srv := mcp.NewServer(&mcp.Implementation{Name: spec.Server.Name}, nil)
+	srv := mcp.NewServer(&mcp.Implementation{Name: name}, nil)
 	var count int // the server's state: lost with its "container"
 	mcp.AddTool(srv, &mcp.Tool{Name: "count"}, func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
 		count++
@@ -63,22 +66,28 @@ func (f *fakeSidecars) StartSidecar(ctx context.Context, spec SidecarSpec) (*Sid
 	f.kill = func() { _ = ss.Close(); server.Close() }
 	f.srv = srv
 	f.mu.Unlock()
-	return &SidecarConn{Stream: client, Stderr: func() string { return "fake stderr" }, Close: func() { client.Close() }}, nil
+	return &Conn{Stream: client, Stderr: func() string { return "fake stderr" }, Close: func() { client.Close() }}, nil
 }
 
-func newTestSidecars(t *testing.T, f *fakeSidecars) (*sidecars, context.CancelFunc) {
+func (f *fakeSidecars) learn(defs []tools.Definition) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.learned = defs
+}
+
+// newTestSidecars is a set of one eager stdio server, "fake", as
+// sandbox.MCPServer{Name: "fake"} resolves; cancel ends its life (the
+// daemon's).
+func newTestSidecars(t *testing.T, f *fakeSidecars) (*Set, context.CancelFunc) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	m := &Manager{ctx: ctx, log: slog.New(slog.DiscardHandler)}
-	o := SessionOptions{MCPServers: []MCPServer{{Name: "fake", Image: "x"}}}
-	o, err := o.Resolve(SessionOptions{})
-	require.NoError(t, err)
-	s := newSession(m, "s1", o)
-	set := newSidecars(s, f)
-	s.sidecars = set
+	srv := Server{Name: "fake", Transport: Stdio, Eager: true, Learned: f.learn}
+	srv.Start = func(ctx context.Context) (*Conn, error) { return f.StartSidecar(ctx, srv.Name) }
+	set := New(ctx, Options{Servers: []Server{srv}, Log: slog.New(slog.DiscardHandler), Closed: errors.New("session is closed")})
 	return set, cancel
 }
 
-func callText(t *testing.T, set *sidecars, name string) string {
+func callText(t *testing.T, set *Set, name string) string {
 	t.Helper()
 	c, ok := set.route(name)
 	require.True(t, ok, name)
@@ -96,9 +105,9 @@ func TestSidecarTools(t *testing.T) {
 		f := &fakeSidecars{}
 		set, cancel := newTestSidecars(t, f)
 		defer cancel()
-		defer set.close()
-		require.NoError(t, set.startEager(context.Background()))
-		defs, err := set.tools(context.Background(), nil)
+		defer set.Close()
+		require.NoError(t, set.StartEager(context.Background()))
+		defs, err := set.Tools(context.Background(), nil)
 		require.NoError(t, err)
 		byName := map[string]bool{}
 		var long string
@@ -130,7 +139,7 @@ func TestSidecarTools(t *testing.T) {
 		assert.Equal(t, "image", obs.Content[1].Type)
 		assert.Equal(t, []byte{1, 2}, obs.Content[1].Data)
 
-		_, err = set.tools(context.Background(), []tools.Definition{{Name: "fake__count"}})
+		_, err = set.Tools(context.Background(), []tools.Definition{{Name: "fake__count"}})
 		require.Error(t, err)
 		assert.Contains(t, err.Error(), `the sandbox's tool fake__count`)
 		assert.Contains(t, err.Error(), `mcp server "fake"'s tool "count"`)
@@ -145,8 +154,8 @@ func TestSidecarRestart(t *testing.T) {
 		f := &fakeSidecars{}
 		set, cancel := newTestSidecars(t, f)
 		defer cancel()
-		defer set.close()
-		require.NoError(t, set.startEager(context.Background()))
+		defer set.Close()
+		require.NoError(t, set.StartEager(context.Background()))
 		assert.Equal(t, "1", callText(t, set, "fake__count"))
 		assert.Equal(t, "2", callText(t, set, "fake__count"))
 
@@ -157,7 +166,7 @@ func TestSidecarRestart(t *testing.T) {
 		assert.Contains(t, out, "restart 1 of 3")
 		assert.Contains(t, out, "state it held is lost")
 		assert.Contains(t, out, "fake stderr")
-		defs, err := set.tools(context.Background(), nil)
+		defs, err := set.Tools(context.Background(), nil)
 		require.NoError(t, err, "a listing does not wait for the restart")
 		assert.NotEmpty(t, defs)
 
@@ -169,7 +178,7 @@ func TestSidecarRestart(t *testing.T) {
 		assert.Equal(t, "1", callText(t, set, "fake__count"), "a fresh server: its state was lost")
 		assert.Equal(t, 2, f.starts)
 
-		for range MaxSidecarRestarts {
+		for range MaxRestarts {
 			f.mu.Lock()
 			kill := f.kill
 			f.mu.Unlock()
@@ -184,25 +193,23 @@ func TestSidecarRestart(t *testing.T) {
 		}
 		out = callText(t, set, "fake__count")
 		assert.Contains(t, out, "which is the limit")
-		assert.Equal(t, 1+MaxSidecarRestarts, f.starts)
+		assert.Equal(t, 1+MaxRestarts, f.starts)
 	})
 }
 
 // A server's notifications/tools/list_changed: the list is read again, the
-// session's watchers are told, the manager's cache changes its version; a
-// restart whose server lists other tools (the added one is gone) is told
+// session's watchers are told, Learned is told the new tools (the manager's
+// cache: its version changes); a restart whose server lists other tools (the added one is gone) is told
 // too; a stopped watch is not.
 func TestSidecarToolsChanged(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := &fakeSidecars{}
 		set, cancel := newTestSidecars(t, f)
 		defer cancel()
-		defer set.close()
-		require.NoError(t, set.startEager(context.Background()))
-		m := set.s.m
-		v0 := m.SidecarToolsVersion()
+		defer set.Close()
+		require.NoError(t, set.StartEager(context.Background()))
 		told := make(chan struct{}, 4)
-		stop := set.s.WatchTools(func() { told <- struct{}{} })
+		stop := set.Watch(func() { told <- struct{}{} })
 		awaitTold := func(what string) {
 			t.Helper()
 			select {
@@ -212,7 +219,7 @@ func TestSidecarToolsChanged(t *testing.T) {
 			}
 		}
 		var other atomic.Int64
-		stopOther := set.s.WatchTools(func() { other.Add(1) })
+		stopOther := set.Watch(func() { other.Add(1) })
 		stopOther()
 
 		f.mu.Lock()
@@ -223,9 +230,12 @@ func TestSidecarToolsChanged(t *testing.T) {
 		})
 		awaitTold("the added tool") // the SDK sends list_changed 10 ms (fake) after the change
 		assert.Zero(t, other.Load(), "a stopped watch is not told")
-		assert.Greater(t, m.SidecarToolsVersion(), v0)
+		f.mu.Lock()
+		learned := f.learned
+		f.mu.Unlock()
+		assert.True(t, slicesContainsName(learned, "fake__added"), "Learned is told the new list")
 		assert.Equal(t, "new", callText(t, set, "fake__added"))
-		defs, err := set.tools(context.Background(), nil)
+		defs, err := set.Tools(context.Background(), nil)
 		require.NoError(t, err)
 		assert.True(t, slicesContainsName(defs, "fake__added"))
 
@@ -239,7 +249,7 @@ func TestSidecarToolsChanged(t *testing.T) {
 		awaitTold("a restart with other tools")
 		synctest.Wait()
 		assert.Empty(t, told, "told once each time")
-		defs, err = set.tools(context.Background(), nil)
+		defs, err = set.Tools(context.Background(), nil)
 		require.NoError(t, err)
 		assert.False(t, slicesContainsName(defs, "fake__added"))
 		stop()
