@@ -115,7 +115,9 @@ func Wrap(kind Kind, err error, msg string) *Error {
 	return &Error{Kind: kind, Message: msg + ": " + err.Error(), Err: err}
 }
 
-// KindOf classifies any error.
+// KindOf classifies any error: the server's (*Error), the sentinels any
+// layer may return, and those of the session manager and the agent
+// (sandboxKind), mapped here where they leave the process.
 func KindOf(err error) Kind {
 	var e *Error
 	if errors.As(err, &e) {
@@ -130,7 +132,7 @@ func KindOf(err error) Kind {
 	if errors.As(err, &se) {
 		return se.kind
 	}
-	return Internal
+	return sandboxKind(err)
 }
 
 // From returns err as an *Error (classifying it if needed); nil for nil.
@@ -142,7 +144,9 @@ func From(err error) *Error {
 	if errors.As(err, &e) {
 		return e
 	}
-	return &Error{Kind: KindOf(err), Message: err.Error(), Err: err}
+	// An error of the session manager or the agent reads in the client's
+	// terms (FromSandbox); anything else as it is.
+	return &Error{Kind: KindOf(err), Message: FromSandbox(err).Error(), Err: err}
 }
 
 // JSONRPC returns the JSON-RPC error object for err. Internal errors keep

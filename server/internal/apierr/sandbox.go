@@ -51,15 +51,20 @@ func wireName(f sandbox.Field) string {
 	return string(f)
 }
 
-// FromSandbox classifies an error of the session manager, its sessions or
-// the agent where it crosses into the server (internal/sandboxmgr calls it
-// on every error it passes up); KindOf then reads the kind it got. The text
-// stays the error's own, so a layer that wraps it keeps its words, except
-// that invalid options name the options as the client sent them (and come
-// without the manager's "session x: " before them). Nil for nil.
+// FromSandbox is an error of the session manager, its sessions or the
+// agent as the client reads it: From calls it where such an error leaves
+// the process (containerd's errgrpc.ToGRPC, at the edge). The text stays
+// the error's own, so a layer that wraps it keeps its words, except that
+// invalid options name the options as the client sent them (and come
+// without the manager's "session x: " before them) and the host's client
+// names no protocol method. Nil for nil.
 func FromSandbox(err error) error {
 	if err == nil {
 		return nil
+	}
+	var se *sandboxError
+	if errors.As(err, &se) {
+		return err // mapped already (a create's options, in sandboxmgr), maybe wrapped since
 	}
 	var oe *sandbox.OptionsError
 	if errors.As(err, &oe) {
@@ -81,15 +86,22 @@ func FromSandbox(err error) error {
 			msg = strings.Replace(msg, me.Error(), me.Err.Error(), 1)
 		}
 	}
-	if kind == Internal {
-		for _, row := range sandboxSentinels {
-			if errors.Is(err, row.err) {
-				kind = row.kind
-				break
-			}
+	return &sandboxError{kind: kind, msg: msg, err: err}
+}
+
+// sandboxKind classifies an error of the session manager or the agent by
+// its sentinels (Internal when none matches).
+func sandboxKind(err error) Kind {
+	var oe *sandbox.OptionsError
+	if errors.As(err, &oe) {
+		return InvalidParams
+	}
+	for _, row := range sandboxSentinels {
+		if errors.Is(err, row.err) {
+			return row.kind
 		}
 	}
-	return &sandboxError{kind: kind, msg: msg, err: err}
+	return Internal
 }
 
 // sandboxError is an error from the sandbox side with the kind FromSandbox

@@ -606,8 +606,10 @@ func (h *Handler) callTool(ctx context.Context, ss *mcp.ServerSession, req *mcp.
 	return toResult(obs), nil
 }
 
+// failure is err as a failed tool result, in the client's terms
+// (apierr.From).
 func failure(err error) *mcp.CallToolResult {
-	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: err.Error()}}}
+	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: apierr.From(err).Error()}}}
 }
 
 // toResult converts an observation: text and images as content blocks,

@@ -1,11 +1,12 @@
 // Package sandboxmgr adapts *sandbox.Manager to the core.Backend interface
 // the API layers are written against (so they can be tested without Docker).
+// Errors are mapped where they leave the process (apierr), but a create's
+// (its invalid options are named in the client's terms before the core
+// wraps them).
 package sandboxmgr
 
 import (
 	"context"
-	"encoding/json"
-	"io"
 
 	agentclient "github.com/sandboxd/sandboxd/agent/client"
 	"github.com/sandboxd/sandboxd/agent/proto"
@@ -13,7 +14,6 @@ import (
 	"github.com/sandboxd/sandboxd/server/internal/apierr"
 	"github.com/sandboxd/sandboxd/server/internal/core"
 	"github.com/sandboxd/sandboxd/server/internal/metrics"
-	"github.com/sandboxd/sandboxd/tools"
 )
 
 // Backend is a core.Backend over a sandbox.Manager.
@@ -28,6 +28,9 @@ func New(m *sandbox.Manager) *Backend { return &Backend{m: m} }
 func (a *Backend) Create(ctx context.Context, o sandbox.SessionOptions, co sandbox.CreateOptions) (core.Sandbox, error) {
 	s, err := a.m.CreateWith(ctx, o, co)
 	if err != nil {
+		// The one error mapped here, not at the edge: a create's invalid
+		// options, named as the client sent them, before the core wraps
+		// them in words of its own.
 		return nil, apierr.FromSandbox(err)
 	}
 	return managed{s}, nil
@@ -72,64 +75,28 @@ func (a *Backend) Stats() metrics.Stats {
 
 // Shutdown shuts the manager down.
 func (a *Backend) Shutdown(ctx context.Context, keepSessions bool) error {
-	return apierr.FromSandbox(a.m.Shutdown(ctx, keepSessions))
+	return a.m.Shutdown(ctx, keepSessions)
 }
 
 // Manager returns the wrapped manager.
 func (a *Backend) Manager() *sandbox.Manager { return a.m }
 
-// managed is a core.Sandbox over a manager's session, whose errors are
-// mapped to the API's (apierr.FromSandbox) as they leave it.
+// managed is a core.Sandbox over a manager's session: the session itself
+// (its errors are mapped where they leave the process, by apierr), with
+// Info and OpenPTY in the core's types.
 type managed struct{ *sandbox.Session }
-
-func (s managed) Tools(ctx context.Context) ([]tools.Definition, error) {
-	defs, err := s.Session.Tools(ctx)
-	return defs, apierr.FromSandbox(err)
-}
-
-func (s managed) Call(ctx context.Context, name string, args json.RawMessage, stream tools.StreamFunc) (*tools.Observation, error) {
-	obs, err := s.Session.Call(ctx, name, args, stream)
-	return obs, apierr.FromSandbox(err)
-}
-
-func (s managed) Upload(ctx context.Context, destDir string, tar io.Reader) error {
-	return apierr.FromSandbox(s.Session.Upload(ctx, destDir, tar))
-}
-
-func (s managed) Download(ctx context.Context, path string, w io.Writer) error {
-	return apierr.FromSandbox(s.Session.Download(ctx, path, w))
-}
-
-func (s managed) Close(ctx context.Context) error {
-	return apierr.FromSandbox(s.Session.Close(ctx))
-}
 
 func (s managed) Info() core.Info {
 	o := s.Options()
 	return core.Info{State: s.State().String(), Image: o.Image, Labels: o.Labels}
 }
 
+// OpenPTY is the session's, returned as a core.PTY (which *agentclient.PTY
+// is).
 func (s managed) OpenPTY(ctx context.Context, o proto.PTYOptions, h agentclient.PTYHandler) (core.PTY, error) {
 	p, err := s.Session.OpenPTY(ctx, o, h)
 	if err != nil {
-		return nil, apierr.FromSandbox(err)
+		return nil, err
 	}
-	return managedPTY{p}, nil
-}
-
-// managedPTY is a core.PTY over an agent's PTY, its errors mapped as they
-// leave it.
-type managedPTY struct{ *agentclient.PTY }
-
-func (p managedPTY) Input(ctx context.Context, data []byte) error {
-	return apierr.FromSandbox(p.PTY.Input(ctx, data))
-}
-
-func (p managedPTY) Resize(ctx context.Context, rows, cols int) error {
-	return apierr.FromSandbox(p.PTY.Resize(ctx, rows, cols))
-}
-
-func (p managedPTY) Close(ctx context.Context) (proto.PTYExit, error) {
-	st, err := p.PTY.Close(ctx)
-	return st, apierr.FromSandbox(err)
+	return p, nil
 }
