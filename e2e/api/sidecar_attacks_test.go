@@ -292,7 +292,7 @@ func TestSidecarAttackHugeHTTPBody(t *testing.T) {
 		t.Fatal(err)
 	}
 	var once sync.Once
-	w.limit = func(rss float64) {
+	limit := func(rss float64) {
 		if rss-w.baseRSS > 1024 {
 			once.Do(func() {
 				t.Errorf("the daemon's RSS passed +1 GiB (%.0f MiB): stopping it", rss)
@@ -300,6 +300,9 @@ func TestSidecarAttackHugeHTTPBody(t *testing.T) {
 			})
 		}
 	}
+	w.mu.Lock() // the sampler reads it
+	w.limit = limit
+	w.mu.Unlock()
 	cctx, ccancel := context.WithTimeout(ctx, 2*time.Minute)
 	obs, err := sess.Call(cctx, "evil__bigjson", map[string]any{}, nil)
 	ccancel()

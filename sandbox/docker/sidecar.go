@@ -64,7 +64,6 @@ func sidecarNetworkKey(id string) string { return id + "/_mcp" }
 func (r *Runtime) StartSidecar(ctx context.Context, spec sandbox.SidecarSpec) (_ *sidecar.Conn, err error) {
 	id, srv := spec.SessionID, spec.Server
 	name := sidecarName(id, srv.Name)
-	log := r.agentLog(id).With("sidecar", srv.Name)
 	cctx, cancel := r.call(ctx)
 	defer cancel()
 	if err := r.cli.ContainerRemove(cctx, name, container.RemoveOptions{Force: true}); err != nil && !isNotFound(err) {
@@ -76,86 +75,13 @@ func (r *Runtime) StartSidecar(ctx context.Context, spec sandbox.SidecarSpec) (_
 	resLabels := maps.Clone(labels)
 	labels[sandbox.LabelSidecar] = srv.Name
 
-	netMode := "none"
-	stdio := srv.Transport == sandbox.TransportStdio
-	if !stdio {
-		netMode = sidecarNetworkName(id)
-		if err := r.ensureSidecarNetwork(cctx, id, resLabels); err != nil {
-			return nil, err
-		}
-	}
-	var pins []string
-	egress := ""
-	if srv.Network == sandbox.NetworkBridge {
-		egress = sidecarEgressName(id, srv.Name)
-		if err := r.removeSidecarEgress(cctx, id, srv.Name); err != nil {
-			return nil, err
-		}
-		egLabels := maps.Clone(resLabels)
-		egLabels[sandbox.LabelSidecar] = srv.Name
-		if pins, err = r.makeBridge(cctx, sidecarEgressKey(id, srv.Name), egress, sandbox.NetworkBridge, srv.AllowHosts, egLabels); err != nil {
-			return nil, fmt.Errorf("sidecar %s: %w", srv.Name, err)
-		}
-		if stdio {
-			netMode = egress
-		}
-	}
-	user := "" // sandbox.UserImage: the image's USER
-	if srv.User != sandbox.UserImage {
-		uid, gid, _ := sandbox.ParseUser(sandbox.SidecarUser)
-		user = strconv.Itoa(uid) + ":" + strconv.Itoa(gid)
-	}
-	env := make([]string, 0, len(spec.Env))
-	for k, v := range spec.Env {
-		env = append(env, k+"="+v)
-	}
-	slices.Sort(env)
-	secOpts, err := securityOpts()
+	nets, err := r.sidecarNetworks(cctx, id, srv, resLabels)
 	if err != nil {
 		return nil, err
 	}
-	pids := srv.Limits.Pids
-	init := true
-	cfg := &container.Config{
-		Image:        srv.Image,
-		User:         user,
-		Env:          env,
-		Labels:       labels,
-		Cmd:          srv.Args,
-		OpenStdin:    stdio,
-		StdinOnce:    false,
-		AttachStdin:  stdio,
-		AttachStdout: true,
-		AttachStderr: true,
-	}
-	if len(srv.Command) > 0 {
-		cfg.Entrypoint = srv.Command
-	}
-	host := &container.HostConfig{
-		NetworkMode:    container.NetworkMode(netMode),
-		ExtraHosts:     pins,
-		ReadonlyRootfs: true,
-		CapDrop:        []string{"ALL"},
-		SecurityOpt:    secOpts,
-		Init:           &init,
-		OomScoreAdj:    oomScoreAdj,
-		IpcMode:        container.IPCModePrivate,
-		CgroupnsMode:   container.CgroupnsModePrivate,
-		RestartPolicy:  container.RestartPolicy{Name: container.RestartPolicyDisabled},
-		LogConfig: container.LogConfig{Type: "json-file", Config: map[string]string{
-			"max-size": r.opts.LogMaxSize, "max-file": r.opts.LogMaxFiles,
-		}},
-		Resources: container.Resources{
-			Memory:     srv.Limits.Memory,
-			MemorySwap: srv.Limits.Memory,
-			NanoCPUs:   int64(srv.Limits.CPUs * 1e9),
-			PidsLimit:  &pids,
-			Ulimits: []*container.Ulimit{
-				{Name: "nofile", Soft: nofileSoft, Hard: nofileHard},
-				{Name: "core", Soft: 0, Hard: 0},
-			},
-		},
-		Tmpfs: map[string]string{"/tmp": "rw,nosuid,nodev,mode=1777,size=" + strconv.Itoa(sandbox.SidecarTmpfs)},
+	cfg, host, err := sidecarContainer(spec, labels, nets, r.opts)
+	if err != nil {
+		return nil, err
 	}
 	if srv.Workspace != "" {
 		// Never let the engine make the volume (unlabelled): it must be
@@ -183,18 +109,134 @@ func (r *Runtime) StartSidecar(ctx context.Context, spec sandbox.SidecarSpec) (_
 			_ = r.cli.ContainerRemove(rctx, created.ID, container.RemoveOptions{Force: true})
 		}
 	}()
-	if egress != "" && !stdio {
-		if err := r.cli.NetworkConnect(cctx, egress, created.ID, nil); err != nil {
-			return nil, fmt.Errorf("connecting sidecar %s to %s: %w", srv.Name, egress, err)
+	stdio := srv.Transport == sandbox.TransportStdio
+	if nets.egress != "" && !stdio {
+		if err := r.cli.NetworkConnect(cctx, nets.egress, created.ID, nil); err != nil {
+			return nil, fmt.Errorf("connecting sidecar %s to %s: %w", srv.Name, nets.egress, err)
 		}
 	}
-	hj, err := r.cli.ContainerAttach(cctx, created.ID, container.AttachOptions{
+	return r.connectSidecar(cctx, id, srv, created.ID, nets.mode)
+}
+
+// sidecarNets are the networks of a sidecar: mode is its container's
+// network mode (none, the session's sidecar network, or its egress
+// network for a stdio one), egress its egress network ("" without one),
+// pins the /etc/hosts entries of its allow_hosts.
+type sidecarNets struct {
+	mode, egress string
+	pins         []string
+}
+
+// sidecarNetworks makes what networks srv needs: the session's internal
+// sidecar network for an HTTP or SSE server, an egress network of its own
+// (an earlier one removed first) for network bridge.
+func (r *Runtime) sidecarNetworks(ctx context.Context, id string, srv sandbox.MCPServer, resLabels map[string]string) (sidecarNets, error) {
+	n := sidecarNets{mode: "none"}
+	stdio := srv.Transport == sandbox.TransportStdio
+	if !stdio {
+		n.mode = sidecarNetworkName(id)
+		if err := r.ensureSidecarNetwork(ctx, id, resLabels); err != nil {
+			return n, err
+		}
+	}
+	if srv.Network != sandbox.NetworkBridge {
+		return n, nil
+	}
+	n.egress = sidecarEgressName(id, srv.Name)
+	if err := r.removeSidecarEgress(ctx, id, srv.Name); err != nil {
+		return n, err
+	}
+	egLabels := maps.Clone(resLabels)
+	egLabels[sandbox.LabelSidecar] = srv.Name
+	var err error
+	if n.pins, err = r.makeBridge(ctx, sidecarEgressKey(id, srv.Name), n.egress, sandbox.NetworkBridge, srv.AllowHosts, egLabels); err != nil {
+		return n, fmt.Errorf("sidecar %s: %w", srv.Name, err)
+	}
+	if stdio {
+		n.mode = n.egress
+	}
+	return n, nil
+}
+
+// sidecarContainer is a sidecar's container: the sandbox's security
+// settings plus docker-init, its limits and user, stdin attached for
+// stdio.
+func sidecarContainer(spec sandbox.SidecarSpec, labels map[string]string, nets sidecarNets, opts Options) (*container.Config, *container.HostConfig, error) {
+	srv := spec.Server
+	stdio := srv.Transport == sandbox.TransportStdio
+	user := "" // sandbox.UserImage: the image's USER
+	if srv.User != sandbox.UserImage {
+		uid, gid, _ := sandbox.ParseUser(sandbox.SidecarUser)
+		user = strconv.Itoa(uid) + ":" + strconv.Itoa(gid)
+	}
+	env := make([]string, 0, len(spec.Env))
+	for k, v := range spec.Env {
+		env = append(env, k+"="+v)
+	}
+	slices.Sort(env)
+	secOpts, err := securityOpts()
+	if err != nil {
+		return nil, nil, err
+	}
+	pids := srv.Limits.Pids
+	init := true
+	cfg := &container.Config{
+		Image:        srv.Image,
+		User:         user,
+		Env:          env,
+		Labels:       labels,
+		Cmd:          srv.Args,
+		OpenStdin:    stdio,
+		StdinOnce:    false,
+		AttachStdin:  stdio,
+		AttachStdout: true,
+		AttachStderr: true,
+	}
+	if len(srv.Command) > 0 {
+		cfg.Entrypoint = srv.Command
+	}
+	host := &container.HostConfig{
+		NetworkMode:    container.NetworkMode(nets.mode),
+		ExtraHosts:     nets.pins,
+		ReadonlyRootfs: true,
+		CapDrop:        []string{"ALL"},
+		SecurityOpt:    secOpts,
+		Init:           &init,
+		OomScoreAdj:    oomScoreAdj,
+		IpcMode:        container.IPCModePrivate,
+		CgroupnsMode:   container.CgroupnsModePrivate,
+		RestartPolicy:  container.RestartPolicy{Name: container.RestartPolicyDisabled},
+		LogConfig: container.LogConfig{Type: "json-file", Config: map[string]string{
+			"max-size": opts.LogMaxSize, "max-file": opts.LogMaxFiles,
+		}},
+		Resources: container.Resources{
+			Memory:     srv.Limits.Memory,
+			MemorySwap: srv.Limits.Memory,
+			NanoCPUs:   int64(srv.Limits.CPUs * 1e9),
+			PidsLimit:  &pids,
+			Ulimits: []*container.Ulimit{
+				{Name: "nofile", Soft: nofileSoft, Hard: nofileHard},
+				{Name: "core", Soft: 0, Hard: 0},
+			},
+		},
+		Tmpfs: map[string]string{"/tmp": "rw,nosuid,nodev,mode=1777,size=" + strconv.Itoa(sandbox.SidecarTmpfs)},
+	}
+	return cfg, host, nil
+}
+
+// connectSidecar attaches to the created sidecar and starts it: a stdio
+// one's conn is its attach stream, an HTTP or SSE one's its address on
+// netMode; both keep its stderr's tail.
+func (r *Runtime) connectSidecar(ctx context.Context, id string, srv sandbox.MCPServer, containerID, netMode string) (*sidecar.Conn, error) {
+	log := r.agentLog(id).With("sidecar", srv.Name)
+	stdio := srv.Transport == sandbox.TransportStdio
+	hj, err := r.cli.ContainerAttach(ctx, containerID, container.AttachOptions{
 		Stream: true, Stdin: stdio, Stdout: true, Stderr: true,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("attaching to sidecar %s: %w", srv.Name, err)
 	}
-	if err := r.cli.ContainerStart(cctx, created.ID, container.StartOptions{}); err != nil {
+	if err := r.cli.ContainerStart(ctx, containerID, container.StartOptions{}); err != nil {
 		hj.Close()
 		return nil, fmt.Errorf("starting sidecar %s: %w", srv.Name, err)
 	}
@@ -231,10 +273,10 @@ func (r *Runtime) StartSidecar(ctx context.Context, spec sandbox.SidecarSpec) (_
 	conn := &sidecar.Conn{Stderr: tail.String, Close: closeFn}
 	if stdio {
 		conn.Stream = &sidecarStream{r: pr, w: hj.Conn, close: closeFn}
-		log.Debug("sidecar started", "container", created.ID[:12], "transport", srv.Transport)
+		log.Debug("sidecar started", "container", containerID[:12], "transport", srv.Transport)
 		return conn, nil
 	}
-	ins, err := r.cli.ContainerInspect(cctx, created.ID)
+	ins, err := r.cli.ContainerInspect(ctx, containerID)
 	if err != nil {
 		closeFn()
 		return nil, fmt.Errorf("inspecting sidecar %s: %w", srv.Name, err)
@@ -245,7 +287,7 @@ func (r *Runtime) StartSidecar(ctx context.Context, spec sandbox.SidecarSpec) (_
 		return nil, fmt.Errorf("sidecar %s has no address on %s", srv.Name, netMode)
 	}
 	conn.URL = "http://" + net.JoinHostPort(ep.IPAddress, strconv.Itoa(srv.Port)) + srv.Path
-	log.Debug("sidecar started", "container", created.ID[:12], "transport", srv.Transport, "url", conn.URL)
+	log.Debug("sidecar started", "container", containerID[:12], "transport", srv.Transport, "url", conn.URL)
 	return conn, nil
 }
 
