@@ -184,6 +184,16 @@ func (w *daemonWatch) end() {
 // the given amounts, or slowed the victim session.
 func (w *daemonWatch) bounds(rssMiB, goroutines, logBytes float64) {
 	w.t.Helper()
+	// An attack refused at once leaves the victim little time: let it make
+	// its three calls (bounded: a victim that hangs fails below).
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		w.mu.Lock()
+		n := len(w.victimMS) + len(w.victimErrs)
+		w.mu.Unlock()
+		if n >= 3 {
+			break
+		}
+	}
 	w.end()
 	w.mu.Lock()
 	defer w.mu.Unlock()
