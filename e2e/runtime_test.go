@@ -123,10 +123,12 @@ func TestMissingImageIsAClearError(t *testing.T) {
 // has) are the client's error, said clearly, with nothing left behind.
 func TestEngineRefusedOptionsAreInvalidOptions(t *testing.T) {
 	t.Parallel()
-	m := newManager(t, newRuntime(t), sandbox.ManagerOptions{})
-	_, err := m.Create(ctxT(t), sandbox.SessionOptions{Network: "sandboxd-no-such-network"})
+	// A network the operator lists (the only kind a session may join
+	// besides none, bridge and internal) that the engine lacks.
+	m := newManager(t, newRuntime(t), sandbox.ManagerOptions{Networks: []string{"e2e-no-such-network"}})
+	_, err := m.Create(ctxT(t), sandbox.SessionOptions{Network: "e2e-no-such-network"})
 	require.ErrorIs(t, err, sandbox.ErrInvalidOptions)
-	assert.Contains(t, err.Error(), `the engine has no network "sandboxd-no-such-network"`)
+	assert.Contains(t, err.Error(), `the engine has no network named "e2e-no-such-network"`)
 	assert.NotContains(t, err.Error(), "image", "not mistaken for a missing image")
 
 	_, err = m.Create(ctxT(t), sandbox.SessionOptions{Limits: sandbox.Limits{CPUs: 4096}})

@@ -127,7 +127,7 @@ exec /usr/local/bin/everything -http 0.0.0.0:8080`, port)
 	// A firewall reload drops them; a runtime of the server's scope
 	// starting (a restarted daemon) puts them back.
 	for _, r := range docker.FirewallRules(ctx) {
-		if strings.HasPrefix(r.SessionID, sess.ID+"/") {
+		if strings.HasPrefix(r.Key, sess.ID+"/") {
 			if err := r.Delete(ctx); err != nil {
 				t.Fatal(err)
 			}

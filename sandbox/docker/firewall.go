@@ -406,7 +406,10 @@ type FirewallRule struct {
 	Cmd       string   // iptables or ip6tables
 	Args      []string // after -A: the chain first
 	Scope     string   // the LabelScope of the runtime that installed it
-	SessionID string
+	// SessionID is the session the rule belongs to; Key is its whole key
+	// (the session's id, or "<id>/<server>" and "<id>/_mcp" for its
+	// sidecars' networks).
+	SessionID, Key string
 }
 
 // FirewallRules lists sandboxd's firewall rules on this host, of every
@@ -421,8 +424,9 @@ func FirewallRules(ctx context.Context) []FirewallRule {
 				continue
 			}
 			for _, r := range ParseRules(text) {
-				if scope, id, ok := parseTag(r.Tag); ok {
-					out = append(out, FirewallRule{Cmd: c, Args: r.Args, Scope: scope, SessionID: id})
+				if scope, key, ok := parseTag(r.Tag); ok {
+					id, _, _ := strings.Cut(key, "/")
+					out = append(out, FirewallRule{Cmd: c, Args: r.Args, Scope: scope, SessionID: id, Key: key})
 				}
 			}
 		}
