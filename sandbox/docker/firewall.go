@@ -403,9 +403,9 @@ func ParseRules(text string) []Rule {
 
 // FirewallRule is one of sandboxd's rules on this host, of any scope.
 type FirewallRule struct {
-	Cmd       string   // iptables or ip6tables
-	Args      []string // after -A: the chain first
-	Scope     string   // the LabelScope of the runtime that installed it
+	Cmd   string   // iptables or ip6tables
+	Args  []string // after -A: the chain first
+	Scope string   // the LabelScope of the runtime that installed it
 	// SessionID is the session the rule belongs to; Key is its whole key
 	// (the session's id, or "<id>/<server>" and "<id>/_mcp" for its
 	// sidecars' networks).
