@@ -261,30 +261,37 @@ func TestSidecarAttackListChangedFlood(t *testing.T) {
 }
 
 // M8: a flood of server-to-client requests (roots/list,
-// sampling/createMessage, elicitation/create, ping). sandboxd offers the
-// server none of these: they are refused, and a server that keeps sending
-// them is cut off.
+// sampling/createMessage, elicitation/create, ping), from a server that
+// reads the answers and from one that never reads again (so every answer
+// the daemon writes blocks). sandboxd offers the server none of these:
+// they are refused, and a server that keeps sending them is cut off. The
+// bound on goroutines is far above what the cut-off leaves (under 300 on a
+// busy 2-core machine) and far below what an unbounded flood makes.
 func TestSidecarAttackRequestFlood(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	rig := startEvilServe(ctx, t)
-	w := watchDaemon(ctx, t, rig)
-	sess, err := evilSession(ctx, t, rig, false, "-attack", "requests", "-for", "20s")
-	if err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(20 * time.Second)
-	w.bounds(150, 200, 64<<10)
-	obs, err := sess.Call(ctx, "evil__echo", map[string]any{"text": "still"}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("the flooding sidecar's echo afterwards: is_error %v: %s", obs.IsError, obs.Text())
-	if obs.IsError && !strings.Contains(obs.Text(), "requests") {
-		t.Errorf("the flooding sidecar's call failed without saying why: %s", obs.Text())
-	}
-	if err := sess.Close(ctx); err != nil {
-		t.Fatal(err)
+	for _, attack := range []string{"requests", "requestsdeaf"} {
+		t.Run(attack, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+			defer cancel()
+			rig := startEvilServe(ctx, t)
+			w := watchDaemon(ctx, t, rig)
+			sess, err := evilSession(ctx, t, rig, false, "-attack", attack, "-for", "20s")
+			if err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(20 * time.Second)
+			w.bounds(150, 1000, 64<<10)
+			obs, err := sess.Call(ctx, "evil__echo", map[string]any{"text": "still"}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("the flooding sidecar's echo afterwards: is_error %v: %s", obs.IsError, obs.Text())
+			if obs.IsError && !strings.Contains(obs.Text(), "requests") {
+				t.Errorf("the flooding sidecar's call failed without saying why: %s", obs.Text())
+			}
+			if err := sess.Close(ctx); err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }
 

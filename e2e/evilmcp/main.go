@@ -22,6 +22,9 @@
 //	requests      floods server-to-client requests: roots/list,
 //	              sampling/createMessage, elicitation/create and ping,
 //	              reading (and dropping) the answers (M8; stdio)
+//	requestsdeaf  the same flood, and once it has listed its tools it
+//	              never reads stdin again: every answer the client writes
+//	              blocks (M8; stdio)
 //	manytools     lists 20,000 tools of about 500 bytes (M5)
 //	hugetool      lists one tool with a 4 MiB description (M5)
 //	pages         every tools/list page has 5 tools and a nextCursor
@@ -238,6 +241,9 @@ func serveStdio() {
 				continue // never answered
 			}
 			_ = peer.send(result(m.ID, listTools(m.Params)))
+			if *attack == "requestsdeaf" {
+				<-ctx.Done() // listed its tools; never reads again
+			}
 		case "tools/call":
 			go func(m message) {
 				if r := callTool(ctx, m.Params); r != nil {
@@ -262,7 +268,7 @@ func flood(ctx context.Context, peer *stdioPeer) {
 	case "listchanged":
 		note := []byte(`{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}`)
 		msgs = func(int) []byte { return note }
-	case "requests":
+	case "requests", "requestsdeaf":
 		methods := []string{"roots/list", "sampling/createMessage", "elicitation/create", "ping"}
 		msgs = func(i int) []byte {
 			method := methods[i%len(methods)]
