@@ -88,32 +88,35 @@ func TestCallsRunConcurrently(t *testing.T) {
 	}
 }
 
+// A cancelled call returns as soon as the agent answers that the tool
+// stopped, not after the CancelWait fallback: in a synctest bubble, where
+// time moves only when every goroutine waits, so any timer the call waited
+// on would show as time passed.
 func TestCancelStopsTheCall(t *testing.T) {
-	p := newPair(t)
-	ctx, cancel := context.WithCancel(ctxT(t))
-	done := make(chan error, 1)
-	go func() {
-		_, err := p.cli.Call(ctx, "sleep", json.RawMessage(`{"ms":60000}`), nil)
-		done <- err
-	}()
-	waitFor(t, func() bool { return inFlight(p.srv) == 1 })
-	start := time.Now()
-	cancel()
-	select {
-	case err := <-done:
-		require.ErrorIs(t, err, context.Canceled)
-		assert.Less(t, time.Since(start), time.Second)
-	case <-time.After(5 * time.Second):
-		t.Fatal("Call did not return after its context was cancelled")
-	}
-	select {
-	case name := <-p.kit.cancelled:
-		assert.Equal(t, "sleep", name, "the tool's ctx must be cancelled on the agent")
-	case <-time.After(5 * time.Second):
-		t.Fatal("the agent did not cancel the tool")
-	}
-	waitFor(t, func() bool { return inFlight(p.srv) == 0 })
-	require.NoError(t, p.cli.Ping(ctxT(t)), "the connection survives a cancel")
+	synctest.Test(t, func(t *testing.T) {
+		p := newPair(t)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() {
+			_, err := p.cli.Call(ctx, "sleep", json.RawMessage(`{"ms":60000}`), nil)
+			done <- err
+		}()
+		synctest.Wait()
+		require.Equal(t, 1, inFlight(p.srv))
+		start := time.Now()
+		cancel()
+		require.ErrorIs(t, <-done, context.Canceled)
+		assert.Less(t, time.Since(start), agentclient.CancelWait, "the call returned on the agent's answer, not after CancelWait")
+		select {
+		case name := <-p.kit.cancelled:
+			assert.Equal(t, "sleep", name, "the tool's ctx must be cancelled on the agent")
+		default:
+			t.Fatal("the agent did not cancel the tool")
+		}
+		synctest.Wait()
+		assert.Equal(t, 0, inFlight(p.srv))
+		require.NoError(t, p.cli.Ping(context.Background()), "the connection survives a cancel")
+	})
 }
 
 // A cancelled call returns once the agent has answered, that is once the
