@@ -389,77 +389,125 @@ func TestMCPThreeClientsOneSandboxEach(t *testing.T) {
 // sandbox" on every tool, and never reach the sandbox that is open at the
 // time (its marker file is seen by none of these calls). A call without a
 // handle says to call sandbox_open.
+//
+// The sandboxes that must stay open run on a server with the default idle
+// timeout (30 min), so only a hang loses them; the expired handle comes
+// from a server of its own with a short one, and is probed once its
+// container is gone (the event), next to a sandbox of that server that a
+// call every few seconds keeps open well inside its idle timeout.
 func TestMCPStatelessBadHandles(t *testing.T) {
-	const idle = 3 * time.Second
-	s := startServerWith(t, func(o *server.Options) { o.MCPSessionTimeout = idle })
+	const defaultIdle = 30 * time.Minute // the server's MCP idle timeout unless set
+	s := startServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	clients := statelessClients(ctx, t, s)
 	c := clients["go-sdk"]
 
-	// The sandbox that must stay out of reach, with its marker.
-	live := openSandbox(ctx, t, c, idle)
-	marker := "marker-" + randomWord(t)
-	mustOK(ctx, t, c, "file_editor", withHandle(live, map[string]any{
-		"command": "create", "path": "/workspace/marker.txt", "file_text": marker + "\n",
-	}))
-	touch := func() {
-		t.Helper()
-		res := mustOK(ctx, t, c, "terminal", withHandle(live, map[string]any{"command": "cat /workspace/marker.txt"}))
-		if !strings.Contains(res.text, marker) {
-			t.Fatalf("the live sandbox lost its marker: %q", res.text)
+	closed := openSandbox(ctx, t, c, defaultIdle)
+	closeSandbox(ctx, t, c, closed)
+	madeUp := "sb_" + base64.RawURLEncoding.EncodeToString(make([]byte, 24)) // well-formed, never minted
+	live := newVictim(ctx, t, c, defaultIdle)
+	probeBadHandles(ctx, t, clients, live, map[string]string{"made-up": madeUp, "closed": closed, "garbage": "not-a-handle"})
+	// No handle at all.
+	for cname, cl := range clients {
+		for _, p := range badHandleProbes[:len(badHandleProbes)-1] {
+			res := mustCall(ctx, t, cl, p.tool, p.args)
+			if strings.Contains(res.text, live.marker) {
+				t.Fatalf("%s: %s without a handle reached the live sandbox: %q", cname, p.tool, res.text)
+			}
+			if !res.isError || !strings.HasPrefix(res.text, `missing "sandbox"`) || !strings.Contains(res.text, "sandbox_open") {
+				t.Errorf("%s: %s without a handle: isError=%v %q", cname, p.tool, res.isError, res.text)
+			}
 		}
 	}
+	live.touch()
+	closeSandbox(ctx, t, c, live.handle)
+	waitNoContainers(t, "after closing the live sandbox")
 
-	// A closed handle.
-	closed := openSandbox(ctx, t, c, idle)
-	closeSandbox(ctx, t, c, closed)
-	// An expired handle: opened, then left without a call until the server
-	// reaps its sandbox (the live one is kept busy meanwhile).
-	// Its idle clock starts once it is ready, after the open call began and
+	// An expired handle: opened on a server of its own, then left without
+	// a call until the server reaps its sandbox (the event waited on). Its
+	// idle clock starts once it is ready, after the open call began and
 	// before the call answered: it is reaped no sooner than idle after
 	// opened (sound whatever the load, unlike a bound taken from the answer).
+	// The idle timeout is also that of the sandbox open while the expired
+	// handle is probed, touched after each probe: long enough that only a
+	// hang lets it expire between two calls.
+	const idle = 10 * time.Second
+	se := startServerWith(t, func(o *server.Options) { o.MCPSessionTimeout = idle })
+	eclients := statelessClients(ctx, t, se)
 	opened := time.Now()
-	expired := openSandbox(ctx, t, clients["mark3labs"], idle)
-	start := time.Now()
-	for containers(t) != 1 { // the live sandbox only
-		if time.Since(start) > 30*time.Second {
-			t.Fatalf("%d containers %v after the last call on an idle sandbox (idle timeout %v)", containers(t), time.Since(start), idle)
+	expired := openSandbox(ctx, t, eclients["mark3labs"], idle)
+	for deadline := time.Now().Add(idle + time.Minute); containers(t) != 0; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d containers %v after the open call on a sandbox left idle (idle timeout %v)", containers(t), time.Since(opened), idle)
 		}
-		touch()
-		time.Sleep(250 * time.Millisecond)
 	}
 	if d := time.Since(opened); d < idle {
 		t.Fatalf("a sandbox reaped %v after its open call began, before the idle timeout %v", d, idle)
 	}
-	touch()
+	elive := newVictim(ctx, t, eclients["go-sdk"], idle)
+	probeBadHandles(ctx, t, eclients, elive, map[string]string{"expired": expired})
+	closeSandbox(ctx, t, eclients["go-sdk"], elive.handle)
+	waitNoContainers(t, "after closing the sandbox open next to the expired one")
+}
 
-	madeUp := "sb_" + base64.RawURLEncoding.EncodeToString(make([]byte, 24)) // well-formed, never minted
-	bad := map[string]string{"made-up": madeUp, "closed": closed, "expired": expired, "garbage": "not-a-handle"}
-	probes := []struct {
-		tool string
-		args map[string]any
-	}{
-		{"terminal", map[string]any{"command": "cat /workspace/marker.txt; hostname"}},
-		{"file_editor", map[string]any{"command": "view", "path": "/workspace/marker.txt"}},
-		{"grep", map[string]any{"pattern": "marker-", "path": "/workspace"}},
-		{"glob", map[string]any{"pattern": "*.txt", "path": "/workspace"}},
-		{"sandbox_close", map[string]any{}},
+// victim is the sandbox open while bad handles are probed: none of the
+// probes may reach it, and it must still be there after each.
+type victim struct {
+	handle, marker string
+	touch          func()
+}
+
+// newVictim opens a sandbox with a marker file.
+func newVictim(ctx context.Context, t *testing.T, c mcpClient, idle time.Duration) victim {
+	t.Helper()
+	v := victim{handle: openSandbox(ctx, t, c, idle), marker: "marker-" + randomWord(t)}
+	mustOK(ctx, t, c, "file_editor", withHandle(v.handle, map[string]any{
+		"command": "create", "path": "/workspace/marker.txt", "file_text": v.marker + "\n",
+	}))
+	v.touch = func() {
+		t.Helper()
+		res := mustOK(ctx, t, c, "terminal", withHandle(v.handle, map[string]any{"command": "cat /workspace/marker.txt"}))
+		if !strings.Contains(res.text, v.marker) {
+			t.Fatalf("the live sandbox lost its marker: %q", res.text)
+		}
 	}
+	return v
+}
+
+// badHandleProbes are the calls made with each bad handle (sandbox_close
+// last: it takes no handle-free form).
+var badHandleProbes = []struct {
+	tool string
+	args map[string]any
+}{
+	{"terminal", map[string]any{"command": "cat /workspace/marker.txt; hostname"}},
+	{"file_editor", map[string]any{"command": "view", "path": "/workspace/marker.txt"}},
+	{"grep", map[string]any{"pattern": "marker-", "path": "/workspace"}},
+	{"glob", map[string]any{"pattern": "*.txt", "path": "/workspace"}},
+	{"sandbox_close", map[string]any{}},
+}
+
+// probeBadHandles makes each probe with each bad handle through each
+// client: each is "unknown sandbox" and none reaches the victim, which is
+// touched after each.
+func probeBadHandles(ctx context.Context, t *testing.T, clients map[string]mcpClient, v victim, bad map[string]string) {
+	t.Helper()
 	for cname, cl := range clients {
 		for what, h := range bad {
-			for _, p := range probes {
-				// The expired handle may vanish a moment after its
+			for _, p := range badHandleProbes {
+				// An expired handle may vanish a moment after its
 				// container: poll (bounded) until it reads as unknown.
 				var res toolResult
 				for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 					res = mustCall(ctx, t, cl, p.tool, withHandle(h, p.args))
-					if strings.Contains(res.text, marker) || strings.Contains(res.text, "marker.txt") {
+					if strings.Contains(res.text, v.marker) || strings.Contains(res.text, "marker.txt") {
 						t.Fatalf("%s: %s with the %s handle reached the live sandbox: %q", cname, p.tool, what, res.text)
 					}
 					if !res.isError {
 						t.Fatalf("%s: %s with the %s handle %q succeeded: %q", cname, p.tool, what, h, res.text)
 					}
+					v.touch()
 					if strings.HasPrefix(res.text, "unknown sandbox") || what != "expired" || time.Now().After(deadline) {
 						break
 					}
@@ -469,22 +517,7 @@ func TestMCPStatelessBadHandles(t *testing.T) {
 				}
 			}
 		}
-		// No handle at all.
-		for _, p := range probes[:len(probes)-1] {
-			res := mustCall(ctx, t, cl, p.tool, p.args)
-			if strings.Contains(res.text, marker) {
-				t.Fatalf("%s: %s without a handle reached the live sandbox: %q", cname, p.tool, res.text)
-			}
-			if !res.isError || !strings.HasPrefix(res.text, `missing "sandbox"`) || !strings.Contains(res.text, "sandbox_open") {
-				t.Errorf("%s: %s without a handle: isError=%v %q", cname, p.tool, res.isError, res.text)
-			}
-		}
-		touch()
 	}
-
-	touch() // the live sandbox is still there, marker and all
-	closeSandbox(ctx, t, c, live)
-	waitNoContainers(t, "after closing the live sandbox")
 }
 
 // Two stateless clients' sandboxes are apart: different containers, and a
