@@ -18,7 +18,7 @@ export GORACE ?= atexit_sleep_ms=0
 # Image targets (image, test-image, images) live in mk/images.mk.
 -include mk/images.mk
 
-.PHONY: help build test unit e2e lint golangci-lint bench bench-scale run deps clean fuzz runsc
+.PHONY: help build test test-under-load unit e2e lint golangci-lint bench bench-scale run deps clean fuzz runsc
 
 help: ## list targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -40,6 +40,10 @@ runsc: ## install Debian's runsc (gVisor) and register it with the local engine 
 
 test: deps images task-image ## everything, images included: unit tests and real-Docker e2e (test, default and task image), with -race
 	SANDBOXD_E2E_REQUIRE_IMAGES=1 SANDBOXD_TEST_BUSYBOX=$$(command -v busybox) $(GO) test -race -count=1 -timeout 30m $(PKGS)
+
+# Not part of .ci/run: it shows whether the suites hold on a busy machine.
+test-under-load: deps images task-image ## `make test` with a CPU hog beside it (stress-ng, 2 CPU workers per core): wall time, load average at start and end
+	SANDBOXD_E2E_REQUIRE_IMAGES=1 SANDBOXD_TEST_BUSYBOX=$$(command -v busybox) $(CURDIR)/mk/under-load.sh $(GO) test -race -count=1 -timeout 30m $(PKGS)
 
 unit: ## unit tests only (no Docker)
 	$(GO) test -race -count=1 -short $(PKGS)
