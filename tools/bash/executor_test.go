@@ -230,16 +230,97 @@ func TestSoftTimeoutAndContinue(t *testing.T) {
 	}
 }
 
+// TestSoftTimeoutCountsFromLastOutput: a command that keeps printing for
+// longer than the soft timeout, never silent for it, is not cut off; the
+// soft timeout ends the call once output stops, with every line in it. The
+// test decides when output happens (each line waits at a gate the test
+// opens), so a slow machine cannot make a gap between lines: the gaps are
+// a quarter of the soft timeout plus the time the shell takes to echo,
+// which only a stall of more than 1.5 s (a hang) makes a soft timeout.
 func TestSoftTimeoutCountsFromLastOutput(t *testing.T) {
 	t.Parallel()
+	const soft = 2 * time.Second
 	opts := testOptions(t, "bash")
-	opts.SoftTimeout = 300 * time.Millisecond
+	opts.SoftTimeout = soft
 	e := newExec(t, opts)
-	// Prints every 0.05 s for 0.5 s: longer than the soft timeout, but
-	// never silent for it, so it completes.
-	text, out, _ := do(t, e, cmd("for i in 1 2 3 4 5 6 7 8 9 10; do echo $i; sleep 0.05; done"))
+	// A gate per line (a FIFO read twice could give the second read the
+	// first writer's end of file), more than the lines the loop below asks for.
+	gates := make([]gate, 12)
+	quoted := make([]string, len(gates))
+	for i := range gates {
+		gates[i] = newGate(t)
+		quoted[i] = shellQuote(string(gates[i]))
+	}
+	stop := filepath.Join(t.TempDir(), "stop")
+
+	type result struct {
+		obs *tools.Observation
+		err error
+	}
+	ended := make(chan result, 1)
+	start := time.Now()
+	go func() {
+		obs, err := e.Call(context.Background(), cmd("for g in "+strings.Join(quoted, " ")+
+			"; do read -r _ <\"$g\"; [ -e "+shellQuote(stop)+" ] && break; echo \"line $((n+=1)).\"; done; echo finished"))
+		ended <- result{obs, err}
+	}()
+
+	// A line every soft/4 until the call is 1.5 soft timeouts old: a soft
+	// timeout counted from the call's start would cut it off.
+	var want []string
+	for n := 1; n == 1 || time.Since(start) < soft+soft/2; n++ {
+		if n > 1 {
+			<-time.After(soft / 4) // the command's pace, not a wait for an event
+		}
+		require.Less(t, n, len(gates), "more lines than gates")
+		gates[n-1].open(t)
+		line := fmt.Sprintf("line %d.", n)
+		want = append(want, line)
+		callEnded := false
+		require.Eventually(t, func() bool {
+			select {
+			case r := <-ended:
+				ended <- r
+				callEnded = true
+				return true
+			default:
+			}
+			e.mu.Lock()
+			s := e.sess
+			e.mu.Unlock()
+			if s == nil {
+				return false
+			}
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			return printed(line)(s)
+		}, 20*time.Second, time.Millisecond, "%s printed", line)
+		if callEnded {
+			r := <-ended
+			t.Fatalf("the call ended while the command printed a line every %v (before %q): %v %v", soft/4, line, r.err, r.obs.Text())
+		}
+	}
+
+	// Silent now, at the gate: the soft timeout ends the call.
+	var r result
+	select {
+	case r = <-ended:
+	case <-time.After(soft + 20*time.Second):
+		t.Fatal("the soft timeout did not end the call after the output stopped")
+	}
+	require.NoError(t, r.err)
+	out, _ := r.obs.Structured.(Output)
+	assert.Equal(t, -1, out.ExitCode, r.obs.Text())
+	assert.Equal(t, TimeoutSoft, out.TimeoutKind)
+	assert.Equal(t, strings.Join(want, "\n"), body(r.obs.Text()))
+
+	// The command goes on from the gate and completes.
+	require.NoError(t, os.WriteFile(stop, nil, 0o600))
+	gates[len(want)].open(t)
+	waitFor(t, e, "the command ends", commandEnded)
+	text, out, _ := do(t, e, cmd(""))
 	assert.Equal(t, 0, out.ExitCode, text)
-	assert.Equal(t, "1\n2\n3\n4\n5\n6\n7\n8\n9\n10", body(text))
+	assert.Equal(t, continuedPrefix+"finished", body(text))
 }
 
 func TestHardTimeout(t *testing.T) {
@@ -271,10 +352,15 @@ func TestHardTimeout(t *testing.T) {
 func TestWallClockCap(t *testing.T) {
 	t.Parallel()
 	opts := testOptions(t, "bash")
-	opts.SoftTimeout = 300 * time.Millisecond
-	opts.MaxWait = 600 * time.Millisecond
+	// The cap counts from the call's start, whatever the output: a command
+	// that prints all along is ended by it. The soft timeout is out of the
+	// way (an hour), so the cap ends the call however slowly the loop runs
+	// (a 0.3 s soft timeout could fire between two ticks under load); 2 s
+	// leaves room for the two ticks asserted below unless the machine hangs.
+	opts.SoftTimeout = time.Hour
+	opts.MaxWait = 2 * time.Second
 	e := newExec(t, opts)
-	// Never silent for the soft timeout: only the cap ends the call. The
+	// Never silent: only the cap ends the call. The
 	// loop forks nothing (read -t on a pipe nobody writes to is its 0.05 s
 	// wait): a fork of the shell that has not yet exec'd sleep could miss
 	// the C-c below. It runs in a subshell that exits 130 on SIGINT: a
@@ -285,7 +371,7 @@ func TestWallClockCap(t *testing.T) {
 	assert.Equal(t, -1, out.ExitCode)
 	assert.Equal(t, TimeoutLimit, out.TimeoutKind)
 	assert.Contains(t, body(text), "tick\ntick")
-	assert.Contains(t, text, "[The command is still running after 0.6 seconds, the longest a call waits without a `timeout`.")
+	assert.Contains(t, text, "[The command is still running after 2 seconds, the longest a call waits without a `timeout`.")
 	text, out, _ = do(t, e, input("C-c"))
 	assert.Equal(t, 130, out.ExitCode, text)
 }
