@@ -140,12 +140,14 @@ func TestReturnsJSON(t *testing.T) {
 // (a background child included) and says so.
 func TestCallTimeout(t *testing.T) {
 	f := newFixture(t)
-	s := f.skill(&skills.Skill{Path: "slow", Timeout: 200 * time.Millisecond, Exec: execOf()}, map[string]string{
+	// 2 s: the script must print and start its child before the timeout,
+	// which a loaded machine may not do in 0.2 s; only a hang misses 2 s.
+	s := f.skill(&skills.Skill{Path: "slow", Timeout: 2 * time.Second, Exec: execOf()}, map[string]string{
 		"scripts/run.sh": "echo started\nsleep 1000 &\necho $! > \"$FIXTURE/child\"\nwait\n",
 	})
 	obs := call(t, toolset(t, f.executor(s)), "slow", `{}`)
 	assert.True(t, obs.IsError)
-	assert.Equal(t, "started\n[The skill timed out after 0.2 seconds and was killed.]", obs.Text())
+	assert.Equal(t, "started\n[The skill timed out after 2 seconds and was killed.]", obs.Text())
 	assertGone(t, filepath.Join(f.state, "child"))
 }
 

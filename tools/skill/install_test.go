@@ -87,7 +87,9 @@ func TestFailingAndHangingInstallers(t *testing.T) {
 		"deps/install.sh": "echo bad >> \"$FIXTURE/count-bad\"\nfor i in $(seq 1 30); do echo \"step $i\"; done\necho 'E: Unable to locate package libfoo-dev' >&2\nexit 100\n",
 		"scripts/run.sh":  "echo should-not-run\n",
 	})
-	hang := f.skill(&skills.Skill{Path: "broken/hang", Installer: "deps/fuzz/install.sh", InstallTimeout: 200 * time.Millisecond, Exec: execOf()}, map[string]string{
+	// The hanging installer's first line must be logged before its
+	// timeout, which a loaded machine may not do in 0.2 s: 2 s.
+	hang := f.skill(&skills.Skill{Path: "broken/hang", Installer: "deps/fuzz/install.sh", InstallTimeout: 2 * time.Second, Exec: execOf()}, map[string]string{
 		"deps/fuzz/install.sh": "echo 'fetching the toolchain'\nsleep 1000\n",
 		"scripts/run.sh":       "echo should-not-run\n",
 	})
@@ -107,7 +109,7 @@ func TestFailingAndHangingInstallers(t *testing.T) {
 
 	obs = call(t, ts, "hang", `{}`)
 	assert.True(t, obs.IsError)
-	assert.True(t, strings.HasPrefix(obs.Text(), `Skill "broken/hang" cannot be used in this session: its dependency installer deps/fuzz/install.sh timed out after 200ms and was killed.`), obs.Text())
+	assert.True(t, strings.HasPrefix(obs.Text(), `Skill "broken/hang" cannot be used in this session: its dependency installer deps/fuzz/install.sh timed out after 2s and was killed.`), obs.Text())
 	assert.True(t, strings.HasSuffix(obs.Text(), "its last lines:\nfetching the toolchain"), obs.Text())
 
 	obs = call(t, ts, "good", `{}`)
