@@ -226,7 +226,7 @@ func sidecarContainer(spec sandbox.SidecarSpec, labels map[string]string, nets s
 
 // connectSidecar attaches to the created sidecar and starts it: a stdio
 // one's conn is its attach stream, an HTTP or SSE one's its address on
-// netMode; both keep its stderr's tail.
+// netMode; both keep its stderr's tail and say when it exited.
 func (r *Runtime) connectSidecar(ctx context.Context, id string, srv sandbox.MCPServer, containerID, netMode string) (*sidecar.Conn, error) {
 	log := r.agentLog(id).With("sidecar", srv.Name)
 	stdio := srv.Transport == sandbox.TransportStdio
@@ -270,7 +270,9 @@ func (r *Runtime) connectSidecar(ctx context.Context, id string, srv sandbox.MCP
 		})
 		<-done
 	}
-	conn := &sidecar.Conn{Stderr: tail.String, Close: closeFn}
+	// done is the container's exit for every transport: its attach
+	// stream ends when its main process does (or at closeFn).
+	conn := &sidecar.Conn{Stderr: tail.String, Close: closeFn, Exited: done}
 	if stdio {
 		conn.Stream = &sidecarStream{r: pr, w: hj.Conn, close: closeFn}
 		log.Debug("sidecar started", "container", containerID[:12], "transport", srv.Transport)

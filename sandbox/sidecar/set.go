@@ -35,7 +35,8 @@ const (
 
 // Conn is the daemon's way to a started sidecar.
 type Conn struct {
-	// Stream is the stdio of its main process (Stdio).
+	// Stream is the stdio of its main process (Stdio). The client
+	// session speaks MCP over it when set, else over HTTP at URL.
 	Stream io.ReadWriteCloser
 	// URL is its MCP endpoint (HTTP, SSE), reachable from the daemon only.
 	URL string
@@ -44,6 +45,13 @@ type Conn struct {
 	Stderr func() string
 	// Close drops the connection (not the container).
 	Close func()
+	// Exited, when set, is closed when the container ends (its output
+	// ended: it exited, or Close was called). A client session over
+	// Stream ends with the container by itself; one over HTTP does not
+	// (a dead address answers nothing: a call to it fails only when a
+	// dial times out, and one in flight waits for its deadline), so an
+	// HTTP or SSE sidecar is found down by this.
+	Exited <-chan struct{}
 }
 
 // Server is one MCP server of a Set.

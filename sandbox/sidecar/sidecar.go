@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"sync"
 	"time"
 
@@ -178,7 +179,7 @@ func (c *sidecar) start(ctx context.Context) (err error) {
 	c.mu.Unlock()
 	c.learned(defs)
 	c.log.Info("mcp sidecar ready", "tools", len(defs), "took", time.Since(began).Round(time.Millisecond))
-	go c.watch(cs, gen, down)
+	go c.watch(cs, conn, gen, down)
 	if changed {
 		c.set.changed()
 	}
@@ -187,16 +188,16 @@ func (c *sidecar) start(ctx context.Context) (err error) {
 
 // connect makes the client session over the sidecar's transport: its
 // attach stream (stdio), or its address on the session's sidecar network,
-// retried until the server listens.
+// retried until the server listens or its container exits.
 func (c *sidecar) connect(ctx context.Context, conn *Conn) (*mcp.ClientSession, error) {
 	client := mcp.NewClient(clientInfo, &mcp.ClientOptions{
 		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) { c.relist() },
 	})
 	client.AddReceivingMiddleware(c.guard)
-	if c.srv.Transport == Stdio {
+	if conn.Stream != nil {
 		return client.Connect(ctx, &mcp.IOTransport{Reader: conn.Stream, Writer: conn.Stream, MaxLineLength: MaxMessage}, nil)
 	}
-	hc := &http.Client{Transport: limitedBodies{&http.Transport{DisableCompression: true, MaxIdleConnsPerHost: 64}}}
+	hc := &http.Client{Transport: untilExit{limitedBodies{&http.Transport{DisableCompression: true, MaxIdleConnsPerHost: 64}}, conn.Exited}}
 	for {
 		var t mcp.Transport
 		if c.srv.Transport == SSE {
@@ -229,9 +230,35 @@ func (c *sidecar) connect(ctx context.Context, conn *Conn) (*mcp.ClientSession, 
 		select {
 		case <-ctx.Done():
 			return nil, err
+		case <-conn.Exited:
+			return nil, errExited
 		case <-time.After(httpRetry):
 		}
 	}
+}
+
+// errExited says why an HTTP or SSE sidecar is down: Conn.Exited.
+var errExited = errors.New("its container exited")
+
+// untilExit is an http.RoundTripper that fails a sidecar's requests at
+// once after its container exited, instead of dialling a dead address
+// (about 3 s to "no route to host"): closing the client session sends a
+// DELETE, which must not hold the restart.
+type untilExit struct {
+	base   http.RoundTripper
+	exited <-chan struct{}
+}
+
+func (u untilExit) RoundTrip(req *http.Request) (*http.Response, error) {
+	select {
+	case <-u.exited:
+		if req.Body != nil {
+			_ = req.Body.Close() // a RoundTripper closes the body, even on error
+		}
+		return nil, errExited
+	default:
+	}
+	return u.base.RoundTrip(req)
 }
 
 // relist re-reads the tools after notifications/tools/list_changed,
@@ -278,11 +305,12 @@ func (c *sidecar) reread() {
 	c.set.changed()
 }
 
-// watch waits for the client session to end. Unless the session closes,
+// watch waits for the client session to end, or for the container of an
+// HTTP or SSE sidecar to exit (Conn.Exited). Unless the session closes,
 // the sidecar is down: calls fail at once saying so, and it is restarted
 // after a backoff, at most MaxRestarts times.
-func (c *sidecar) watch(cs *mcp.ClientSession, gen int, down chan struct{}) {
-	werr := cs.Wait()
+func (c *sidecar) watch(cs *mcp.ClientSession, conn *Conn, gen int, down chan struct{}) {
+	exited, werr := c.wait(cs, conn)
 	c.mu.Lock()
 	if c.gen != gen || c.cs != cs {
 		close(down)
@@ -290,10 +318,9 @@ func (c *sidecar) watch(cs *mcp.ClientSession, gen int, down chan struct{}) {
 		return
 	}
 	tail := ""
-	if c.conn != nil && c.conn.Stderr != nil {
-		tail = c.conn.Stderr()
+	if conn.Stderr != nil { // conn is c.conn: gen and cs are current
+		tail = conn.Stderr()
 	}
-	conn := c.conn
 	flooded := c.flooded == cs
 	c.cs, c.conn, c.flooded = nil, nil, nil
 	c.restarts++
@@ -302,6 +329,8 @@ func (c *sidecar) watch(cs *mcp.ClientSession, gen int, down chan struct{}) {
 	switch {
 	case flooded:
 		why = errFlood.Error()
+	case exited:
+		why = errExited.Error()
 	case werr != nil:
 		why += " (" + werr.Error() + ")"
 	}
@@ -349,6 +378,24 @@ func (c *sidecar) watch(cs *mcp.ClientSession, gen int, down chan struct{}) {
 	}
 	c.log.Warn("mcp sidecar restarted; its state was lost", "restart", n)
 	c.endStart(nil)
+}
+
+// wait waits for the client session to end (its error), or for the
+// container to exit (exited). Only a session over HTTP needs the latter:
+// one over the container's stdio ends with it, and its errors keep their
+// text.
+func (c *sidecar) wait(cs *mcp.ClientSession, conn *Conn) (exited bool, werr error) {
+	if c.srv.Transport == Stdio || conn.Exited == nil {
+		return false, cs.Wait()
+	}
+	ended := make(chan error, 1)
+	go func() { ended <- cs.Wait() }() // returns once watch (or Set.Close) closes cs
+	select {
+	case werr = <-ended:
+		return false, werr
+	case <-conn.Exited:
+		return true, nil
+	}
 }
 
 // learned tells Server.Learned the tools just read.
@@ -402,7 +449,7 @@ func (c *sidecar) call(ctx context.Context, exposed string, args json.RawMessage
 	if len(args) == 0 {
 		arguments = map[string]any{}
 	}
-	res, err := c.callTool(ctx, cs, &mcp.CallToolParams{Name: orig, Arguments: arguments})
+	res, err := c.callTool(ctx, cs, downCh, &mcp.CallToolParams{Name: orig, Arguments: arguments})
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
@@ -411,7 +458,7 @@ func (c *sidecar) call(ctx context.Context, exposed string, args json.RawMessage
 			return tools.Errorf("mcp server %q did not answer %s within %v, the deadline of a sidecar call", c.srv.Name, exposed, CallTimeout), nil
 		}
 		var rpc *jsonrpc.Error
-		if errors.As(err, &rpc) {
+		if errors.As(err, &rpc) && !lostRequest(err) {
 			return tools.Errorf("mcp server %q: %v", c.srv.Name, err), nil
 		}
 		// The connection broke: say why once the watcher knows.
@@ -435,11 +482,26 @@ func (c *sidecar) call(ctx context.Context, exposed string, args json.RawMessage
 	return boundResult(c.srv.Name, fromMCPResult(res)), nil
 }
 
+// lostRequest reports whether a call's error is an HTTP request's that got
+// no answer, its connection broken as a dying server's is: the SDK
+// wraps it in a JSON-RPC error ("rejected by transport"), which is not the
+// server's answer.
+func lostRequest(err error) bool {
+	var ue *url.Error
+	return errors.As(err, &ue)
+}
+
+// errDown is callTool's error for a call whose sidecar went down: call
+// returns why instead.
+var errDown = errors.New("the mcp server went down")
+
 // callTool is cs.CallTool within CallTimeout, returning at most
 // cancelGrace after ctx ends whatever the transport does: a POST
 // to an HTTP server that never answers held a cancelled call 16.7 s (M14).
-// The abandoned call ends with the client session at the latest.
-func (c *sidecar) callTool(ctx context.Context, cs *mcp.ClientSession, params *mcp.CallToolParams) (*mcp.CallToolResult, error) {
+// It returns errDown at once when the sidecar goes down (down closes): a
+// POST in flight to a dead HTTP server would wait for its deadline. The
+// abandoned call ends with the client session at the latest.
+func (c *sidecar) callTool(ctx context.Context, cs *mcp.ClientSession, down <-chan struct{}, params *mcp.CallToolParams) (*mcp.CallToolResult, error) {
 	cctx, cancel := context.WithTimeout(ctx, CallTimeout)
 	defer cancel()
 	type answer struct {
@@ -454,6 +516,13 @@ func (c *sidecar) callTool(ctx context.Context, cs *mcp.ClientSession, params *m
 	select {
 	case a := <-done:
 		return a.res, a.err
+	case <-down:
+		select {
+		case a := <-done: // answered as it went down
+			return a.res, a.err
+		default:
+			return nil, errDown
+		}
 	case <-cctx.Done():
 	}
 	t := time.NewTimer(cancelGrace)

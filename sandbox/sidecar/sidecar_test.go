@@ -24,9 +24,14 @@ import (
 
 // fakeSidecars runs each sidecar as an in-process go-sdk server over a pipe.
 type fakeSidecars struct {
+	// http makes its sidecars' conns as an HTTP sidecar's: a kill ends no
+	// connection (a dead address answers nothing, and what is sent to it
+	// is lost); only Conn.Exited tells.
+	http bool
+
 	mu     sync.Mutex
 	starts int
-	kill   func()      // ends the running server's connection, as a killed container would
+	kill   func()      // kills the running server, as docker kill would its container
 	srv    *mcp.Server // the running server
 	total  atomic.Int64
 
@@ -49,6 +54,14 @@ func (f *fakeSidecars) StartSidecar(ctx context.Context, name string) (*Conn, er
 	mcp.AddTool(srv, &mcp.Tool{Name: longTool}, func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
 		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "long ok"}}}, nil, nil
 	})
+	dead := make(chan struct{}) // closed by kill
+	mcp.AddTool(srv, &mcp.Tool{Name: "hang"}, func(ctx context.Context, _ *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+		select { // never answers while the server lives
+		case <-ctx.Done():
+		case <-dead:
+		}
+		return nil, nil, errors.New("gone")
+	})
 	mcp.AddTool(srv, &mcp.Tool{Name: "rich", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
 		return &mcp.CallToolResult{IsError: true, StructuredContent: map[string]any{"k": "v"},
 			Content: []mcp.Content{&mcp.TextContent{Text: "t"}, &mcp.ImageContent{Data: []byte{1, 2}, MIMEType: "image/png"}}}, nil, nil
@@ -56,17 +69,60 @@ func (f *fakeSidecars) StartSidecar(ctx context.Context, name string) (*Conn, er
 	if f.setup != nil {
 		f.setup(srv)
 	}
-	ss, err := srv.Connect(context.Background(), &mcp.IOTransport{Reader: server, Writer: server}, nil)
+	served := server
+	var blackhole chan struct{}
+	if f.http {
+		served, blackhole = relay(server)
+	}
+	ss, err := srv.Connect(context.Background(), &mcp.IOTransport{Reader: served, Writer: served}, nil)
 	if err != nil {
 		return nil, err
 	}
+	exited := make(chan struct{})
 
 	f.mu.Lock()
 	f.starts++
-	f.kill = func() { _ = ss.Close(); server.Close() }
+	f.kill = func() {
+		if blackhole != nil {
+			close(blackhole)
+		}
+		close(dead)
+		_ = ss.Close()
+		served.Close()
+		close(exited)
+	}
 	f.srv = srv
 	f.mu.Unlock()
-	return &Conn{Stream: client, Stderr: func() string { return "fake stderr" }, Close: func() { client.Close() }}, nil
+	return &Conn{Stream: client, Stderr: func() string { return "fake stderr" }, Close: func() { client.Close() }, Exited: exited}, nil
+}
+
+// relay returns the server's end of a relay to near, the client's peer,
+// and a channel whose closing makes the relay a dead address: from then
+// on it drops what either side sends and closes nothing on the client's
+// side. Its goroutines end when the client's end closes.
+func relay(near net.Conn) (far net.Conn, blackhole chan struct{}) {
+	far, mid := net.Pipe()
+	blackhole = make(chan struct{})
+	pass := func(dst, src net.Conn, closeDst bool) {
+		if closeDst {
+			defer dst.Close()
+		}
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := src.Read(buf)
+			if err != nil {
+				return
+			}
+			select {
+			case <-blackhole:
+			default:
+				_, _ = dst.Write(buf[:n])
+			}
+		}
+	}
+	go pass(mid, near, true)  // the client's requests; drained until it closes, then the server's end
+	go pass(near, mid, false) // the server's answers; ends with the server, closing nothing
+	return far, blackhole
 }
 
 func (f *fakeSidecars) learn(defs []tools.Definition) {
@@ -82,6 +138,9 @@ func newTestSidecars(t *testing.T, f *fakeSidecars) (*Set, context.CancelFunc) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	srv := Server{Name: "fake", Transport: Stdio, Eager: true, Learned: f.learn}
+	if f.http {
+		srv.Transport = HTTP
+	}
 	srv.Start = func(ctx context.Context) (*Conn, error) { return f.StartSidecar(ctx, srv.Name) }
 	set := New(ctx, Options{Servers: []Server{srv}, Log: slog.New(slog.DiscardHandler), Closed: errors.New("session is closed")})
 	return set, cancel
@@ -194,6 +253,68 @@ func TestSidecarRestart(t *testing.T) {
 		out = callText(t, set, "fake__count")
 		assert.Contains(t, out, "which is the limit")
 		assert.Equal(t, 1+MaxRestarts, f.starts)
+	})
+}
+
+// An HTTP or SSE sidecar that dies ends no connection (a dead address
+// answers nothing): it is found down by its container's exit
+// (Conn.Exited), at once. A call in flight and the next fail saying so,
+// with its stderr's end and that its state is lost (no fake time passes:
+// no dial or deadline is waited for); it is restarted after 1, 2 and 4 s
+// and answers again with a fresh state, three times at most.
+func TestSidecarRestartHTTP(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeSidecars{http: true}
+		set, cancel := newTestSidecars(t, f)
+		defer cancel()
+		defer set.Close()
+		require.NoError(t, set.StartEager(context.Background()))
+		c, _ := set.route("fake__count")
+		for n := 1; n <= MaxRestarts+1; n++ {
+			assert.Equal(t, "1", callText(t, set, "fake__count"))
+			inFlight := make(chan string, 1)
+			go func() {
+				obs, err := c.call(context.Background(), "fake__hang", json.RawMessage(`{}`))
+				if err != nil {
+					inFlight <- err.Error()
+					return
+				}
+				inFlight <- obs.Text()
+			}()
+			synctest.Wait() // the call waits for the server
+			f.mu.Lock()
+			kill := f.kill
+			f.mu.Unlock()
+			killed := time.Now()
+			kill()
+			synctest.Wait() // the watcher saw the exit; nothing waits on a clock but the backoff
+			var hung string
+			select {
+			case hung = <-inFlight:
+			default:
+				t.Fatalf("kill %d: the call in flight still waits", n)
+			}
+			next := callText(t, set, "fake__count")
+			for _, out := range []string{hung, next} {
+				assert.Contains(t, out, `mcp server "fake" is down: its container exited; its stderr ends with: fake stderr`)
+				if n > MaxRestarts {
+					assert.Contains(t, out, "which is the limit")
+				} else {
+					assert.Contains(t, out, fmt.Sprintf("sandboxd restarts it (restart %d of 3) and whatever state it held is lost", n))
+				}
+			}
+			c.mu.Lock()
+			wait := c.starting
+			c.mu.Unlock()
+			if n > MaxRestarts {
+				assert.Nil(t, wait, "no restart past the limit")
+				break
+			}
+			<-wait
+			assert.Equal(t, restartBackoff<<(n-1), time.Since(killed), "kill %d: the backoff", n)
+		}
+		assert.Equal(t, 1+MaxRestarts, f.starts)
+		assert.Contains(t, callText(t, set, "fake__count"), "which is the limit")
 	})
 }
 
