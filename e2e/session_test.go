@@ -3,6 +3,8 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"io"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -195,14 +197,51 @@ func TestStoppedAgentFailsSession(t *testing.T) {
 	require.NoError(t, err)
 	sh(t, s, "true")
 	start := time.Now()
-	// The shell's parent is the agent.
-	_, err = s.Call(ctxT(t), "terminal", []byte(`{"command":"kill -STOP $PPID","timeout":60}`), nil)
+	// The shell's parent is the agent. The sleep keeps the command from
+	// ending before the stop has taken effect: kill(2) returns once
+	// SIGSTOP is queued, and the agent stops only when the kernel next
+	// runs one of its threads; on a busy host its other threads can first
+	// read the command's end and answer (TestAgentStoppedAfterAnswer).
+	_, err = s.Call(ctxT(t), "terminal", []byte(`{"command":"kill -STOP $PPID; sleep 30","timeout":60}`), nil)
 	require.ErrorIs(t, err, sandbox.ErrFailed)
 	assert.Contains(t, err.Error(), "did not answer a ping within 1s")
 	t.Logf("failed after %v: %v", time.Since(start).Round(time.Millisecond), err)
 	require.NoError(t, s.Close(ctxT(t)))
 	_, err = docker.ContainerInspect(ctxT(t), "sandboxd-"+s.ID())
 	assert.Error(t, err, "the stopped sandbox is removed")
+}
+
+// A stop that takes effect after the command has ended, as kill -STOP
+// $PPID's may (see TestStoppedAgentFailsSession), leaves that call's
+// answer as it was, and the session fails at the next health ping. The
+// stop is sent from outside once the call has answered: that order,
+// which the flake of the test above hit by chance, is then certain.
+func TestAgentStoppedAfterAnswer(t *testing.T) {
+	t.Parallel()
+	m := newManager(t, newRuntime(t), sandbox.ManagerOptions{HealthTimeout: time.Second})
+	s, err := m.Create(ctxT(t), sandbox.SessionOptions{})
+	require.NoError(t, err)
+	// The answered call: it gives the agent's pid (the shell's parent).
+	agent, _, _ := strings.Cut(sh(t, s, "echo $PPID"), "\n")
+	_, err = strconv.Atoi(agent)
+	require.NoError(t, err, "the agent's pid")
+	ctr := containerOf(t, s.ID()).ID
+	ex, err := docker.ContainerExecCreate(ctxT(t), ctr, container.ExecOptions{Cmd: []string{"sh", "-c", "kill -STOP " + agent}, AttachStdout: true, AttachStderr: true})
+	require.NoError(t, err)
+	att, err := docker.ContainerExecAttach(ctxT(t), ex.ID, container.ExecAttachOptions{})
+	require.NoError(t, err)
+	out, _ := io.ReadAll(att.Reader)
+	att.Close()
+	st, err := docker.ContainerExecInspect(ctxT(t), ex.ID)
+	require.NoError(t, err)
+	require.Zero(t, st.ExitCode, "kill -STOP %s in the sandbox: %q", agent, out)
+	select {
+	case <-s.Done():
+	case <-time.After(20 * time.Second):
+		t.Fatal("session not failed after its agent was stopped")
+	}
+	require.ErrorIs(t, s.Err(), sandbox.ErrFailed)
+	assert.Contains(t, s.Err().Error(), "did not answer a ping within 1s")
 }
 
 // `docker stop` reads as a stop, not as a clean exit: the agent leaves
