@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -151,42 +152,64 @@ func (b *limitedBody) Read(p []byte) (int, error) {
 
 func (b *limitedBody) Close() error { return b.rc.Close() }
 
-// guard is the receiving middleware of a sidecar's client session: what
-// the server sends that is not an answer. Notifications pass (tool list
-// changes are coalesced by relist); requests are rate-limited, and a
-// server past the rate is cut off: sandboxd answers ping and refuses the
-// rest at once (M8: a flood of roots/list, sampling/createMessage and ping
-// grew the daemon's goroutines without bound).
-func (c *sidecar) guard(next mcp.MethodHandler) mcp.MethodHandler {
-	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
-		if strings.HasPrefix(method, "notifications/") {
-			return next(ctx, method, req)
+// guard is the receiving middleware of a sidecar's client session over
+// conn: what the server sends that is not an answer. Notifications pass
+// (tool list changes are coalesced by relist); requests are rate-limited,
+// and a server past the rate is cut off: sandboxd answers ping and
+// refuses the rest at once (M8: a flood of roots/list,
+// sampling/createMessage and ping grew the daemon's goroutines without
+// bound). It is bound to its conn, not to the sidecar's current session,
+// so a flood that starts while the session is still being set up (before
+// it is the current one) is cut off too.
+func (c *sidecar) guard(conn *Conn) mcp.Middleware {
+	var cut atomic.Bool
+	return func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			if strings.HasPrefix(method, "notifications/") {
+				return next(ctx, method, req)
+			}
+			if !c.requests.Allow() {
+				if cut.CompareAndSwap(false, true) {
+					c.cutOff(req, conn)
+				}
+				return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "sandboxd: too many requests; disconnecting"}
+			}
+			if method == "ping" {
+				return next(ctx, method, req)
+			}
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: fmt.Sprintf("sandboxd offers MCP servers no %.64s", method)}
 		}
-		if !c.requests.Allow() {
-			c.cutOff(req)
-			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "sandboxd: too many requests; disconnecting"}
-		}
-		if method == "ping" {
-			return next(ctx, method, req)
-		}
-		return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: fmt.Sprintf("sandboxd offers MCP servers no %.64s", method)}
 	}
 }
 
-// cutOff closes a flooding sidecar's client session (once per start); its
-// watcher then says why it went down.
-func (c *sidecar) cutOff(req mcp.Request) {
-	cs, _ := req.GetSession().(*mcp.ClientSession)
+// cutOff closes a flooding sidecar's transport and client session; its
+// start or its watcher then says why it went down (floodedOn).
+func (c *sidecar) cutOff(req mcp.Request, conn *Conn) {
 	c.mu.Lock()
-	first := c.flooded == nil && cs != nil && c.cs == cs
-	if first {
-		c.flooded = cs
-	}
+	c.flooded = conn
 	c.mu.Unlock()
-	if first {
-		c.log.Warn("mcp sidecar cut off", "err", errFlood)
-		go func() { _ = cs.Close() }()
-	}
+	c.log.Warn("mcp sidecar cut off", "err", errFlood)
+	cs, _ := req.GetSession().(*mcp.ClientSession)
+	go func() {
+		// The transport first: a server that never reads holds every
+		// answer's write, and the client session's Close waits for them
+		// (it hung so while the flood went on: +5,285 goroutines in 20 s
+		// under load). Closing the stream fails those writes and stops
+		// the reading.
+		if conn.Close != nil {
+			conn.Close()
+		}
+		if cs != nil {
+			_ = cs.Close()
+		}
+	}()
+}
+
+// floodedOn reports whether conn was cut off for flooding.
+func (c *sidecar) floodedOn(conn *Conn) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.flooded != nil && c.flooded == conn
 }
 
 // newRequestLimiter is a sidecar's budget of requests to sandboxd.

@@ -57,7 +57,7 @@ type sidecar struct {
 	restarts int                // restarts after exits
 	gen      int                // counts starts, so a stale exit is ignored
 	down     chan struct{}      // closed when the running client session ends
-	flooded  *mcp.ClientSession // the client session cut off for flooding (guard)
+	flooded  *Conn              // the conn cut off for flooding (guard)
 }
 
 func (c *sidecar) originalName(exposed string) string {
@@ -145,6 +145,9 @@ func (c *sidecar) start(ctx context.Context) (err error) {
 		}
 	}()
 	cs, err := c.connect(ctx, conn)
+	if err != nil && c.floodedOn(conn) {
+		return fmt.Errorf("mcp server %q: %v", c.srv.Name, errFlood)
+	}
 	if err != nil {
 		tail := ""
 		if conn.Stderr != nil {
@@ -158,6 +161,9 @@ func (c *sidecar) start(ctx context.Context) (err error) {
 	defs, orig, err := listTools(ctx, c.srv.Name, cs)
 	if err != nil {
 		_ = cs.Close()
+		if c.floodedOn(conn) {
+			return fmt.Errorf("mcp server %q: %v", c.srv.Name, errFlood)
+		}
 		return fmt.Errorf("mcp server %q: tools/list: %w", c.srv.Name, err)
 	}
 	c.mu.Lock()
@@ -193,7 +199,7 @@ func (c *sidecar) connect(ctx context.Context, conn *Conn) (*mcp.ClientSession, 
 	client := mcp.NewClient(clientInfo, &mcp.ClientOptions{
 		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) { c.relist() },
 	})
-	client.AddReceivingMiddleware(c.guard)
+	client.AddReceivingMiddleware(c.guard(conn))
 	if conn.Stream != nil {
 		return client.Connect(ctx, &mcp.IOTransport{Reader: conn.Stream, Writer: conn.Stream, MaxLineLength: MaxMessage}, nil)
 	}
@@ -321,7 +327,7 @@ func (c *sidecar) watch(cs *mcp.ClientSession, conn *Conn, gen int, down chan st
 	if conn.Stderr != nil { // conn is c.conn: gen and cs are current
 		tail = conn.Stderr()
 	}
-	flooded := c.flooded == cs
+	flooded := c.flooded == conn
 	c.cs, c.conn, c.flooded = nil, nil, nil
 	c.restarts++
 	n := c.restarts
