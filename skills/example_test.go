@@ -10,10 +10,11 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestReadmeExample: the complete example skill of docs/skills.md
-// is this fixture, word for word; it validates, loads as a tool and runs.
+// TestReadmeExample: the complete example skill of docs/skills.md is the
+// folder docs/examples/skills/todo-scan, word for word; it validates,
+// loads as a tool and runs.
 func TestReadmeExample(t *testing.T) {
-	const dir = "testdata/example/todo-scan"
+	const dir = "../docs/examples/skills/todo-scan"
 	readme, err := os.ReadFile("../docs/skills.md")
 	require.NoError(t, err)
 	for _, f := range []string{"SKILL.md", "scripts/todo_scan.sh", "deps/install.sh"} {
@@ -23,7 +24,7 @@ func TestReadmeExample(t *testing.T) {
 	}
 
 	assert.Empty(t, problemStrings(Validate(dir)))
-	s, err := Parse(os.DirFS("testdata/example"), "todo-scan")
+	s, err := Parse(os.DirFS("../docs/examples/skills"), "todo-scan")
 	require.NoError(t, err)
 	assert.Empty(t, s.Warnings)
 	assert.True(t, s.ReturnsJSON)
