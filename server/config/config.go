@@ -86,6 +86,11 @@ type Profile struct {
 	PoolMax int
 	// PoolIdle is `pool.idle`; 0: sandbox.DefaultPoolIdle.
 	PoolIdle time.Duration
+	// PoolShared is `pool.shared`: the pool hands its sandboxes to any
+	// create whose resolved options are the same, whatever profile it
+	// names (sandbox.PoolOptions.Shared). By default a pool serves only
+	// its own profile's creates.
+	PoolShared bool
 
 	// pos is where each option was written: "" is the profile's name,
 	// "image", "limits", "limits.memory", ...
@@ -427,7 +432,8 @@ func (p *parser) profile(prof *Profile, n *yaml.Node, path string) {
 	})
 }
 
-// pool reads `pool: N` (a fixed pool) or `pool: {min: N, max: M, idle: D}`.
+// pool reads `pool: N` (a fixed pool) or `pool: {min: N, max: M, idle: D,
+// shared: B}`.
 func (p *parser) pool(prof *Profile, v *yaml.Node, path string) {
 	size := func(v *yaml.Node, path string) int {
 		n, ok := p.integer(v, path)
@@ -454,8 +460,10 @@ func (p *parser) pool(prof *Profile, v *yaml.Node, path string) {
 			prof.PoolMax, hasMax = size(v, kpath), true
 		case "idle":
 			duration(&prof.PoolIdle)(p, v, kpath, nil, key)
+		case "shared":
+			boolean(&prof.PoolShared)(p, v, kpath, nil, key)
 		default:
-			p.unknown(k, path, key, "min", "max", "idle")
+			p.unknown(k, path, key, "min", "max", "idle", "shared")
 		}
 	})
 	switch {
