@@ -91,6 +91,11 @@ type Profile struct {
 	// names (sandbox.PoolOptions.Shared). By default a pool serves only
 	// its own profile's creates.
 	PoolShared bool
+	// TransferTools is `transfer_tools`: the profile's MCP endpoint
+	// serves the harness's upload and download tools (tools/transfer),
+	// which move files in and out whole and byte-exact. Off by default:
+	// they are for a harness, not for the model (docs/harness.md).
+	TransferTools bool
 
 	// pos is where each option was written: "" is the profile's name,
 	// "image", "limits", "limits.memory", ...
@@ -412,7 +417,7 @@ func (p *parser) profiles(cfg *File, n *yaml.Node) {
 }
 
 // profileKeys are the keys of a profile that are not session options.
-var profileKeys = []string{"pool"}
+var profileKeys = []string{"pool", "transfer_tools"}
 
 func (p *parser) profile(prof *Profile, n *yaml.Node, path string) {
 	fields := sessionFields(&prof.Options)
@@ -426,6 +431,8 @@ func (p *parser) profile(prof *Profile, n *yaml.Node, path string) {
 		switch key {
 		case "pool":
 			p.pool(prof, v, kpath)
+		case "transfer_tools":
+			boolean(&prof.TransferTools)(p, v, kpath, nil, key)
 		default:
 			p.unknown(k, path, key, append(slices.Collect(maps.Keys(fields)), profileKeys...)...)
 		}
