@@ -50,6 +50,7 @@ func (r *Runtime) buildContainer(spec sandbox.Spec, netName string, l layout, ex
 	if l.setHome {
 		env = append(env, "HOME="+l.home)
 	}
+	env = append(env, imageEnv(o, l.image)...)
 	sort.Strings(env)
 	labels := r.labels(spec.Labels)
 	labels[LabelSeccomp] = seccompProfileID()
@@ -178,6 +179,9 @@ func shmSize(o sandbox.SessionOptions) int64 {
 // seeds itself is mounted without the engine's copy-up, which would copy
 // the image's owners over the session user's (see seed.go).
 func volumeMount(v vol) mount.Mount {
+	if v.seed == seedOverlay {
+		return mount.Mount{Type: mount.TypeBind, Source: v.bind, Target: v.target, BindOptions: &mount.BindOptions{NonRecursive: true}}
+	}
 	m := mount.Mount{Type: mount.TypeVolume, Source: v.name, Target: v.target}
 	if v.seed == seedOwned {
 		m.VolumeOptions = &mount.VolumeOptions{NoCopy: true}

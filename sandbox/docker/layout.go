@@ -24,6 +24,12 @@ type imageFacts struct {
 	user    string // the image's USER ("" is root)
 	workdir string // the image's WORKDIR; "" when it sets none
 	ours    bool   // built by sandboxd's scripts (LabelImageKind)
+	// command is its ENTRYPOINT + CMD (imageCommand, inspect.go).
+	command []string
+	// layers are the image's layer folders on this host, topmost first,
+	// when the runtime seeds by overlay and the engine's storage driver
+	// can be stacked (overlay.go); nil: seeding copies (seed.go).
+	layers []string
 }
 
 // inspectImage reads the image's config. A missing image is the clear
@@ -51,6 +57,10 @@ func (r *Runtime) inspectImage(ctx context.Context, ref string) (imageFacts, err
 		f.user = c.User
 		f.workdir = c.WorkingDir
 		f.ours = c.Labels[LabelImageKind] != ""
+		f.command = imageCommand(c.Entrypoint, c.Cmd)
+	}
+	if r.quota.overlayOn() {
+		f.layers = overlayLayers(info.GraphDriver)
 	}
 	return f, nil
 }
@@ -69,6 +79,10 @@ const (
 	// seedNone: a tmpfs volume (Limits.Disk), empty and owned by the
 	// session user through its mount options.
 	seedNone
+	// seedOverlay: what seedOwned gives, by an overlay of the image's
+	// layers mounted by the daemon and bound into the container
+	// (overlay.go, decision 0040); no engine volume.
+	seedOverlay
 )
 
 // vol is one of the session's volumes: the workspace, the home folder, an
@@ -78,6 +92,9 @@ type vol struct {
 	target string // its mount point, the image's folder it is seeded from
 	what   string // for messages: "workspace", "home", "editable path /testbed"
 	seed   seeding
+	// bind is the host folder bound at target (seedOverlay), set once
+	// its overlay is mounted (mountOverlays).
+	bind string
 }
 
 // layout is where a session's volumes go and what its container needs
@@ -100,13 +117,15 @@ type layout struct {
 	setHome bool
 	// vols are the session's volumes, the workspace first.
 	vols []vol
+	// image is what the agent is told of the image (imageEnv, inspect.go).
+	image imageFacts
 	// path is the PATH to set in the container's environment; "" leaves
 	// the image's. A session with skills gets $HOME/.local/bin first: the
 	// per-session folder where skill installers put programs.
 	path string
 }
 
-// owned lists the volumes sandboxd seeds itself (seedOwned).
+// owned lists the volumes sandboxd seeds by copying (seedOwned).
 func (l layout) owned() []vol {
 	var out []vol
 	for _, v := range l.vols {
@@ -134,7 +153,7 @@ func (l layout) owned() []vol {
 // copied by sandboxd with the owners changed (seed.go). A tmpfs volume
 // (Limits.Disk) is created owned by the session user and starts empty.
 func planLayout(id string, o sandbox.SessionOptions, img imageFacts, uid, gid int) (layout, error) {
-	l := layout{uid: uid, gid: gid}
+	l := layout{uid: uid, gid: gid, image: img}
 	var err error
 	if l.cwd, err = workingDir(o, img); err != nil {
 		return layout{}, err
@@ -176,14 +195,23 @@ func planLayout(id string, o sandbox.SessionOptions, img imageFacts, uid, gid in
 		}
 		return seedOwned
 	}
+	// HOME and the editable paths are seeded by overlay where the runtime
+	// can (img.layers); the workspace stays a volume of the engine's, which
+	// the session's sidecars mount too.
+	overlay := func(s seeding) seeding {
+		if s == seedOwned && img.layers != nil {
+			return seedOverlay
+		}
+		return s
+	}
 	l.vols = append(l.vols, vol{name: workspaceVolume(id), target: sandbox.WorkspaceDir, what: "workspace", seed: seed(theirs)})
 	if l.home != "" {
-		l.vols = append(l.vols, vol{name: homeVolume(id), target: l.home, what: "home", seed: seed(theirs && l.home == img.home)})
+		l.vols = append(l.vols, vol{name: homeVolume(id), target: l.home, what: "home", seed: overlay(seed(theirs && l.home == img.home))})
 	}
 	// A HOME in an editable path has no volume of its own (it is writable
 	// already); an editable path inside HOME is a volume over HOME's.
 	for i, e := range o.EditablePaths {
-		l.vols = append(l.vols, vol{name: editableVolume(id, i), target: e, what: "editable path " + e, seed: seed(o.User == sandbox.UserImage)})
+		l.vols = append(l.vols, vol{name: editableVolume(id, i), target: e, what: "editable path " + e, seed: overlay(seed(o.User == sandbox.UserImage))})
 	}
 	if len(o.Skills) > 0 {
 		l.path = skillsPATH(o, img, l)

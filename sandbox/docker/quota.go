@@ -58,8 +58,11 @@ const diskMountOptions = "nosuid,nodev,noatime,discard"
 
 // quota is the runtime's disk-quota support, decided once by New.
 type quota struct {
-	dir string // <DiskDir>/<scope>: this runtime's backing files
+	dir string // <DiskDir>/<scope>: this runtime's backing files and overlay folders
 	err error  // why quota-bound volumes cannot be made here; nil if they can
+	// overlay is the seeding of editable paths by overlay (overlay.go),
+	// whose folders live in dir too.
+	overlay *overlaySupport
 }
 
 // DiskQuota reports whether this runtime can make quota-bound volumes
@@ -77,11 +80,19 @@ func (r *Runtime) DiskDir() string {
 	return r.quota.dir
 }
 
-// probeQuota decides whether quota-bound volumes can be made: root (loop
+// probeQuota decides whether quota-bound volumes can be made (probeLoop),
+// and whether editable paths are seeded by overlay (probeOverlay).
+func (r *Runtime) probeQuota(ctx context.Context) quota {
+	q := r.probeLoop(ctx)
+	q.overlay = r.probeOverlay(ctx, q.dir)
+	return q
+}
+
+// probeLoop decides whether quota-bound volumes can be made: root (loop
 // devices), an engine on this host that mounts as root (a remote engine
 // sees other devices; a rootless one cannot mount ext4), the tools
 // (mkfs.ext4 and debugfs, e2fsprogs), /dev/loop-control, and DiskDir.
-func (r *Runtime) probeQuota(ctx context.Context) quota {
+func (r *Runtime) probeLoop(ctx context.Context) quota {
 	q := quota{}
 	if r.opts.DiskDir == "" {
 		q.err = errors.New("no disk directory configured")
@@ -126,12 +137,14 @@ func rootless(info system.Info) bool {
 // diskFile is the backing file of a session's volume in dir.
 func diskFile(dir, volume string) string { return filepath.Join(dir, volume+diskExt) }
 
-// diskSession is the session id of a backing file's base name, "" if the
-// name is not one sandboxd makes.
+// diskSession is the session id of a backing file's or an overlay
+// folder's base name, "" if the name is not one sandboxd makes.
 func diskSession(base string) string {
 	name, ok := strings.CutSuffix(base, diskExt)
 	if !ok {
-		return ""
+		if name, ok = strings.CutSuffix(base, overlayExt); !ok {
+			return ""
+		}
 	}
 	name, ok = strings.CutPrefix(name, "sandboxd-")
 	if !ok {
@@ -217,8 +230,12 @@ func makeDisk(ctx context.Context, path string, size int64, uid, gid int) (dev s
 
 // releaseDisk detaches every loop device backed by path and deletes path.
 // What is gone already is no error. A device still mounted (a container
-// being removed) is detached by the kernel once it is unmounted.
+// being removed) is detached by the kernel once it is unmounted. An
+// overlay folder (overlay.go) is unmounted and deleted.
 func releaseDisk(path string) error {
+	if strings.HasSuffix(path, overlayExt) {
+		return releaseOverlay(path)
+	}
 	var errs []error
 	devs, err := loopsOf(path)
 	if err != nil {
@@ -241,10 +258,10 @@ func diskDriverOptions(dev string) map[string]string {
 	return map[string]string{"type": "ext4", "device": dev, "o": diskMountOptions}
 }
 
-// listDisks returns the backing files in this runtime's disk directory as
-// resources of their sessions.
+// listDisks returns the backing files and overlay folders in this
+// runtime's disk directory as resources of their sessions.
 func (r *Runtime) listDisks() ([]sandbox.Resource, error) {
-	if r.quota.err != nil {
+	if r.quota.dir == "" {
 		return nil, nil
 	}
 	ents, err := os.ReadDir(r.quota.dir)
@@ -257,7 +274,7 @@ func (r *Runtime) listDisks() ([]sandbox.Resource, error) {
 	var out []sandbox.Resource
 	for _, e := range ents {
 		id := diskSession(e.Name())
-		if id == "" || !e.Type().IsRegular() {
+		if id == "" || !e.Type().IsRegular() && !(e.IsDir() && strings.HasSuffix(e.Name(), overlayExt)) {
 			continue
 		}
 		p := filepath.Join(r.quota.dir, e.Name())
@@ -291,5 +308,17 @@ func (r *Runtime) sessionDisks(id string, labelled []string) []string {
 			}
 		}
 	}
+	// Overlay folders first: one on a quota filesystem is unmounted before
+	// that filesystem's loop device is detached and its file deleted.
+	slices.SortStableFunc(files, func(a, b string) int {
+		return boolRank(strings.HasSuffix(b, overlayExt)) - boolRank(strings.HasSuffix(a, overlayExt))
+	})
 	return files
+}
+
+func boolRank(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -99,6 +99,9 @@ type Options struct {
 	// NoDirect turns the direct path off while DirectDir is still where
 	// folders of earlier runs are found and removed.
 	NoDirect bool
+	// NoOverlaySeed seeds editable paths and HOME by copying even where
+	// an overlay of the image's layers could (decision 0040).
+	NoOverlaySeed bool
 }
 
 // Runtime is the Docker implementation of sandbox.Runtime.

@@ -76,6 +76,9 @@ func (r *Runtime) Start(ctx context.Context, spec sandbox.Spec) (_ io.ReadWriteC
 	if err := r.createVolumes(ctx, spec.Options, l, resLabels); err != nil {
 		return nil, err
 	}
+	if err := r.mountOverlays(ctx, id, l, img, spec.Options.Limits.DiskQuota > 0); err != nil {
+		return nil, err
+	}
 	// The seeding helper is made while the container is: both are creates
 	// of the same image, and the seeding needs both.
 	var (
@@ -163,6 +166,9 @@ func (r *Runtime) createVolumes(ctx context.Context, o sandbox.SessionOptions, l
 	cctx, cancel := r.call(ctx)
 	defer cancel()
 	for _, v := range l.vols {
+		if v.seed == seedOverlay {
+			continue // a folder of the daemon's (overlay.go)
+		}
 		vl, opts := labels, volumeOptions(o, l)
 		if dev, ok := devs[v.name]; ok {
 			vl = maps.Clone(labels)
