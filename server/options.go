@@ -86,6 +86,10 @@ type Options struct {
 	// changed (an MCP sidecar's tools did); the stateless MCP path lists
 	// again then. nil: MCPTools's answer never changes.
 	MCPToolsVersion func() uint64
+	// MCPTransferTools says whether a profile's MCP endpoint ("" for
+	// /mcp) serves the harness tools upload and download (the config's
+	// `transfer_tools`). nil: none does.
+	MCPTransferTools func(profile string) bool
 	// MCPSessionTimeout ends an MCP session (and its sandbox), and closes a
 	// sandbox a 2026-07-28 client opened by handle, after this long without
 	// a request (a tool call, for a handle).

@@ -91,6 +91,7 @@ func New(opts Options) (*Server, error) {
 		SessionTimeout: opts.MCPSessionTimeout,
 		Tools:          opts.MCPTools,
 		ToolsVersion:   opts.MCPToolsVersion,
+		TransferTools:  opts.MCPTransferTools,
 		MaxBodyBytes:   opts.MaxMessageBytes,
 		Version:        opts.Version,
 	})

@@ -172,8 +172,9 @@ func New(ctx context.Context, c Config) (d *Daemon, err error) {
 			defs := append(mcpapi.BuiltinTools(profile, o), skillSrc.Definitions(o.Skills)...)
 			return append(defs, m.SidecarTools(o.MCPServers)...)
 		},
-		MCPToolsVersion: m.SidecarToolsVersion,
-		KeepSessions:    c.KeepSessions, DrainTimeout: c.DrainTimeout,
+		MCPToolsVersion:  m.SidecarToolsVersion,
+		MCPTransferTools: transferTools(file),
+		KeepSessions:     c.KeepSessions, DrainTimeout: c.DrainTimeout,
 		Logger: log, Version: c.Version,
 	}
 	if c.ServerHook != nil {

@@ -38,6 +38,19 @@ func profileOptions(file *config.File) map[string]sandbox.SessionOptions {
 	return out
 }
 
+// transferTools says whether a profile's MCP endpoint serves the harness
+// tools upload and download (`transfer_tools`); "" is /mcp, the default
+// profile's when the config defines one.
+func transferTools(file *config.File) func(profile string) bool {
+	return func(profile string) bool {
+		if profile == "" {
+			profile = config.DefaultProfile
+		}
+		p, ok := file.Profiles[profile]
+		return ok && p.TransferTools
+	}
+}
+
 // profilePools are the warm pools: each profile's pool of its options, and
 // --pool N (or MIN:MAX) the default profile's (the config's "default", else the
 // flags' defaults), in place of the one the config gives it.

@@ -175,3 +175,28 @@ func (t *transfer) finish(ctx context.Context) error {
 	t.cancel()
 	return t.err
 }
+
+// Upload extracts a tar stream under dir in the session's sandbox in one
+// call (the MCP harness tool upload, tools/transfer): counted as a call in
+// flight, so a drain waits for it and shutdown cancels it.
+func (s *Session) Upload(parent context.Context, dir string, tar io.Reader) error {
+	if err := s.c.beginCall(); err != nil {
+		return err
+	}
+	defer s.c.endCall()
+	ctx, cancel := s.c.callContext(parent)
+	defer cancel()
+	return s.sb.Upload(ctx, dir, tar)
+}
+
+// Download writes a tar of path in the session's sandbox to w in one call
+// (the MCP harness tool download); like Upload, a call in flight.
+func (s *Session) Download(parent context.Context, path string, w io.Writer) error {
+	if err := s.c.beginCall(); err != nil {
+		return err
+	}
+	defer s.c.endCall()
+	ctx, cancel := s.c.callContext(parent)
+	defer cancel()
+	return s.sb.Download(ctx, path, w)
+}

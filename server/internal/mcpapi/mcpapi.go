@@ -54,6 +54,7 @@ import (
 	"github.com/sandboxd/sandboxd/tools"
 	"github.com/sandboxd/sandboxd/tools/builtin"
 	"github.com/sandboxd/sandboxd/tools/mcpexport"
+	"github.com/sandboxd/sandboxd/tools/transfer"
 )
 
 // Defaults of Options.
@@ -93,6 +94,10 @@ type Options struct {
 	MaxBodyBytes int64
 	// Version is reported to clients in serverInfo.
 	Version string
+	// TransferTools says whether an endpoint serves the harness's upload
+	// and download tools (transfer.go): profile is the endpoint's ("" for
+	// /mcp), as the config's `transfer_tools` says. nil: none does.
+	TransferTools func(profile string) bool
 }
 
 // Handler is the http.Handler of /mcp and /mcp/NAME. The server's
@@ -133,6 +138,10 @@ type endpoint struct {
 	// send is the legacy server's sending method handler, to tell one
 	// MCP session that its tools changed.
 	send mcp.MethodHandler
+	// transfer: the endpoint serves upload and download (transfer.go),
+	// within these limits.
+	transfer       bool
+	transferLimits transfer.Limits
 }
 
 // BuiltinTools are the built-in tools that a profile's options select
@@ -190,6 +199,7 @@ func New(c *core.Core, opts Options) *Handler {
 
 func (h *Handler) newEndpoint(profile string) *endpoint {
 	e := &endpoint{h: h, profile: profile, path: Path}
+	e.initTransfer()
 	of := ""
 	if profile != "" {
 		e.path += "/" + profile
@@ -209,7 +219,7 @@ func (h *Handler) newEndpoint(profile string) *endpoint {
 		defer modernMu.Unlock()
 		if listed == nil || ver != modernVer {
 			o, _ := h.core.Profile(core.APIMCP, profile) // defined: the endpoint exists for it
-			listed, modernVer = modernTools(h.opts.Tools(profile, o), h.opts.SessionTimeout), ver
+			listed, modernVer = modernTools(e.withTransfer(h.opts.Tools(profile, o)), h.opts.SessionTimeout), ver
 		}
 		return listed
 	}
@@ -402,7 +412,7 @@ func (e *endpoint) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 			return res, err
 		case method == "tools/list":
 			h.core.Metrics().Requests.WithLabelValues(method, "mcp").Inc()
-			res, err := h.listTools(ctx, ss)
+			res, err := h.listTools(ctx, e, ss)
 			return res, h.protocolError(err)
 		case method == "tools/call":
 			h.core.Metrics().Requests.WithLabelValues(method, "mcp").Inc()
@@ -410,7 +420,7 @@ func (e *endpoint) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 			if !ok {
 				return next(ctx, method, req)
 			}
-			res, err := h.callTool(ctx, ss, creq)
+			res, err := h.callTool(ctx, e, ss, creq)
 			return res, h.protocolError(err)
 		}
 		return next(ctx, method, req)
@@ -565,7 +575,7 @@ func (h *Handler) sandboxOf(ctx context.Context, ss *mcp.ServerSession) (*core.S
 	return nil, apierr.New(apierr.Unavailable, "this MCP session is ending")
 }
 
-func (h *Handler) listTools(ctx context.Context, ss *mcp.ServerSession) (*mcp.ListToolsResult, error) {
+func (h *Handler) listTools(ctx context.Context, e *endpoint, ss *mcp.ServerSession) (*mcp.ListToolsResult, error) {
 	s, err := h.sandboxOf(ctx, ss)
 	if err != nil {
 		return nil, err
@@ -574,6 +584,7 @@ func (h *Handler) listTools(ctx context.Context, ss *mcp.ServerSession) (*mcp.Li
 	if err != nil {
 		return nil, err
 	}
+	defs = e.withTransfer(defs)
 	res := &mcp.ListToolsResult{Tools: make([]*mcp.Tool, len(defs))}
 	for i, d := range defs {
 		res.Tools[i] = mcpexport.Tool(d)
@@ -584,10 +595,13 @@ func (h *Handler) listTools(ctx context.Context, ss *mcp.ServerSession) (*mcp.Li
 // callTool runs a tool. Failures of the tool, and of the sandbox while
 // running it, are results with IsError (the model reads them); only a
 // request that is itself wrong (unknown tool) is a protocol error.
-func (h *Handler) callTool(ctx context.Context, ss *mcp.ServerSession, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+func (h *Handler) callTool(ctx context.Context, e *endpoint, ss *mcp.ServerSession, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	s, err := h.sandboxOf(ctx, ss)
 	if err != nil {
 		return failure(err), nil
+	}
+	if e.transfer && transfer.IsName(req.Params.Name) {
+		return e.callTransfer(ctx, s, req.Params.Name, req.Params.Arguments)
 	}
 	var sink tools.StreamFunc
 	if token := req.Params.GetProgressToken(); token != nil {

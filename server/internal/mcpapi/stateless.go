@@ -21,6 +21,7 @@ import (
 	"github.com/sandboxd/sandboxd/server/internal/metrics"
 	"github.com/sandboxd/sandboxd/tools"
 	"github.com/sandboxd/sandboxd/tools/mcpexport"
+	"github.com/sandboxd/sandboxd/tools/transfer"
 )
 
 // The MCP revision 2026-07-28 has no protocol sessions: state that outlives
@@ -244,6 +245,9 @@ func (e *endpoint) modernCall(ctx context.Context, req *mcp.CallToolRequest) (*m
 			Content:           []mcp.Content{&mcp.TextContent{Text: "Sandbox closed; its handle no longer works."}},
 			StructuredContent: map[string]any{HandleArg: handle, "closed": true},
 		}, nil
+	}
+	if e.transfer && transfer.IsName(name) {
+		return e.callTransfer(ctx, s, name, args)
 	}
 	var sink tools.StreamFunc
 	if token := req.Params.GetProgressToken(); token != nil {
