@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"os"
 	"path"
 	"strconv"
 	"strings"
@@ -30,6 +31,10 @@ type imageFacts struct {
 	// when the runtime seeds by overlay and the engine's storage driver
 	// can be stacked (overlay.go); nil: seeding copies (seed.go).
 	layers []string
+	// emptyWorkspace: with layers, the image's workspace folder is empty
+	// or missing (emptyInLayers), of mode workspaceMode.
+	emptyWorkspace bool
+	workspaceMode  os.FileMode
 }
 
 // inspectImage reads the image's config. A missing image is the clear
@@ -61,6 +66,9 @@ func (r *Runtime) inspectImage(ctx context.Context, ref string) (imageFacts, err
 	}
 	if r.quota.overlayOn() {
 		f.layers = overlayLayers(info.GraphDriver)
+		if f.layers != nil {
+			f.workspaceMode, f.emptyWorkspace = emptyInLayers(f.layers, strings.TrimPrefix(sandbox.WorkspaceDir, "/"))
+		}
 	}
 	return f, nil
 }
@@ -95,6 +103,11 @@ type vol struct {
 	// bind is the host folder bound at target (seedOverlay), set once
 	// its overlay is mounted (mountOverlays).
 	bind string
+	// rootOnly: a seedOwned volume whose folder the image has empty: no
+	// copy, its root handed to the session user with rootMode on the host
+	// (handOverRoot).
+	rootOnly bool
+	rootMode os.FileMode
 }
 
 // layout is where a session's volumes go and what its container needs
@@ -129,7 +142,7 @@ type layout struct {
 func (l layout) owned() []vol {
 	var out []vol
 	for _, v := range l.vols {
-		if v.seed == seedOwned {
+		if v.seed == seedOwned && !v.rootOnly {
 			out = append(out, v)
 		}
 	}
@@ -204,7 +217,13 @@ func planLayout(id string, o sandbox.SessionOptions, img imageFacts, uid, gid in
 		}
 		return s
 	}
-	l.vols = append(l.vols, vol{name: workspaceVolume(id), target: sandbox.WorkspaceDir, what: "workspace", seed: seed(theirs)})
+	ws := vol{name: workspaceVolume(id), target: sandbox.WorkspaceDir, what: "workspace", seed: seed(theirs)}
+	// An image's empty workspace needs no copy, only its root handed
+	// over; a quota filesystem's root is the session user's, 0755, already.
+	if ws.seed == seedOwned && img.emptyWorkspace && (o.Limits.DiskQuota == 0 || img.workspaceMode == 0o755) {
+		ws.rootOnly, ws.rootMode = true, img.workspaceMode
+	}
+	l.vols = append(l.vols, ws)
 	if l.home != "" {
 		l.vols = append(l.vols, vol{name: homeVolume(id), target: l.home, what: "home", seed: overlay(seed(theirs && l.home == img.home))})
 	}

@@ -126,6 +126,11 @@ func (r *Runtime) mountOverlays(ctx context.Context, id string, l layout, img im
 	var wg sync.WaitGroup
 	n := 0
 	for i, v := range l.vols {
+		if v.rootOnly {
+			n++
+			wg.Go(func() { errs[i] = r.handOverRoot(ctx, v, l.uid, l.gid, quota) })
+			continue
+		}
 		if v.seed != seedOverlay {
 			continue
 		}
@@ -146,6 +151,68 @@ func (r *Runtime) mountOverlays(ctx context.Context, id string, l layout, img im
 	if n > 0 {
 		r.log.Debug("volumes seeded by overlay of the image's layers", "session", id, "volumes", n,
 			"user", fmt.Sprintf("%d:%d", l.uid, l.gid), "took", time.Since(start).Round(time.Millisecond))
+	}
+	return nil
+}
+
+// emptyInLayers reports whether the image's folder rel (one name, at the
+// root) is empty in every layer that has it, or in none, and nowhere
+// anything but a folder or deleted AUFS-style; mode is the topmost
+// layer's (0755 when none has it). Such a folder needs no copy: a volume
+// at its path only needs its root handed to the session user.
+func emptyInLayers(layers []string, rel string) (mode os.FileMode, ok bool) {
+	mode = 0o755
+	found := false
+	for _, l := range layers {
+		if _, err := os.Lstat(filepath.Join(l, whPrefix+rel)); err == nil {
+			return 0, false
+		}
+		fi, err := os.Lstat(filepath.Join(l, rel))
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+			continue
+		case err != nil, !fi.IsDir():
+			return 0, false
+		}
+		f, err := os.Open(filepath.Join(l, rel))
+		if err != nil {
+			return 0, false
+		}
+		names, _ := f.Readdirnames(1)
+		f.Close()
+		if len(names) > 0 {
+			return 0, false
+		}
+		if !found {
+			mode, found = fi.Mode().Perm()|fi.Mode()&(os.ModeSetgid|os.ModeSticky), true
+		}
+	}
+	return mode, true
+}
+
+// handOverRoot gives the root of v, an engine volume the image has
+// nothing to copy into (vol.rootOnly), to uid:gid with mode, on the host:
+// a plain local volume's folder is the engine's, at its mount point; a
+// quota-bound one was made the session user's, 0755, by mkfs.
+func (r *Runtime) handOverRoot(ctx context.Context, v vol, uid, gid int, quota bool) error {
+	if quota {
+		return nil // planLayout makes it rootOnly only when 0755 is right
+	}
+	cctx, cancel := r.call(ctx)
+	defer cancel()
+	info, err := r.cli.VolumeInspect(cctx, v.name)
+	if err != nil {
+		return fmt.Errorf("seeding the %s: %w", v.what, err)
+	}
+	fi, err := os.Lstat(info.Mountpoint)
+	if err != nil || !fi.IsDir() || !filepath.IsAbs(info.Mountpoint) {
+		return fmt.Errorf("seeding the %s: the volume's folder %q is not a folder on this host (%v)", v.what, info.Mountpoint, err)
+	}
+	if err := os.Lchown(info.Mountpoint, uid, gid); err != nil {
+		return fmt.Errorf("seeding the %s: %w", v.what, err)
+	}
+	if err := os.Chmod(info.Mountpoint, v.rootMode); err != nil {
+		return fmt.Errorf("seeding the %s: %w", v.what, err)
 	}
 	return nil
 }
