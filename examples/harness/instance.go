@@ -124,7 +124,7 @@ func readBounded(fsys fs.FS, name string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read-only: nothing to lose
 	b, err := io.ReadAll(io.LimitReader(f, maxPatch+1))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)

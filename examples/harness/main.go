@@ -214,7 +214,7 @@ func runAll(ctx context.Context, b backend, instances []*instance, c config, log
 			r := runInstance(ctx, b, in, c.timeout)
 			r.Copy = i / len(instances)
 			results[i] = r
-			if r.fatal || context.Cause(ctx) == errStopped {
+			if r.fatal || errors.Is(context.Cause(ctx), errStopped) {
 				cancel(errStopped)
 				return // the error that stops the run says it all
 			}

@@ -33,6 +33,7 @@ func (b *sandboxdBackend) open(ctx context.Context, in *instance) (box, error) {
 	if b.profile == "" {
 		opts.EditablePaths = editablePaths
 	}
+	timeouts := 0
 	for attempt := 0; ; attempt++ {
 		s, err := b.c.CreateSession(ctx, opts)
 		if err == nil {
@@ -52,6 +53,14 @@ func (b *sandboxdBackend) open(ctx context.Context, in *instance) (box, error) {
 			case <-ctx.Done():
 				return nil, fmt.Errorf("%w (still busy after %d retries)", err, attempt)
 			}
+		case e.Code == wsproto.CodeTimeout && timeouts < maxStartTimeouts-1:
+			// The sandbox did not start in the server's time (a loaded
+			// machine): a harness retries such an infrastructure error
+			// rather than count the task as failed.
+			timeouts++
+			continue
+		case e.Code == wsproto.CodeTimeout:
+			return nil, fmt.Errorf("%w (%d attempts)", err, maxStartTimeouts)
 		case e.Code == wsproto.CodeUnauthenticated:
 			return nil, stopError{fmt.Errorf("the token was refused (pass -token or SANDBOXD_TOKEN): %w", err)}
 		case e.Code == wsproto.CodePermission:
@@ -62,6 +71,10 @@ func (b *sandboxdBackend) open(ctx context.Context, in *instance) (box, error) {
 		return nil, err
 	}
 }
+
+// maxStartTimeouts is how many creates of one instance may time out
+// before the instance fails.
+const maxStartTimeouts = 3
 
 // retryAfter is the server's hint when its busy error carries one
 // ({"retry_after": seconds}), else a backoff of 1, 2, 4, 8, then 10 s.
