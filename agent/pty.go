@@ -441,7 +441,7 @@ func (t *agentPTY) hangUp() {
 	// snapshot, so a fork bomb's churning chains can slip past any one
 	// scan; process groups seen once are signalled whole from then on, and
 	// "nothing found" is believed only after rounds of freezing.
-	w := pty.NewSweeper(t.pid, func() []pty.Member { return pty.ScanSession(t.pid, nil) })
+	w := pty.NewSweeper(t.pid, nil)
 	leader := func(s unix.Signal) bool {
 		select {
 		case <-t.exited:

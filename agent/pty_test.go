@@ -379,7 +379,7 @@ func TestPTYCloseEndsChurningProcesses(t *testing.T) {
 	term, r := openRec(ctx, t, p.cli, proto.PTYOptions{Rows: 24, Cols: 80, Command: []string{"bash", "--norc", "-i"}})
 	sid := term.Opened().PID
 	t.Cleanup(func() { // whatever the outcome, leave no chain running on the host
-		w := pty.NewSweeper(sid, func() []pty.Member { return pty.ScanSession(sid, nil) })
+		w := pty.NewSweeper(sid, nil)
 		for range 1000 {
 			if n, _ := w.Signal(unix.SIGKILL); n == 0 {
 				return

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/sandboxd/sandboxd/internal/pty"
 )
 
 // killDescendants SIGKILLs every process descended from this one and
@@ -30,10 +32,17 @@ func killDescendants() int {
 		}
 		found := 0
 		for pid := range parent {
-			if pid != self && descends(pid, self, parent) {
-				if syscall.Kill(pid, syscall.SIGKILL) == nil {
-					found++
-				}
+			if pid == self || !descends(pid, self, parent) {
+				continue
+			}
+			// By pidfd, and only while pid still has the parent the scan
+			// read: a number read from /proc may have been reused since.
+			stillChild := func(pid int) bool {
+				_, pp, ok := readPPid("/proc/" + strconv.Itoa(pid) + "/stat")
+				return ok && pp == parent[pid]
+			}
+			if pty.SignalIf(pid, syscall.SIGKILL, stillChild) {
+				found++
 			}
 		}
 		if found == 0 {

@@ -47,22 +47,25 @@ func ProcStatGroup(pid int) (state byte, pgrp, session int, ok bool) {
 // SignalSession sends sig to every live (non-zombie) process of session sid
 // (a terminal's session: its leader and every job it started, whatever
 // their process group) and reports how many there were. The caller's own
-// process is never signalled.
+// process is never signalled, nor a number reused since it was read
+// (SignalIf).
 func SignalSession(sid int, sig unix.Signal) int {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return 0
 	}
 	self, n := os.Getpid(), 0
+	inSession := func(pid int) bool {
+		state, s, ok := ProcStat(pid)
+		return ok && s == sid && state != 'Z' && state != 'X'
+	}
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil || pid <= 1 || pid == self {
 			continue
 		}
-		if state, s, ok := ProcStat(pid); ok && s == sid && state != 'Z' && state != 'X' {
-			if unix.Kill(pid, sig) == nil {
-				n++
-			}
+		if inSession(pid) && SignalIf(pid, sig, inSession) {
+			n++
 		}
 	}
 	return n

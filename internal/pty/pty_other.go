@@ -36,6 +36,6 @@ func ScanSession(int, func(int) bool) []Member { return nil }
 // Sweeper ends a terminal session's processes (Linux only).
 type Sweeper struct{}
 
-func NewSweeper(int, func() []Member) *Sweeper                                      { return &Sweeper{} }
+func NewSweeper(int, func(int) bool) *Sweeper                                       { return &Sweeper{} }
 func (*Sweeper) Signal(syscall.Signal) (found, running int)                         { return 0, 0 }
 func (*Sweeper) FreezeAndKill(time.Duration, func(syscall.Signal) bool) (bool, int) { return true, 0 }

@@ -3,6 +3,7 @@
 package pty
 
 import (
+	"errors"
 	"os"
 	"slices"
 	"strconv"
@@ -70,15 +71,38 @@ func ScanSession(sid int, match func(pid int) bool) []Member {
 // sighting of any member is enough to reach all of them from then on.
 // Groups are only those seen in the session during this sweep: a group's
 // number is not reused while any process is in the group.
+//
+// A member is signalled by pidfd, never by its number (see SignalIf): a
+// bomb churning at its limit wraps the pid space (32,768 numbers) in
+// seconds, and a member that ended between the scan and the signal may
+// have handed its number to a new thread of the agent, which kill(2)
+// would have killed whole (issue 23: the session died with its agent,
+// SIGKILL, during a reset under load).
 type Sweeper struct {
+	sid    int
 	scan   func() []Member
+	match  func(pid int) bool
 	groups map[int]bool
 }
 
-// NewSweeper sweeps session sid (whose leader's group is sid) as scan
-// finds it.
-func NewSweeper(sid int, scan func() []Member) *Sweeper {
-	return &Sweeper{scan: scan, groups: map[int]bool{sid: true}}
+// NewSweeper sweeps session sid (whose leader's group is sid): its members
+// and the processes match accepts (nil: none), as ScanSession finds them.
+func NewSweeper(sid int, match func(pid int) bool) *Sweeper {
+	return &Sweeper{
+		sid:    sid,
+		scan:   func() []Member { return ScanSession(sid, match) },
+		match:  match,
+		groups: map[int]bool{sid: true},
+	}
+}
+
+// member reports whether pid is, now, a live process the sweep is after.
+func (w *Sweeper) member(pid int) bool {
+	state, session, ok := ProcStat(pid)
+	if !ok || state == 'Z' || state == 'X' {
+		return false
+	}
+	return session == w.sid || (w.match != nil && w.match(pid))
 }
 
 // Signal sends sig to every member found and every group seen, and
@@ -95,12 +119,39 @@ func (w *Sweeper) Signal(sig unix.Signal) (found, running int) {
 		_ = unix.Kill(-g, sig) // ESRCH: the group has ended
 	}
 	for _, m := range ms {
-		_ = unix.Kill(m.PID, sig)
+		_ = SignalIf(m.PID, sig, w.member)
 		if !m.Stopped() {
 			running++
 		}
 	}
 	return len(ms), running
+}
+
+// SignalIf sends sig to process pid if still(pid) holds once the process
+// is pinned by a pidfd, and reports whether it did. A number read from
+// /proc names a process only until that process ends: by the time it is
+// signalled, it may be another process's, or a thread's of another
+// process (kill(2) on a thread's id signals its whole process). A pidfd
+// names one process for good: pidfd_open refuses a thread that is not its
+// process's leader, and a process that ends after the open only makes the
+// signal fail (ESRCH). still is asked after the open, so what it reads of
+// /proc is the pinned process's while that one lives. Where pidfds are
+// missing (a kernel before 5.3, a runtime that refuses them), it falls
+// back to checking still and then kill(2): the window is narrower, not
+// closed.
+func SignalIf(pid int, sig unix.Signal, still func(pid int) bool) bool {
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		if errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EPERM) {
+			return still(pid) && unix.Kill(pid, sig) == nil
+		}
+		return false // ESRCH: ended; EINVAL: a thread's id now
+	}
+	defer unix.Close(fd)
+	if !still(pid) {
+		return false
+	}
+	return unix.PidfdSendSignal(fd, sig, nil, 0) == nil
 }
 
 // CleanRounds and CleanSpan are how many freeze rounds in a row, and over

@@ -28,12 +28,17 @@ func sessionMembers(sid int, tag string) []int {
 }
 
 func sessionScan(sid int, tag string) []pty.Member {
-	var match func(pid int) bool
-	if tag != "" {
-		want := []byte(tag)
-		match = func(pid int) bool { return hasEnvEntry(pid, want) }
+	return pty.ScanSession(sid, tagMatch(tag))
+}
+
+// tagMatch accepts the processes whose initial environment holds tag (nil
+// for no tag).
+func tagMatch(tag string) func(pid int) bool {
+	if tag == "" {
+		return nil
 	}
-	return pty.ScanSession(sid, match)
+	want := []byte(tag)
+	return func(pid int) bool { return hasEnvEntry(pid, want) }
 }
 
 // hasEnvEntry reports whether process pid started with entry in its
@@ -62,5 +67,5 @@ func procStat(pid int) (state byte, session int, ok bool) { return pty.ProcStat(
 // newSweeper sweeps the shell's session and what carries its tag (see
 // pty.Sweeper).
 func newSweeper(sid int, tag string) *pty.Sweeper {
-	return pty.NewSweeper(sid, func() []pty.Member { return sessionScan(sid, tag) })
+	return pty.NewSweeper(sid, tagMatch(tag))
 }
