@@ -34,6 +34,24 @@ type agentBinary struct {
 
 	mu     sync.Mutex
 	copied bool // the volume of sum is filled (copy mode)
+	// closed: the runtime has closed (pruneAtClose) and its shared
+	// volumes are due to go; a session removed after that removes them
+	// itself (remove.go: pruneAfterClose).
+	closed bool
+}
+
+// markClosed records that the runtime has closed.
+func (a *agentBinary) markClosed() {
+	a.mu.Lock()
+	a.closed = true
+	a.mu.Unlock()
+}
+
+// isClosed says whether the runtime has closed.
+func (a *agentBinary) isClosed() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.closed
 }
 
 // checkAgentBinary refuses a file that cannot run in an arbitrary image: it

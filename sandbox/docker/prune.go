@@ -69,6 +69,9 @@ func (r *Runtime) pruneAtClose() {
 	if r.cli == nil {
 		return
 	}
+	if r.agent != nil {
+		r.agent.markClosed() // a session still being removed prunes again when it is gone
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), min(closePruneTimeout, r.opts.CallTimeout))
 	defer cancel()
 	if err := r.Prune(ctx); err != nil {

@@ -97,7 +97,24 @@ func (r *Runtime) Remove(ctx context.Context, sessionID string) error {
 		return fmt.Errorf("session %s: %w", sessionID, errors.Join(errs...))
 	}
 	r.log.Debug("sandbox removed", "session", sessionID, "containers", len(ctrs))
+	r.pruneAfterClose(cctx)
 	return nil
+}
+
+// pruneAfterClose removes the shared volumes no session uses (Prune) when
+// the runtime has closed already: a shutdown whose time ran out returns
+// while sessions are still being removed, and its Close then found the
+// agent volume of writable roots still mounted and kept it (issue 24).
+// The last session removed after Close removes it instead; a kept
+// session's container (--keep-sessions) still mounts it, so it stays.
+// Best effort: a failure is logged.
+func (r *Runtime) pruneAfterClose(ctx context.Context) {
+	if r.agent == nil || !r.agent.isClosed() {
+		return
+	}
+	if err := r.Prune(ctx); err != nil {
+		r.log.Warn("removing the shared volumes no session uses, after a removal that outlasted the close", "err", err)
+	}
 }
 
 // removeAttempts bounds how often removeContainer asks the engine again
