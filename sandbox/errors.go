@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 )
 
 // Sentinel errors. Errors returned by this package wrap them; the API layer
@@ -33,7 +34,51 @@ var (
 	// ErrImageNotFound: the session's image is not on the engine (a client
 	// error: build or pull it, or name another).
 	ErrImageNotFound = errors.New("image not found")
+	// ErrBusy: a create could not start soon enough (every start slot was
+	// taken for longer than ManagerOptions.MaxStartWait, its caller's
+	// deadline came first, or its start ran past its own deadline). The
+	// error is a *BusyError saying when to retry; a start already under
+	// way is kept for that retry (decision 0041).
+	ErrBusy = errors.New("sandboxd is busy")
 )
+
+// BusyError is an ErrBusy with the time after which a retry is likely to
+// get a sandbox. It never wraps a context error: a busy create is not a
+// timeout to the client, it is a "retry after N s".
+type BusyError struct {
+	// RetryAfter is in whole seconds, at least one.
+	RetryAfter time.Duration
+	// Reason says what the create waited for, for people.
+	Reason string
+}
+
+// busy makes a *BusyError; retry is rounded up to whole seconds and kept
+// between 1 s and maxRetryAfter.
+func busy(retry time.Duration, format string, args ...any) *BusyError {
+	retry = min(max(retry, time.Second), maxRetryAfter)
+	retry = (retry + time.Second - 1).Truncate(time.Second)
+	return &BusyError{RetryAfter: retry, Reason: fmt.Sprintf(format, args...)}
+}
+
+// maxRetryAfter bounds the retry time a BusyError asks for.
+const maxRetryAfter = 5 * time.Minute
+
+func (e *BusyError) Error() string {
+	return fmt.Sprintf("%v: %s; retry after %d s", ErrBusy, e.Reason, int(e.RetryAfter/time.Second))
+}
+
+// Is makes errors.Is(err, ErrBusy) hold.
+func (e *BusyError) Is(target error) bool { return target == ErrBusy }
+
+// RetryAfter is how long a create that failed with err should wait before
+// it tries again, when err is an ErrBusy (ok false otherwise).
+func RetryAfter(err error) (d time.Duration, ok bool) {
+	var be *BusyError
+	if errors.As(err, &be) {
+		return be.RetryAfter, true
+	}
+	return 0, false
+}
 
 // OptionsError lists every problem found in a set of options.
 type OptionsError struct {

@@ -1,7 +1,11 @@
 package sandbox
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -33,4 +37,24 @@ func TestOptionsErrorNamed(t *testing.T) {
 	// An error made from text alone has no details: Named keeps it.
 	text := &OptionsError{Problems: []string{"network: the engine has no network \"x\""}}
 	assert.Same(t, text, text.Named(func(Field) string { return "renamed" }))
+}
+
+// A busy create says when to retry, in whole seconds between 1 s and
+// maxRetryAfter, and is never a context error (the API would call it a
+// timeout).
+func TestBusyError(t *testing.T) {
+	for in, want := range map[time.Duration]time.Duration{
+		0: time.Second, 300 * time.Millisecond: time.Second, 1500 * time.Millisecond: 2 * time.Second,
+		7 * time.Second: 7 * time.Second, time.Hour: maxRetryAfter, -time.Minute: time.Second,
+	} {
+		err := fmt.Errorf("session x: %w", busy(in, "all %d start slots stayed taken", 4))
+		require.ErrorIs(t, err, ErrBusy)
+		require.NotErrorIs(t, err, context.DeadlineExceeded)
+		d, ok := RetryAfter(err)
+		require.True(t, ok)
+		assert.Equal(t, want, d, "retry after for %v", in)
+		assert.Contains(t, err.Error(), fmt.Sprintf("sandboxd is busy: all 4 start slots stayed taken; retry after %d s", int(want/time.Second)))
+	}
+	_, ok := RetryAfter(errors.New("other"))
+	assert.False(t, ok)
 }

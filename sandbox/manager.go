@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -21,6 +22,16 @@ const (
 	DefaultProbeTimeout        = 10 * time.Second
 	DefaultHealthTimeout       = 20 * time.Second
 	DefaultEngineOutage        = time.Minute
+	// DefaultMaxStartWait bounds a create's wait for a start slot; past
+	// it the create fails with ErrBusy (decision 0041).
+	DefaultMaxStartWait = 2 * time.Minute
+	// DefaultSeedAllowance is what each editable path adds to a start's
+	// deadline: seeding copies the path out of the image (decision 0041).
+	DefaultSeedAllowance = time.Minute
+	// DefaultKeepStarted is how long a sandbox whose creator stopped
+	// waiting (its deadline passed while it started) is kept, once ready,
+	// for a retry of the same create (decision 0041).
+	DefaultKeepStarted = 2 * time.Minute
 	// handOutPing bounds the liveness check of a pooled sandbox at hand-out.
 	handOutPing = 2 * time.Second
 )
@@ -42,8 +53,22 @@ type ManagerOptions struct {
 	// Create and by pool refills together); it protects the engine. A
 	// Create waiting for a slot goes before waiting refills.
 	MaxConcurrentStarts int
-	// StartTimeout bounds one start: create, start, agent answering.
+	// StartTimeout bounds one start once it has a slot: create, start,
+	// agent answering; each editable path adds SeedAllowance
+	// (startDeadline). The wait for the slot is not part of it.
 	StartTimeout time.Duration
+	// SeedAllowance is what each of SessionOptions.EditablePaths adds to
+	// StartTimeout: seeding copies the path out of the image first.
+	SeedAllowance time.Duration
+	// MaxStartWait bounds how long a Create waits for a start slot; a
+	// Create still waiting then fails with a *BusyError saying when to
+	// retry. The caller's context bounds the wait too (its deadline is
+	// ErrBusy as well). Pool refills wait as long as it takes.
+	MaxStartWait time.Duration
+	// KeepStarted is how long a sandbox whose Create stopped waiting for
+	// it (the caller's deadline passed during the start, which goes on)
+	// is kept ready for a retry of the same create before it is removed.
+	KeepStarted time.Duration
 	// ShutdownGrace is how long Close lets the agent end its tools before
 	// the container is removed by force.
 	ShutdownGrace time.Duration
@@ -83,9 +108,18 @@ type ManagerOptions struct {
 }
 
 // PoolOptions ask for sandboxes with Options to be kept started. Create
-// hands one out when its resolved options equal these resolved ones.
+// hands one out when its resolved options equal these resolved ones and it
+// is for the pool's Profile (CreateOptions.Profile), or the pool is Shared.
 type PoolOptions struct {
 	Options SessionOptions
+	// Profile is the name of the profile the pool serves ("": creates
+	// that name none).
+	Profile string
+	// Shared lets the pool hand its sandboxes to a create of any profile
+	// (or none) whose resolved options equal the pool's: the operator's
+	// explicit choice (`pool: {shared: true}`), since a profile's sessions
+	// would otherwise take sandboxes another profile's pool was sized for.
+	Shared bool
 	// Size is how many the pool keeps at least (its min); a fixed pool of
 	// Size when Max is not above it.
 	Size int
@@ -101,6 +135,9 @@ func (o *ManagerOptions) setDefaults() error {
 	var p problems
 	o.MaxConcurrentStarts = cmp.Or(o.MaxConcurrentStarts, DefaultMaxConcurrentStarts)
 	o.StartTimeout = cmp.Or(o.StartTimeout, DefaultStartTimeout)
+	o.SeedAllowance = cmp.Or(o.SeedAllowance, DefaultSeedAllowance)
+	o.MaxStartWait = cmp.Or(o.MaxStartWait, DefaultMaxStartWait)
+	o.KeepStarted = cmp.Or(o.KeepStarted, DefaultKeepStarted)
 	o.ShutdownGrace = cmp.Or(o.ShutdownGrace, DefaultShutdownGrace)
 	o.RemoveTimeout = cmp.Or(o.RemoveTimeout, DefaultRemoveTimeout)
 	o.ReapInterval = cmp.Or(o.ReapInterval, DefaultReapInterval)
@@ -115,7 +152,8 @@ func (o *ManagerOptions) setDefaults() error {
 	for name, d := range map[string]time.Duration{
 		"start_timeout": o.StartTimeout, "shutdown_grace": o.ShutdownGrace, "remove_timeout": o.RemoveTimeout,
 		"reap_interval": o.ReapInterval, "probe_timeout": o.ProbeTimeout, "health_timeout": o.HealthTimeout,
-		"engine_outage": o.EngineOutage,
+		"engine_outage": o.EngineOutage, "seed_allowance": o.SeedAllowance, "max_start_wait": o.MaxStartWait,
+		"keep_started": o.KeepStarted,
 	} {
 		if d < 0 {
 			p.add(name, "%v is negative", d)
@@ -184,8 +222,12 @@ type Manager struct {
 	claims       *claimer         // claims of handed-out pooled sandboxes (claims.go)
 	mu           sync.Mutex
 	sessions     map[string]*Session // handed out (or adopted), not yet forgotten
-	pools        map[string]*pool    // by options key
+	pools        map[string]*pool    // by pool id (poolID)
+	kept         map[string][]*kept  // starts kept for a retry, by pool id (kept.go)
 	shutdown     bool
+	// startCost is a moving average of a start's time once it had a slot
+	// (nanoseconds): what a busy create's retry time is estimated from.
+	startCost atomic.Int64
 }
 
 // NewManager validates opts, reclaims what a previous daemon left in the
@@ -205,19 +247,21 @@ func NewManager(ctx context.Context, rt Runtime, opts ManagerOptions) (*Manager,
 		slots:    newStartSlots(opts.MaxConcurrentStarts),
 		sessions: map[string]*Session{},
 		pools:    map[string]*pool{},
+		kept:     map[string][]*kept{},
 		claims:   newClaimer(),
 	}
+	m.startCost.Store(int64(initialStartCost))
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	for _, po := range opts.Pools {
 		o, _ := po.Options.Resolve(opts.Defaults) // validated above
-		key := o.Key()
-		if p, dup := m.pools[key]; dup {
+		id := poolID(po.Profile, po.Shared, o.Key())
+		if p, dup := m.pools[id]; dup {
 			lo, hi := po.bounds()
 			p.min += lo
 			p.max += hi
 			continue
 		}
-		m.pools[key] = newPool(m, key, o, po)
+		m.pools[id] = newPool(m, id, o, po)
 	}
 	if err := m.reclaim(ctx); err != nil {
 		m.cancel()
@@ -255,6 +299,11 @@ type CreateOptions struct {
 	// options' own idle timeout back from the labels. Set before the
 	// session is listed, so the reaper never sees the options' one.
 	IdleTimeout time.Duration
+	// Profile names the profile the create is for ("": none): a warm pool
+	// hands out only to its own profile's creates unless it is shared
+	// (PoolOptions), and a start kept for a retry only to the same
+	// profile's.
+	Profile string
 }
 
 // Create starts a session, or hands out a pooled one started with the same
@@ -264,8 +313,13 @@ func (m *Manager) Create(ctx context.Context, o SessionOptions) (*Session, error
 }
 
 // CreateWith is Create with the options of this create (see CreateOptions):
-// a pooled sandbox is handed out whenever the resolved options match, what
-// ever co says.
+// a sandbox kept for a retry of this create (same profile and resolved
+// options), else one of the profile's warm pool (or of a shared pool of the
+// same options), else a cold start. A cold start first waits for a start
+// slot (at most MaxStartWait), then runs to its own deadline
+// (startDeadline); a create that cannot start soon enough fails with a
+// *BusyError, and a start its caller's deadline cut short goes on and is
+// kept for the retry (kept.go).
 func (m *Manager) CreateWith(ctx context.Context, o SessionOptions, co CreateOptions) (*Session, error) {
 	if co.IdleTimeout > 0 && co.IdleTimeout < MinIdleTimeout {
 		return nil, fmt.Errorf("%w: idle timeout %v is below the minimum of %v", ErrInvalidOptions, co.IdleTimeout, MinIdleTimeout)
@@ -277,7 +331,12 @@ func (m *Manager) CreateWith(ctx context.Context, o SessionOptions, co CreateOpt
 	if err := m.checkOpen(); err != nil {
 		return nil, err
 	}
-	if p := m.pools[r.Key()]; p != nil {
+	key := r.Key()
+	own := poolID(co.Profile, false, key)
+	if s, ok, err := m.retake(ctx, own, co); ok {
+		return s, err
+	}
+	if p := m.poolFor(own, key); p != nil {
 		p.claimed()
 		for s := p.take(); s != nil; s = p.take() {
 			// A quarter-millisecond ping guards against handing out a
@@ -297,7 +356,7 @@ func (m *Manager) CreateWith(ctx context.Context, o SessionOptions, co CreateOpt
 		}
 		p.log.Debug("pool empty; starting a session cold")
 	}
-	s, err := m.start(ctx, r, "", co)
+	s, err := m.start(ctx, r, "", co, own)
 	if err != nil {
 		return nil, err
 	}
@@ -377,7 +436,7 @@ func (m *Manager) Shutdown(ctx context.Context, keepSessions bool) error {
 		return nil
 	}
 	m.cancel()
-	var toClose []*Session
+	toClose := m.dropKept()
 	for _, p := range m.pools {
 		toClose = append(toClose, p.drain()...)
 	}
@@ -425,6 +484,7 @@ func (m *Manager) forget(s *Session) {
 	if m.sessions[s.id] == s {
 		delete(m.sessions, s.id)
 	}
+	m.forgetKeptLocked(s)
 	m.mu.Unlock()
 }
 

@@ -437,10 +437,11 @@ func TestCreateWithIdleTimeoutDrawsFromPool(t *testing.T) {
 	})
 }
 
+// mustKey is the id of the profile-less pool of o.
 func mustKey(t *testing.T, m *Manager, o SessionOptions) string {
 	r, err := m.Resolve(o)
 	require.NoError(t, err)
-	return r.Key()
+	return poolID("", false, r.Key())
 }
 
 func TestPoolBacksOffOnFailure(t *testing.T) {
@@ -572,12 +573,12 @@ func TestReclaimReturnsPooledToPool(t *testing.T) {
 		o, err := SessionOptions{}.Resolve(SessionOptions{Image: "test-image"})
 		require.NoError(t, err)
 		_, err = rt.Start(context.Background(), Spec{SessionID: "pooled-1", Options: o, Pooled: true,
-			Labels: SessionLabels("pooled-1", o, o.Key(), time.Now())})
+			Labels: SessionLabels("pooled-1", o, poolID("", false, o.Key()), time.Now())})
 		require.NoError(t, err)
 		stray := SessionOptions{Env: map[string]string{"Z": "1"}}
 		so, _ := stray.Resolve(SessionOptions{Image: "test-image"})
 		_, err = rt.Start(context.Background(), Spec{SessionID: "pooled-2", Options: so, Pooled: true,
-			Labels: SessionLabels("pooled-2", so, so.Key(), time.Now())})
+			Labels: SessionLabels("pooled-2", so, poolID("", false, so.Key()), time.Now())})
 		require.NoError(t, err)
 
 		m := newTestManager(t, rt, opts)
@@ -603,7 +604,7 @@ func TestReclaimSkipsOutdated(t *testing.T) {
 			pooled := id == "pooled-old"
 			key := ""
 			if pooled {
-				key = o.Key()
+				key = poolID("", false, o.Key())
 			}
 			_, err = rt.Start(context.Background(), Spec{SessionID: id, Options: o, Pooled: pooled, Labels: SessionLabels(id, o, key, time.Now())})
 			require.NoError(t, err)

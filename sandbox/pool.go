@@ -63,7 +63,8 @@ const refillQuiet = time.Second
 // engine with container starts nor pay the agent's first-call cost.
 type pool struct {
 	m        *Manager
-	key      string
+	id       string // poolID: its key in Manager.pools and its sandboxes' LabelPool
+	key      string // its options' key (SessionOptions.Key)
 	opts     SessionOptions
 	min, max int
 	idle     time.Duration
@@ -92,19 +93,39 @@ type pooled struct {
 	at time.Time
 }
 
-func newPool(m *Manager, key string, o SessionOptions, po PoolOptions) *pool {
+func newPool(m *Manager, id string, o SessionOptions, po PoolOptions) *pool {
 	lo, hi := po.bounds()
 	idle := po.Idle
 	if idle <= 0 {
 		idle = DefaultPoolIdle
 	}
 	return &pool{
-		m: m, key: key, opts: o, min: lo, max: hi, idle: idle,
-		log:       m.log.With("pool", key, "image", o.Image),
+		m: m, id: id, key: o.Key(), opts: o, min: lo, max: hi, idle: idle,
+		log:       m.log.With("pool", id, "image", o.Image),
 		kick:      make(chan struct{}, 1),
 		startCost: initialStartCost,
 		warm:      m.opts.warmUp,
 	}
+}
+
+// poolID is the id of a pool: the options key of a shared pool; the
+// profile's name, a slash and the options key of any other, so that a
+// profile's pool serves only that profile's creates (and a profile-less
+// pool only profile-less ones). Sandboxes of a pool carry it as LabelPool.
+func poolID(profile string, shared bool, key string) string {
+	if shared {
+		return key
+	}
+	return profile + "/" + key
+}
+
+// poolFor is the pool a create draws from: its profile's own (pool id
+// own), else a shared pool of the same options (key); nil if neither.
+func (m *Manager) poolFor(own, key string) *pool {
+	if p := m.pools[own]; p != nil {
+		return p
+	}
+	return m.pools[key]
 }
 
 // bounds are the pool's min and max: Size, and Max when above it.
@@ -332,7 +353,7 @@ func (p *pool) fill() time.Duration {
 
 func (p *pool) startOne(ctx context.Context) {
 	began := time.Now()
-	s, err := p.m.start(ctx, p.opts, p.key, CreateOptions{})
+	s, err := p.m.start(ctx, p.opts, p.id, CreateOptions{}, "")
 	if err == nil {
 		if err = p.warmUp(ctx, s); err != nil {
 			_ = s.Close(context.Background()) // teardown logs a failed removal
@@ -417,7 +438,7 @@ func (m *Manager) closeInBackground(s *Session) {
 
 // PoolStat is the state of one warm pool.
 type PoolStat struct {
-	Key      string `json:"key"`
+	Key      string `json:"key"` // the pool's id: "profile/options-key", or the options key of a shared pool
 	Image    string `json:"image"`
 	Size     int    `json:"size"` // what it aims at now, between Min and Max
 	Min      int    `json:"min"`
@@ -429,7 +450,7 @@ type PoolStat struct {
 func (p *pool) stat() PoolStat {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return PoolStat{Key: p.key, Image: p.opts.Image, Size: p.targetLocked(time.Now()), Min: p.min, Max: p.max,
+	return PoolStat{Key: p.id, Image: p.opts.Image, Size: p.targetLocked(time.Now()), Min: p.min, Max: p.max,
 		Ready: len(p.ready), Starting: p.starting}
 }
 

@@ -377,3 +377,39 @@ func TestClaimsWaitForAPause(t *testing.T) {
 		rt.stopAll() // the kept sandboxes
 	})
 }
+
+// A warm pool hands its sandboxes only to its own profile's creates: a
+// profile with the same options, or a create naming no profile, starts
+// cold. A shared pool serves any create of its options.
+func TestPoolServesOnlyItsProfile(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt := newFakeRuntime(t)
+		lent := SessionOptions{Env: map[string]string{"L": "1"}}
+		m := newTestManager(t, rt, ManagerOptions{Pools: []PoolOptions{
+			{Profile: "warm", Size: 1},
+			{Profile: "lender", Shared: true, Size: 1, Options: lent},
+		}})
+		synctest.Wait()
+		require.Len(t, m.Pools(), 2)
+		pooled := map[string]bool{}
+		for _, p := range m.pools {
+			p.mu.Lock()
+			for _, r := range p.ready {
+				pooled[r.s.ID()] = true
+			}
+			p.mu.Unlock()
+		}
+		require.Len(t, pooled, 2)
+		create := func(o SessionOptions, profile string) *Session {
+			t.Helper()
+			s, err := m.CreateWith(context.Background(), o, CreateOptions{Profile: profile})
+			require.NoError(t, err)
+			return s
+		}
+
+		assert.False(t, pooled[create(SessionOptions{}, "cold").ID()], "another profile with the same options starts cold")
+		assert.False(t, pooled[create(SessionOptions{}, "").ID()], "so does a create naming no profile")
+		assert.True(t, pooled[create(SessionOptions{}, "warm").ID()], "the pool's own profile is served")
+		assert.True(t, pooled[create(lent, "borrower").ID()], "a shared pool serves any profile of its options")
+	})
+}

@@ -74,3 +74,11 @@ func (q *startSlots) release() {
 		q.free++
 	}
 }
+
+// queuedCreates is how many creates wait for a slot now (refills not counted:
+// creates go first).
+func (q *startSlots) queuedCreates() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.urgent)
+}

@@ -160,3 +160,99 @@ func (q *startSlots) waiting() [2]int {
 	defer q.mu.Unlock()
 	return [2]int{len(q.urgent), len(q.background)}
 }
+
+// The wait for a start slot is not charged to the start's deadline: three
+// creates through one slot, each start taking 0.8 s of a 1 s StartTimeout,
+// all start (the third after 2.4 s).
+func TestSlotWaitIsNotPartOfTheStartDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt := newFakeRuntime(t)
+		rt.startWait = 800 * time.Millisecond
+		m := newTestManager(t, rt, ManagerOptions{MaxConcurrentStarts: 1, StartTimeout: time.Second})
+		began := time.Now()
+		errs := make(chan error, 3)
+		for range 3 {
+			go func() {
+				_, err := m.Create(context.Background(), SessionOptions{})
+				errs <- err
+			}()
+		}
+		for range 3 {
+			require.NoError(t, <-errs)
+		}
+		assert.Equal(t, 2400*time.Millisecond, time.Since(began))
+		assert.Len(t, m.List(), 3)
+	})
+}
+
+// A create that gets no start slot within MaxStartWait, or before its
+// caller's deadline, fails with a *BusyError saying when to retry, never a
+// context error; a caller's cancel stays a cancel. Nothing is left of them.
+func TestSlotWaitEndsBusy(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt := newFakeRuntime(t)
+		hold := make(chan struct{})
+		rt.startHold = hold
+		m := newTestManager(t, rt, ManagerOptions{MaxConcurrentStarts: 1, MaxStartWait: 10 * time.Second})
+		first := make(chan error, 1)
+		go func() {
+			_, err := m.Create(context.Background(), SessionOptions{})
+			first <- err
+		}()
+		synctest.Wait() // it holds the only slot
+
+		began := time.Now()
+		_, err := m.Create(context.Background(), SessionOptions{})
+		require.ErrorIs(t, err, ErrBusy)
+		require.NotErrorIs(t, err, context.DeadlineExceeded)
+		assert.Equal(t, 10*time.Second, time.Since(began), "MaxStartWait")
+		assert.Contains(t, err.Error(), "all 1 start slots stayed taken for 10s")
+		retry, ok := RetryAfter(err)
+		require.True(t, ok)
+		assert.GreaterOrEqual(t, retry, time.Second)
+
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		began = time.Now()
+		_, err = m.Create(ctx, SessionOptions{})
+		cancel()
+		require.ErrorIs(t, err, ErrBusy, "the caller's deadline during the wait")
+		assert.Equal(t, 2*time.Second, time.Since(began))
+
+		ctx, cancel = context.WithCancel(context.Background())
+		time.AfterFunc(time.Second, cancel)
+		_, err = m.Create(ctx, SessionOptions{})
+		require.ErrorIs(t, err, context.Canceled)
+		require.NotErrorIs(t, err, ErrBusy)
+
+		assert.Len(t, m.List(), 1, "only the first create is listed")
+		assert.Equal(t, [2]int{0, 0}, m.slots.waiting(), "nobody left in the queue")
+		close(hold)
+		require.NoError(t, <-first)
+		assert.Equal(t, 1, rt.count())
+	})
+}
+
+// A start's deadline grows with the editable paths it seeds; a start that
+// runs past it is ErrBusy too (the engine is loaded), not a timeout.
+func TestStartDeadlineScalesWithEditablePaths(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt := newFakeRuntime(t)
+		rt.startWait = 2500 * time.Millisecond
+		m := newTestManager(t, rt, ManagerOptions{StartTimeout: time.Second, SeedAllowance: time.Second})
+		assert.Equal(t, time.Second, m.startDeadline(SessionOptions{}))
+		assert.Equal(t, 3*time.Second, m.startDeadline(SessionOptions{EditablePaths: []string{"/opt/a", "/opt/b"}}))
+
+		began := time.Now()
+		_, err := m.Create(context.Background(), SessionOptions{})
+		require.ErrorIs(t, err, ErrBusy)
+		require.NotErrorIs(t, err, context.DeadlineExceeded)
+		assert.Contains(t, err.Error(), "did not start within its deadline of 1s (1s, plus 1s for each of its 0 editable paths)")
+		assert.Equal(t, time.Second, time.Since(began))
+		assert.Zero(t, rt.count(), "nothing left of it")
+		assert.Empty(t, m.List())
+
+		s, err := m.Create(context.Background(), SessionOptions{EditablePaths: []string{"/opt/a", "/opt/b"}})
+		require.NoError(t, err, "2.5 s is within 1 s + 2 × 1 s")
+		assert.Equal(t, "seeded", echo(t, s, "seeded"))
+	})
+}

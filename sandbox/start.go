@@ -12,54 +12,161 @@ import (
 )
 
 // start creates a sandbox and waits until its agent answers. A session for
-// a pool (poolKey set) is returned unregistered and marked pooled; any other
-// is registered at once (with co applied), so that it is listed while
-// starting and a Close or Shutdown can cancel the start.
-func (m *Manager) start(ctx context.Context, o SessionOptions, poolKey string, co CreateOptions) (*Session, error) {
+// a pool (poolKey set: the pool's id) is returned unregistered and marked
+// pooled; any other is registered at once (with co applied), so that it is
+// listed while starting and a Close or Shutdown can cancel the start.
+//
+// A start has two phases (decision 0041). The wait for a start slot
+// (takeSlot) is bounded by the caller's ctx and, for a client's create, by
+// MaxStartWait: a wait that ends without a slot is a *BusyError, unless the
+// caller cancelled. The start proper then runs on a context of its own
+// with its own deadline (startDeadline), ended by Close and Shutdown and by
+// the caller's cancel (its client left: decision 0029) but not by the
+// caller's deadline: a caller whose deadline passes gets a *BusyError, and
+// the start goes on and is kept under keepID for a retry of the same
+// create (kept.go), so the work it did is not thrown away.
+func (m *Manager) start(ctx context.Context, o SessionOptions, poolKey string, co CreateOptions, keepID string) (*Session, error) {
 	s := newSession(m, uuid.NewString(), o)
 	s.pooled = poolKey != ""
-	parent := ctx
 	register := poolKey == ""
 	if register {
 		s.setIdleTimeout(co.IdleTimeout)
 	}
-	ctx, cancel := context.WithTimeout(ctx, m.opts.StartTimeout)
-	defer cancel()
-	stop := context.AfterFunc(m.ctx, cancel) // Shutdown cancels starts
-	defer stop()
+	sctx, cancel := context.WithCancel(context.Background())
+	stopShutdown := context.AfterFunc(m.ctx, cancel) // Shutdown cancels starts
+	release := func() { stopShutdown(); cancel() }
 	s.startCancel = cancel
 	if register {
 		m.mu.Lock()
 		if m.shutdown {
 			m.mu.Unlock()
+			release()
 			return nil, ErrManagerClosed
 		}
 		m.sessions[s.id] = s
 		m.mu.Unlock()
 	}
-
-	err := m.startSandbox(ctx, s, poolKey)
-
-	s.mu.Lock()
-	s.startCancel = nil
-	s.mu.Unlock()
-	close(s.started)
+	if err := m.takeSlot(ctx, sctx, s, register); err != nil {
+		m.endStart(s, err)
+		release()
+		return nil, err
+	}
+	began := time.Now()
+	done := make(chan error, 1)
+	go func() { // ends with the start; Close and Shutdown end the start
+		defer release()
+		deadline := m.startDeadline(o)
+		dctx, dcancel := context.WithTimeout(sctx, deadline)
+		err := m.startSandbox(dctx, s, poolKey)
+		if err != nil && errors.Is(dctx.Err(), context.DeadlineExceeded) && sctx.Err() == nil {
+			s.log.Warn("start ran past its deadline", "deadline", deadline, "err", err)
+			err = busy(m.slotRetry(), "the sandbox did not start within its deadline of %v (%v, plus %v for each of its %d editable paths): %v",
+				deadline, m.opts.StartTimeout, m.opts.SeedAllowance, len(o.EditablePaths), err)
+		}
+		dcancel()
+		m.slots.release()
+		if err == nil {
+			m.recordStartCost(time.Since(began))
+		}
+		m.endStart(s, err)
+		done <- err
+	}()
+	var err error
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		if register && errors.Is(ctx.Err(), context.DeadlineExceeded) && m.keep(s, keepID) {
+			took := time.Since(began).Round(time.Second)
+			s.log.Info("create gave up waiting; the start goes on, kept for a retry", "so_far", took)
+			return nil, fmt.Errorf("session %s: %w", s.id, busy(m.avgStartCost()-time.Since(began),
+				"the sandbox is still starting (%v so far); the start goes on and a retry of this create gets it", took))
+		}
+		cancel()
+		err = <-done
+	}
 	if err != nil {
-		// Nothing is left in the engine (startSandbox cleans up); make the
-		// session read as closed for anyone who saw it.
-		s.closeOnce.Do(func() { close(s.closed) })
-		s.mu.Lock()
-		s.state = StateClosed
-		s.mu.Unlock()
-		s.markDone()
-		m.forget(s)
-		if cerr := m.ctx.Err(); cerr != nil && ctx.Err() != nil {
+		if m.ctx.Err() != nil && sctx.Err() != nil {
 			return nil, fmt.Errorf("session %s: %w", s.id, ErrManagerClosed)
 		}
 		return nil, err
 	}
-	m.installEager(parent, s)
+	m.installEager(ctx, s)
 	return s, nil
+}
+
+// endStart records the end of a start attempt; a failed one leaves the
+// session closed (nothing is left in the engine: startSandbox cleans up)
+// for anyone who saw it.
+func (m *Manager) endStart(s *Session, err error) {
+	s.mu.Lock()
+	s.startCancel = nil
+	s.mu.Unlock()
+	close(s.started)
+	if err == nil {
+		return
+	}
+	s.closeOnce.Do(func() { close(s.closed) })
+	s.mu.Lock()
+	s.state = StateClosed
+	s.mu.Unlock()
+	s.markDone()
+	m.forget(s)
+}
+
+// takeSlot waits for a start slot: a client's create (urgent) at most
+// MaxStartWait and as long as its caller waits, a pool refill until the
+// manager shuts down. A wait that ends without a slot is a *BusyError
+// saying when a slot is likely free, unless the caller cancelled or the
+// session was closed (sctx).
+func (m *Manager) takeSlot(ctx, sctx context.Context, s *Session, urgent bool) error {
+	wctx, cancel := context.WithCancel(ctx)
+	if urgent {
+		wctx, cancel = context.WithTimeout(ctx, m.opts.MaxStartWait)
+	}
+	defer cancel()
+	stop := context.AfterFunc(sctx, cancel)
+	defer stop()
+	began := time.Now()
+	err := m.slots.acquire(wctx, urgent)
+	switch {
+	case err == nil:
+		return nil
+	case sctx.Err() != nil && m.ctx.Err() != nil:
+		return fmt.Errorf("session %s: %w", s.id, ErrManagerClosed)
+	case sctx.Err() != nil:
+		return fmt.Errorf("session %s: %w while it waited for a start slot", s.id, ErrClosed)
+	case errors.Is(ctx.Err(), context.Canceled):
+		return fmt.Errorf("session %s: waiting for a start slot: %w", s.id, ctx.Err())
+	}
+	waited := time.Since(began).Round(time.Second)
+	return fmt.Errorf("session %s: %w", s.id, busy(m.slotRetry(),
+		"all %d start slots stayed taken for %v (%d more creates wait for one)", m.slots.size, waited, m.slots.queuedCreates()))
+}
+
+// startDeadline bounds a start once it has its slot: StartTimeout, plus
+// SeedAllowance for each editable path, which the runtime seeds from the
+// image before the container starts (decision 0041).
+func (m *Manager) startDeadline(o SessionOptions) time.Duration {
+	return m.opts.StartTimeout + time.Duration(len(o.EditablePaths))*m.opts.SeedAllowance
+}
+
+// avgStartCost is the moving average of a start's time once it had a slot.
+func (m *Manager) avgStartCost() time.Duration { return time.Duration(m.startCost.Load()) }
+
+// recordStartCost adds a start's time to the moving average.
+func (m *Manager) recordStartCost(d time.Duration) {
+	for {
+		old := m.startCost.Load()
+		if m.startCost.CompareAndSwap(old, (3*old+int64(d))/4) {
+			return
+		}
+	}
+}
+
+// slotRetry estimates when a create that gets no slot now would get one:
+// a start's time for each round of MaxConcurrentStarts creates waiting.
+func (m *Manager) slotRetry() time.Duration {
+	return time.Duration(m.slots.queuedCreates()/m.slots.size+1) * m.avgStartCost()
 }
 
 // installEager runs the installers of a session whose skills say
@@ -83,15 +190,9 @@ func (m *Manager) installEager(ctx context.Context, s *Session) {
 	s.log.Info("skill installers done", "took", time.Since(began).Round(time.Millisecond))
 }
 
-// startSandbox takes a start slot, starts the sandbox and pings its agent.
-// On failure it removes whatever was made.
+// startSandbox starts the sandbox (its caller holds a start slot) and
+// pings its agent. On failure it removes whatever was made.
 func (m *Manager) startSandbox(ctx context.Context, s *Session, poolKey string) error {
-	// A client's create goes before refills waiting for a slot.
-	if err := m.slots.acquire(ctx, poolKey == ""); err != nil {
-		return fmt.Errorf("session %s: %w: waiting for a start slot (%d starts at once): %w", s.id, ErrStart, m.slots.size, err)
-	}
-	defer m.slots.release()
-
 	cmd, err := AgentCommand(s.opts)
 	if err != nil {
 		return fmt.Errorf("session %s: %w: %w", s.id, ErrStart, err)

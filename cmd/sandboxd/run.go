@@ -56,6 +56,12 @@ line-buffered and in colour, as with docker run -t, but a program that
 prints a line at a time pays the terminal's cost per line (seq 1 5000000:
 about 9x slower).
 
+A server too busy to start the sandbox soon enough answers "busy, retry
+after N s" (all its start slots taken: serve --max-concurrent-starts,
+--max-start-wait); run says so on stderr and retries after N s, for up to
+--busy-wait. A sandbox the server went on starting for the busy create is
+what the retry gets.
+
 The server and token come from --server and --token-file, or SANDBOXD_URL
 and SANDBOXD_TOKEN, or else the local server's token file.`
 
@@ -117,6 +123,7 @@ func runRun(ctx context.Context, std stdio, args []string) error {
 	var conn connFlags
 	var profile, image, network, cwd string
 	var timeout time.Duration
+	busyWait := defaultBusyWait
 	var withStdin, tty bool
 	var allowHosts daemon.List
 	env := daemon.KeyValues{}
@@ -130,6 +137,7 @@ func runRun(ctx context.Context, std stdio, args []string) error {
 	fs.Var(env, "env", "KEY=VALUE for the command's environment, repeatable")
 	fs.DurationVar(&timeout, "timeout", 0, "give up (Ctrl-C the command, exit 124) after this long; 0: never")
 	fs.BoolVar(&withStdin, "i", false, "give CMD this command's standard input (read to its end first); without it CMD's input is empty")
+	fs.DurationVar(&busyWait, "busy-wait", busyWait, "while the server answers the create \"busy, retry after N s\", retry after N s, for up to this long in all; 0: fail at once")
 	fs.BoolVar(&tty, "t", false, "CMD's output goes to the session's terminal (line-buffered, colours) rather than a pipe")
 	if err := parseArgs(fs, args); err != nil {
 		return err
@@ -151,7 +159,11 @@ func runRun(ctx context.Context, std stdio, args []string) error {
 		}
 		defer func() { _ = input.Close() }() // an unlinked temp file, only read
 	}
-	code, err := runOnce(ctx, conn.server, token, client.CreateOptions{Profile: profile, Image: image, Network: network, AllowHosts: allowHosts, Cwd: cwd, Env: env}, command, input, tty, timeout, std.out)
+	if busyWait < 0 {
+		return usageErrorf("--busy-wait %v: want 0 (no retry) or more", busyWait)
+	}
+	opts := client.CreateOptions{Profile: profile, Image: image, Network: network, AllowHosts: allowHosts, Cwd: cwd, Env: env}
+	code, err := runOnce(ctx, conn.server, token, opts, busyWait, command, input, tty, timeout, std.out, std.err)
 	if err != nil {
 		return err
 	}
@@ -172,9 +184,12 @@ const (
 	giveUpAfter     = 3 * time.Second // after Ctrl-C or the timeout, for the command to end
 )
 
-// runOnce dials, creates a session, runs command and closes the session.
-// The command's standard input is input (a spooled file), or /dev/null.
-func runOnce(ctx context.Context, server, token string, opts client.CreateOptions, command string, input *os.File, tty bool, timeout time.Duration, out io.Writer) (int, error) {
+// runOnce dials, creates a session (retrying while the server is busy, for
+// up to busyWait, saying so on progress), runs command and closes the
+// session. The command's standard input is input (a spooled file), or
+// /dev/null.
+func runOnce(ctx context.Context, server, token string, opts client.CreateOptions, busyWait time.Duration, command string,
+	input *os.File, tty bool, timeout time.Duration, out, progress io.Writer) (int, error) {
 	// Each SIGINT/SIGTERM counts (the first also cancels ctx): the first
 	// sends Ctrl-C, the second gives up. A closed stdout (SIGPIPE) is a
 	// write error instead of killing the process with the session left
@@ -192,10 +207,15 @@ func runOnce(ctx context.Context, server, token string, opts client.CreateOption
 		return 0, err
 	}
 	defer func() { _ = c.Close() }() // the outcome is the command's; a close error changes nothing
-	cctx, cancel := context.WithTimeout(work, 3*time.Minute)
-	s, err := c.CreateSession(cctx, opts)
-	cancel()
+	s, err := createRetrying(ctx, busyWait, progress, func() (*client.Session, error) {
+		cctx, cancel := context.WithTimeout(work, createWait)
+		defer cancel()
+		return c.CreateSession(cctx, opts)
+	})
 	if err != nil {
+		if ctx.Err() != nil && errors.Is(err, ctx.Err()) { // Ctrl-C while waiting to retry
+			return exitInterrupted, nil
+		}
 		return 0, fmt.Errorf("creating a session: %w", err)
 	}
 	defer func() {

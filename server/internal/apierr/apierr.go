@@ -14,7 +14,9 @@ import (
 	"fmt"
 	"io/fs"
 	"net/http"
+	"time"
 
+	"github.com/sandboxd/sandboxd/sandbox"
 	"github.com/sandboxd/sandboxd/tools"
 	"github.com/sandboxd/sandboxd/wsproto"
 )
@@ -151,11 +153,29 @@ func From(err error) *Error {
 
 // JSONRPC returns the JSON-RPC error object for err. Internal errors keep
 // their message: this server's clients are its operators' programs, and an
-// actionable message beats "internal error".
+// actionable message beats "internal error". Its data is Data's.
 func JSONRPC(err error) *wsproto.Error {
 	e := From(err)
-	return &wsproto.Error{Code: codes[e.Kind].rpc, Message: e.Error(), Data: map[string]string{"kind": e.Kind.String()}}
+	return &wsproto.Error{Code: codes[e.Kind].rpc, Message: e.Error(), Data: data(e.Kind, err)}
 }
+
+// Data is what a client can act on besides the code: {"kind": KIND}, and
+// for a busy create {"kind": "busy", "retry_after": SECONDS}
+// (wsproto.ErrorData). The WebSocket API sends it as the error's data, MCP
+// as the data of a protocol error and the _meta of a failed tool result.
+func Data(err error) wsproto.ErrorData { return data(KindOf(err), err) }
+
+func data(kind Kind, err error) wsproto.ErrorData {
+	d := wsproto.ErrorData{Kind: kind.String()}
+	if retry, ok := RetryAfter(err); ok {
+		d.RetryAfter = int(retry / time.Second)
+	}
+	return d
+}
+
+// RetryAfter is when a client should retry a create that failed with err:
+// a busy one (sandbox.ErrBusy) says; ok is false for any other error.
+func RetryAfter(err error) (time.Duration, bool) { return sandbox.RetryAfter(err) }
 
 // JSONRPCCode returns the JSON-RPC code of kind.
 func JSONRPCCode(kind Kind) int { return codes[kind].rpc }

@@ -23,6 +23,7 @@ var sandboxSentinels = []struct {
 	{sandbox.ErrFailed, Unavailable},
 	{sandbox.ErrReconnecting, Unavailable},
 	{sandbox.ErrManagerClosed, Unavailable},
+	{sandbox.ErrBusy, Busy},                   // a create that could not start soon enough: retry after N s
 	{sandbox.ErrImageNotFound, InvalidParams}, // before ErrStart, which wraps it
 	{sandbox.ErrStart, Internal},
 
