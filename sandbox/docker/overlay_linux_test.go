@@ -114,15 +114,15 @@ func TestOverlayFix(t *testing.T) {
 	assert.Equal(t, uint32(0o644), st("sgid").Mode&0o7777, "setgid cleared")
 	assert.Equal(t, uint32(0o600), st("mine").Mode&0o7777, "mode kept")
 	_, err = unix.Lgetxattr(filepath.Join(host, "cap"), "security.capability", nil)
-	assert.ErrorIs(t, err, unix.ENODATA, "file capability dropped")
+	require.ErrorIs(t, err, unix.ENODATA, "file capability dropped")
 	_, err = os.Lstat(filepath.Join(host, "null"))
-	assert.ErrorIs(t, err, os.ErrNotExist, "no device files")
+	require.ErrorIs(t, err, os.ErrNotExist, "no device files")
 	to, err := os.Readlink(filepath.Join(host, "link"))
 	require.NoError(t, err)
 	assert.Equal(t, "/etc/passwd", to, "a link is kept as a link")
 	for _, name := range []string{"old", ".wh.old", "opq/gone", "opq/.wh..wh..opq"} {
 		_, err := os.Lstat(filepath.Join(host, name))
-		assert.ErrorIs(t, err, os.ErrNotExist, "%s: the AUFS deletion applied, the marker gone", name)
+		require.ErrorIs(t, err, os.ErrNotExist, "%s: the AUFS deletion applied, the marker gone", name)
 	}
 
 	// Hard links stay linked through a write that copies one up.
@@ -163,7 +163,7 @@ func TestOverlayFix(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, left, "nothing mounted")
 	_, err = os.Lstat(dir)
-	assert.ErrorIs(t, err, os.ErrNotExist, "the folder is gone")
+	require.ErrorIs(t, err, os.ErrNotExist, "the folder is gone")
 	require.NoError(t, releaseOverlay(dir), "releasing twice is no error")
 }
 
@@ -192,9 +192,9 @@ func TestOpenTargetLinks(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, filepath.Join(root, "var/home/u"), host)
 	_, err = open(vol{target: "/opt/rootl/usr/local", what: "editable path /opt/rootl/usr/local"})
-	assert.ErrorContains(t, err, `editable_paths: /opt/rootl is a symbolic link in the image (to "/")`)
+	require.ErrorContains(t, err, `editable_paths: /opt/rootl is a symbolic link in the image (to "/")`)
 	_, err = open(vol{target: "/opt/etcl", what: "editable path /opt/etcl"})
-	assert.ErrorContains(t, err, `editable_paths: /opt/etcl is a symbolic link in the image (to "/etc")`)
+	require.ErrorContains(t, err, `editable_paths: /opt/etcl is a symbolic link in the image (to "/etc")`)
 	host, err = open(vol{target: "/opt/new/deep", what: "editable path /opt/new/deep"})
 	require.NoError(t, err, "a folder the image lacks is made")
 	assert.Equal(t, filepath.Join(root, "opt/new/deep"), host)

@@ -274,7 +274,8 @@ func (r *Runtime) listDisks() ([]sandbox.Resource, error) {
 	var out []sandbox.Resource
 	for _, e := range ents {
 		id := diskSession(e.Name())
-		if id == "" || !e.Type().IsRegular() && !(e.IsDir() && strings.HasSuffix(e.Name(), overlayExt)) {
+		overlay := e.IsDir() && strings.HasSuffix(e.Name(), overlayExt)
+		if id == "" || !e.Type().IsRegular() && !overlay {
 			continue
 		}
 		p := filepath.Join(r.quota.dir, e.Name())
