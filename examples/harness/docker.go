@@ -111,8 +111,17 @@ func docker(ctx context.Context, stdin []byte, args ...string) ([]byte, error) {
 // ensureImages builds, with `docker build`, the instance images the engine
 // lacks: base_image with the instance's image.diff committed in /testbed
 // (the Dockerfile beside this file). Instances without base_image use
-// their image as it is. With build false, a missing image is an error.
+// their image as it is. With build false it checks nothing: the images
+// are on sandboxd's engine (which may be another machine's) or a create
+// says which one is missing.
 func ensureImages(ctx context.Context, instances []*instance, build bool, logf func(string, ...any)) error {
+	if !build {
+		return nil
+	}
+	if _, err := exec.LookPath("docker"); err != nil {
+		return errors.New("the docker CLI is not on PATH: it builds the instance images (-build); " +
+			"pass -build=false when they are on sandboxd's engine already")
+	}
 	dockerfile, err := builtin.ReadFile("Dockerfile")
 	if err != nil {
 		return err
@@ -125,8 +134,6 @@ func ensureImages(ctx context.Context, instances []*instance, build bool, logf f
 		done[in.Image] = true
 		if _, err := docker(ctx, nil, "image", "inspect", "--format", "{{.Id}}", in.Image); err == nil {
 			continue
-		} else if !build {
-			return fmt.Errorf("instance %s: image %s: %w (build it with -build, or put it on the engine yourself)", in.ID, in.Image, err)
 		}
 		if _, err := docker(ctx, nil, "image", "inspect", "--format", "{{.Id}}", in.BaseImage); err != nil {
 			return fmt.Errorf("instance %s: the base image %s is missing (make task-image): %w", in.ID, in.BaseImage, err)

@@ -66,7 +66,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&c.parallel, "parallel", 3, "instances at once")
 	fs.StringVar(&c.instances, "instances", "", "a folder of instance folders (instance.json, patch.diff, test_patch.diff; default: the built-in ones)")
 	fs.StringVar(&c.backend, "backend", "sandboxd", "sandboxd, or docker: the same work with docker run + docker exec (the baseline)")
-	fs.BoolVar(&c.build, "build", true, "build missing instance images with docker build (base_image + image.diff)")
+	fs.BoolVar(&c.build, "build", true, "build missing instance images with docker build (base_image + image.diff); false: the images are on sandboxd's engine")
 	fs.BoolVar(&c.jsonOut, "json", false, "print one JSON object per instance instead of the table")
 	fs.DurationVar(&c.timeout, "timeout", 10*time.Minute, "bound of each command in a sandbox (git apply, the tests)")
 	fs.Usage = func() {
