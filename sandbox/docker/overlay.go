@@ -117,42 +117,68 @@ func overlayFolder(dir, volume string) string { return filepath.Join(dir, volume
 
 // mountOverlays seeds the session's volumes that layout.go gave the
 // overlay route (seedOverlay), at once, and sets their bind sources in l
-// (whose vols the container's mounts are made from). On error the
-// caller's rollback (Remove) releases what was made: every folder is named
-// after its volume.
-func (r *Runtime) mountOverlays(ctx context.Context, id string, l layout, img imageFacts, quota bool) error {
+// (whose vols the container's mounts are made from); it hands over the
+// roots of the empty ones (rootOnly). The overlays are mounted when it
+// returns; their fix passes run on, and fixed waits for them (call it
+// before the container starts; again is no harm). On error the caller's
+// rollback (Remove) releases what was made: every folder is named after
+// its volume.
+func (r *Runtime) mountOverlays(ctx context.Context, id string, l layout, img imageFacts, quota bool) (fixed func() error, err error) {
 	start := time.Now()
+	mounted := make([]*overlayFixer, len(l.vols))
 	errs := make([]error, len(l.vols))
 	var wg sync.WaitGroup
-	n := 0
 	for i, v := range l.vols {
-		if v.rootOnly {
-			n++
+		switch {
+		case v.rootOnly:
 			wg.Go(func() { errs[i] = r.handOverRoot(ctx, v, l.uid, l.gid, quota) })
-			continue
+		case v.seed == seedOverlay:
+			wg.Go(func() {
+				fx, err := r.mountOverlay(ctx, v, img.layers, l.uid, l.gid, quota)
+				if err != nil {
+					errs[i] = err
+					return
+				}
+				l.vols[i].bind = fx.host
+				mounted[i] = fx
+			})
 		}
-		if v.seed != seedOverlay {
-			continue
-		}
-		n++
-		wg.Go(func() {
-			host, err := r.mountOverlay(ctx, v, img.layers, l.uid, l.gid, quota)
-			if err != nil {
-				errs[i] = err
-				return
-			}
-			l.vols[i].bind = host
-		})
 	}
 	wg.Wait()
+	// The passes start even when a mount failed, so that each one that was
+	// opened is also closed; the error is the start's either way.
+	var passes sync.WaitGroup
+	perr := make([]error, len(l.vols))
+	for i, fx := range mounted {
+		if fx != nil {
+			passes.Go(func() { perr[i] = fx.pass(ctx) })
+		}
+	}
+	var once sync.Once
+	var result error
+	fixed = func() error {
+		once.Do(func() {
+			passes.Wait()
+			result = errors.Join(perr...)
+			if result == nil && len(mounted) > 0 {
+				var entries, changed int64
+				for _, fx := range mounted {
+					if fx != nil {
+						entries += fx.entries.Load()
+						changed += fx.fixed.Load()
+					}
+				}
+				r.log.Debug("volumes seeded by overlay of the image's layers", "session", id, "entries", entries, "changed", changed,
+					"user", fmt.Sprintf("%d:%d", l.uid, l.gid), "took", time.Since(start).Round(time.Millisecond))
+			}
+		})
+		return result
+	}
 	if err := errors.Join(errs...); err != nil {
-		return err
+		_ = fixed()
+		return nil, err
 	}
-	if n > 0 {
-		r.log.Debug("volumes seeded by overlay of the image's layers", "session", id, "volumes", n,
-			"user", fmt.Sprintf("%d:%d", l.uid, l.gid), "took", time.Since(start).Round(time.Millisecond))
-	}
-	return nil
+	return fixed, nil
 }
 
 // emptyInLayers reports whether the image's folder rel (one name, at the

@@ -33,6 +33,9 @@ type overlayFixer struct {
 	uid, gid int
 	layers   []string // the image's layer folders, topmost first
 	merged   string   // the overlay's mount point
+	what     string   // for messages: "editable path /testbed"
+	dir      *os.File // the folder (open)
+	host     string   // its host path
 	lfds     []int    // the layers, opened
 
 	sem     chan struct{}
@@ -44,57 +47,76 @@ type overlayFixer struct {
 	fixed   atomic.Int64
 }
 
-// run opens v's folder in the overlay (openTarget), fixes it and returns
-// its host path.
-func (fx *overlayFixer) run(ctx context.Context, v vol) (string, error) {
+// open opens v's folder in the overlay (openTarget) and the image's
+// layers, for pass, which closes them.
+func (fx *overlayFixer) open(v vol) error {
 	root, err := unix.Open(fx.merged, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return "", fmt.Errorf("seeding the %s: %w", v.what, err)
+		return fmt.Errorf("seeding the %s: %w", v.what, err)
 	}
 	defer unix.Close(root)
-	dir, host, err := openTarget(root, fx.merged, v, fx.uid, fx.gid)
-	if err != nil {
-		return "", err
+	if fx.dir, fx.host, err = openTarget(root, fx.merged, v, fx.uid, fx.gid); err != nil {
+		return err
 	}
-	defer dir.Close()
 	for _, l := range fx.layers {
 		fd, err := unix.Open(l, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 		if err != nil {
-			return "", fmt.Errorf("seeding the %s: opening the image layer %s: %w", v.what, l, err)
+			fx.close()
+			return fmt.Errorf("seeding the %s: opening the image layer %s: %w", v.what, l, err)
 		}
-		defer unix.Close(fd)
 		fx.lfds = append(fx.lfds, fd)
 	}
-	rel := strings.TrimPrefix(host, fx.merged+"/")
+	return nil
+}
+
+func (fx *overlayFixer) close() {
+	if fx.dir != nil {
+		fx.dir.Close()
+	}
+	for _, fd := range fx.lfds {
+		unix.Close(fd)
+	}
+	fx.dir, fx.lfds = nil, nil
+}
+
+// pass fixes the folder open opened, and closes it.
+func (fx *overlayFixer) pass(ctx context.Context) error {
+	defer fx.close()
+	if err := fx.passErr(ctx); err != nil {
+		return fmt.Errorf("seeding the %s: %w", fx.what, err)
+	}
+	return nil
+}
+
+func (fx *overlayFixer) passErr(ctx context.Context) error {
+	rel := strings.TrimPrefix(fx.host, fx.merged+"/")
 	if k := fx.hiddenFrom(rel); k >= 0 {
 		if err := fx.hideBelow(rel, k); err != nil {
-			return "", fmt.Errorf("seeding the %s: %w", v.what, err)
+			return err
 		}
 	}
 	fx.sem = make(chan struct{}, overlayFixWorkers)
-	sub, err := unix.Dup(int(dir.Fd()))
+	sub, err := unix.Dup(int(fx.dir.Fd()))
 	if err != nil {
-		return "", err
+		return err
 	}
 	fx.wg.Add(1)
 	fx.walk(ctx, sub, rel)
 	fx.wg.Wait()
 	if err := fx.failed(); err != nil {
-		return "", fmt.Errorf("seeding the %s: %w", v.what, err)
+		return err
 	}
 	if err := fx.applyMarkers(); err != nil {
-		return "", fmt.Errorf("seeding the %s: %w", v.what, err)
+		return err
 	}
 	var st unix.Stat_t
-	if err := unix.Fstat(int(dir.Fd()), &st); err != nil {
-		return "", err
+	if err := unix.Fstat(int(fx.dir.Fd()), &st); err != nil {
+		return err
 	}
 	if int(st.Uid) != fx.uid || int(st.Gid) != fx.gid {
-		if err := unix.Fchown(int(dir.Fd()), fx.uid, fx.gid); err != nil {
-			return "", fmt.Errorf("seeding the %s: %w", v.what, err)
-		}
+		return unix.Fchown(int(fx.dir.Fd()), fx.uid, fx.gid)
 	}
-	return host, nil
+	return nil
 }
 
 func (fx *overlayFixer) fail(err error) {

@@ -338,33 +338,32 @@ func tryOverlay(dir string, s *overlaySupport) (err error) {
 
 // mountOverlay makes the overlay of session volume v at
 // <dir>/<volume>.overlay: on the volume's quota filesystem when it has one
-// (made by makeDisks, mounted there), over layers for uid:gid; then opens
-// the folder at v.target inside it (made if the image lacks it) and runs
-// the fix pass over it. It returns the host path to bind at v.target.
-func (r *Runtime) mountOverlay(ctx context.Context, v vol, layers []string, uid, gid int, quota bool) (string, error) {
+// (made by makeDisks, mounted there), over layers for uid:gid; and opens
+// the folder at v.target inside it (made if the image lacks it). The fix
+// pass over it is the returned fixer's (pass); its host path, to bind at
+// v.target, is its host.
+func (r *Runtime) mountOverlay(ctx context.Context, v vol, layers []string, uid, gid int, quota bool) (*overlayFixer, error) {
 	dir := overlayFolder(r.quota.dir, v.name)
 	if err := os.Mkdir(dir, 0o700); err != nil {
-		return "", fmt.Errorf("seeding the %s: %w", v.what, err)
+		return nil, fmt.Errorf("seeding the %s: %w", v.what, err)
 	}
 	if quota {
 		devs, err := loopsOf(diskFile(r.quota.dir, v.name))
 		if err != nil || len(devs) == 0 {
-			return "", fmt.Errorf("seeding the %s: no loop device for its disk: %v", v.what, err)
+			return nil, fmt.Errorf("seeding the %s: no loop device for its disk: %v", v.what, err)
 		}
 		if err := unix.Mount(devs[0], dir, "ext4", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOATIME, "discard"); err != nil {
-			return "", fmt.Errorf("seeding the %s: mounting its disk: %w", v.what, err)
+			return nil, fmt.Errorf("seeding the %s: mounting its disk: %w", v.what, err)
 		}
 	}
 	if err := r.quota.overlay.mountOverlayAt(dir, layers, uid, gid); err != nil {
-		return "", fmt.Errorf("seeding the %s: %w", v.what, err)
+		return nil, fmt.Errorf("seeding the %s: %w", v.what, err)
 	}
-	merged := filepath.Join(dir, overlayMerged)
-	fx := &overlayFixer{uid: uid, gid: gid, layers: layers, merged: merged}
-	host, err := fx.run(ctx, v)
-	if err != nil {
-		return "", err
+	fx := &overlayFixer{uid: uid, gid: gid, layers: layers, merged: filepath.Join(dir, overlayMerged), what: v.what}
+	if err := fx.open(v); err != nil {
+		return nil, err
 	}
-	return host, nil
+	return fx, nil
 }
 
 // openIn opens rel (relative, clean) under the folder root as the image

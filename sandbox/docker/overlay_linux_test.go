@@ -96,8 +96,9 @@ func TestOverlayFix(t *testing.T) {
 	})
 	merged := filepath.Join(dir, overlayMerged)
 	fx := &overlayFixer{uid: uid, gid: gid, layers: layers, merged: merged}
-	host, err := fx.run(context.Background(), vol{target: "/t", what: "editable path /t"})
-	require.NoError(t, err)
+	require.NoError(t, fx.open(vol{target: "/t", what: "editable path /t"}))
+	require.NoError(t, fx.pass(context.Background()))
+	host := fx.host
 	assert.Equal(t, filepath.Join(merged, "t"), host)
 
 	st := func(name string) unix.Stat_t {
@@ -113,7 +114,7 @@ func TestOverlayFix(t *testing.T) {
 	assert.Equal(t, uint32(0o755), st("suid").Mode&0o7777, "setuid cleared")
 	assert.Equal(t, uint32(0o644), st("sgid").Mode&0o7777, "setgid cleared")
 	assert.Equal(t, uint32(0o600), st("mine").Mode&0o7777, "mode kept")
-	_, err = unix.Lgetxattr(filepath.Join(host, "cap"), "security.capability", nil)
+	_, err := unix.Lgetxattr(filepath.Join(host, "cap"), "security.capability", nil)
 	require.ErrorIs(t, err, unix.ENODATA, "file capability dropped")
 	_, err = os.Lstat(filepath.Join(host, "null"))
 	require.ErrorIs(t, err, os.ErrNotExist, "no device files")

@@ -76,9 +76,13 @@ func (r *Runtime) Start(ctx context.Context, spec sandbox.Spec) (_ io.ReadWriteC
 	if err := r.createVolumes(ctx, spec.Options, l, resLabels); err != nil {
 		return nil, err
 	}
-	if err := r.mountOverlays(ctx, id, l, img, spec.Options.Limits.DiskQuota > 0); err != nil {
+	// The overlays' fix passes run on while the containers are made;
+	// joined before the start, and before a rollback removes their folders.
+	fixed, err := r.mountOverlays(ctx, id, l, img, spec.Options.Limits.DiskQuota > 0)
+	if err != nil {
 		return nil, err
 	}
+	defer func() { _ = fixed() }()
 	// The seeding helper is made while the container is: both are creates
 	// of the same image, and the seeding needs both.
 	var (
@@ -122,6 +126,9 @@ func (r *Runtime) Start(ctx context.Context, spec sandbox.Spec) (_ io.ReadWriteC
 		}
 	}
 
+	if err := fixed(); err != nil {
+		return nil, err
+	}
 	cctx, cancel := r.call(ctx)
 	defer cancel()
 	hj, err := r.cli.ContainerAttach(cctx, created, container.AttachOptions{
