@@ -17,20 +17,24 @@ import (
 	"strings"
 	"time"
 
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/volume"
+
 	"github.com/sandboxd/sandboxd/internal/testenv"
+	sdocker "github.com/sandboxd/sandboxd/sandbox/docker"
 	"github.com/sandboxd/sandboxd/server/daemon"
 )
 
 var (
 	harnessExampleN      = flag.Int("harness-example-n", 10, "harness-example suite: instances per batch, all at once")
-	harnessExampleRounds = flag.Int("harness-example-rounds", 2, "harness-example suite: batches per backend (sandboxd and docker alternate which goes first)")
+	harnessExampleRounds = flag.Int("harness-example-rounds", 2, "harness-example suite: batches per backend (sandboxd, sandboxd with user: image, docker; each round starts with the next)")
 )
 
 func init() {
 	register(suite{
 		name: "harness-example",
 		about: "examples/harness as a harness runs it: N SWE-bench-shaped instances at once (patches, tests, FAIL_TO_PASS/PASS_TO_PASS) " +
-			"through sandboxd's WebSocket API (editable /testbed and /opt/venv, 10 GiB quota as serve) vs the same binary's " +
+			"through sandboxd's WebSocket API (editable /testbed and /opt/venv, 10 GiB quota as serve; and a user: image profile) vs the same binary's " +
 			"-backend docker (docker run + docker exec of the same images, patches and test command) in the same run " +
 			"(base image: $SANDBOXD_TASK_IMAGE or sandboxd-task:latest; make task-image)",
 		run: runHarnessExampleSuite,
@@ -81,20 +85,43 @@ func runHarnessExampleSuite(ctx context.Context, e *env) (_ []row, err error) {
 		return nil, err
 	}
 	defer scope.end(&err, "harness-example suite")
+	// The image's user as its harness expects it (docs/harness.md §2): no
+	// seeding, the mode the issue found at parity with Docker.
+	configFile := filepath.Join(e.tmp, "harness-example.yaml")
+	if err := os.WriteFile(configFile, []byte("profiles:\n  swe-as-image:\n    image: "+base+"\n    user: image\n    writable_rootfs: true\n"), 0o600); err != nil {
+		return nil, err
+	}
 	quiet := slog.New(slog.NewTextHandler(e.log, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	srv, err := startInProcess(ctx, "harness-example", bin, base, quiet, scope.labels(), 2*time.Minute, func(c *daemon.Config) {
 		c.DiskBackend = daemon.DiskAuto // serve's default: a 10 GiB quota per volume (in the state folder)
+		c.ConfigPath = configFile
 	})
 	if err != nil {
 		return nil, err
 	}
-	defer srv.stop()
+	defer func() {
+		srv.stop()
+		// A writable root's shared agent volume outlives the daemon (issue
+		// 24, part 4): this run's own, removed before the leftover check.
+		vols, lerr := scope.cli.VolumeList(context.Background(), volume.ListOptions{Filters: filters.NewArgs(
+			filters.Arg("label", scopeKey+"="+scope.value), filters.Arg("label", sdocker.LabelAgent))})
+		if lerr == nil {
+			for _, v := range vols.Volumes {
+				_ = scope.cli.VolumeRemove(context.Background(), v.Name, false)
+			}
+		}
+	}()
 	addr := srv.ws
 
 	runBatch := func(backend string, count int) (exampleBatch, error) {
-		args := []string{"-json", "-n", strconv.Itoa(count), "-parallel", strconv.Itoa(count), "-backend", backend}
-		if backend == "sandboxd" {
+		args := []string{"-json", "-n", strconv.Itoa(count), "-parallel", strconv.Itoa(count)}
+		switch backend {
+		case "docker":
+			args = append(args, "-backend", "docker")
+		case "sandboxd":
 			args = append(args, "-addr", addr, "-token", srv.token)
+		case "sandboxd-image":
+			args = append(args, "-addr", addr, "-token", srv.token, "-profile", "swe-as-image")
 		}
 		cmd := exec.CommandContext(ctx, harness, args...)
 		var stdout bytes.Buffer
@@ -128,29 +155,24 @@ func runHarnessExampleSuite(ctx context.Context, e *env) (_ []row, err error) {
 
 	// Warm-up (untimed): builds the instance images the engine lacks and
 	// reads the images once through each backend.
-	for _, backend := range []string{"docker", "sandboxd"} {
+	backends := []string{"sandboxd", "sandboxd-image", "docker"}
+	for _, backend := range backends {
 		if _, err := runBatch(backend, 3); err != nil {
 			return nil, fmt.Errorf("warm-up: %w", err)
 		}
 	}
-	var sb, dk []exampleBatch
+	batches := map[string][]exampleBatch{}
 	for i := range rounds {
-		order := []string{"sandboxd", "docker"}
-		if i%2 == 1 {
-			order = []string{"docker", "sandboxd"}
-		}
-		for _, backend := range order {
+		for j := range backends { // each round starts with the next backend
+			backend := backends[(i+j)%len(backends)]
 			b, err := runBatch(backend, n)
 			if err != nil {
 				return nil, err
 			}
-			if backend == "sandboxd" {
-				sb = append(sb, b)
-			} else {
-				dk = append(dk, b)
-			}
+			batches[backend] = append(batches[backend], b)
 		}
 	}
+	sb, si, dk := batches["sandboxd"], batches["sandboxd-image"], batches["docker"]
 	if ctx.Err() != nil {
 		return nil, errors.New("interrupted")
 	}
@@ -168,9 +190,13 @@ func runHarnessExampleSuite(ctx context.Context, e *env) (_ []row, err error) {
 	}
 	baseline := "examples/harness -backend docker: docker run + docker exec, same images, patches and test command"
 	return []row{
-		{scenario: fmt.Sprintf("harness-example: one instance of %d at once through sandboxd (create, patches, tests, close)", n),
+		{scenario: fmt.Sprintf("harness-example: one instance of %d at once through sandboxd, editable /testbed and /opt/venv (create, patches, tests, close)", n),
 			s: sampleOfDurations(each(sb)), baseline: baseline + " (one instance)", base: sampleOfDurations(each(dk))},
-		{scenario: fmt.Sprintf("harness-example: %d instances at once through sandboxd, the whole batch", n),
+		{scenario: fmt.Sprintf("harness-example: %d instances at once through sandboxd, editable paths, the whole batch", n),
 			s: sampleOfDurations(walls(sb)), baseline: baseline + " (the batch)", base: sampleOfDurations(walls(dk))},
+		{scenario: fmt.Sprintf("harness-example: one instance of %d at once through sandboxd, the image's user (root) and a writable root", n),
+			s: sampleOfDurations(each(si)), baseline: baseline + " (one instance)", base: sampleOfDurations(each(dk))},
+		{scenario: fmt.Sprintf("harness-example: %d instances at once through sandboxd, the image's user, the whole batch", n),
+			s: sampleOfDurations(walls(si)), baseline: baseline + " (the batch)", base: sampleOfDurations(walls(dk))},
 	}, nil
 }

@@ -33,7 +33,7 @@ func (b *sandboxdBackend) open(ctx context.Context, in *instance) (box, error) {
 	if b.profile == "" {
 		opts.EditablePaths = editablePaths
 	}
-	timeouts := 0
+	failedStarts := 0
 	for attempt := 0; ; attempt++ {
 		s, err := b.c.CreateSession(ctx, opts)
 		if err == nil {
@@ -53,14 +53,14 @@ func (b *sandboxdBackend) open(ctx context.Context, in *instance) (box, error) {
 			case <-ctx.Done():
 				return nil, fmt.Errorf("%w (still busy after %d retries)", err, attempt)
 			}
-		case e.Code == wsproto.CodeTimeout && timeouts < maxStartTimeouts-1:
+		case startFailed(e) && failedStarts < maxStartAttempts-1:
 			// The sandbox did not start in the server's time (a loaded
 			// machine): a harness retries such an infrastructure error
 			// rather than count the task as failed.
-			timeouts++
+			failedStarts++
 			continue
-		case e.Code == wsproto.CodeTimeout:
-			return nil, fmt.Errorf("%w (%d attempts)", err, maxStartTimeouts)
+		case startFailed(e):
+			return nil, fmt.Errorf("%w (%d attempts)", err, maxStartAttempts)
 		case e.Code == wsproto.CodeUnauthenticated:
 			return nil, stopError{fmt.Errorf("the token was refused (pass -token or SANDBOXD_TOKEN): %w", err)}
 		case e.Code == wsproto.CodePermission:
@@ -72,9 +72,16 @@ func (b *sandboxdBackend) open(ctx context.Context, in *instance) (box, error) {
 	}
 }
 
-// maxStartTimeouts is how many creates of one instance may time out
-// before the instance fails.
-const maxStartTimeouts = 3
+// maxStartAttempts is how many times an instance's create is tried while
+// its sandbox fails to start.
+const maxStartAttempts = 3
+
+// startFailed reports a create whose sandbox did not start in time: the
+// server's deadline (-32008), or a start that failed on its side (-32603,
+// e.g. "sandbox did not start: its agent did not answer").
+func startFailed(e *client.Error) bool {
+	return e.Code == wsproto.CodeTimeout || e.Code == wsproto.CodeInternal
+}
 
 // retryAfter is the server's hint when its busy error carries one
 // ({"retry_after": seconds}), else a backoff of 1, 2, 4, 8, then 10 s.
