@@ -190,7 +190,7 @@ func TestMCPProfileEndpoint(t *testing.T) {
 		want := testProfiles[name]
 		want.IdleTimeout = sandbox.NoIdleTimeout // in force: the MCP session's end closes it
 		assert.Equal(t, want, sb.Options(), name)
-		assert.Equal(t, sandbox.CreateOptions{IdleTimeout: sandbox.NoIdleTimeout}, sb.CreateOptions(), name)
+		assert.Equal(t, sandbox.CreateOptions{IdleTimeout: sandbox.NoIdleTimeout, Profile: name}, sb.CreateOptions(), name+": the profile goes with the create (its pool serves only it)")
 		require.NoError(t, cs.Close())
 		waitFor(t, func() bool { return ts.Backend.Live() == 0 }, "the MCP session's end closes its sandbox")
 	}
@@ -245,7 +245,7 @@ func TestMCPStatelessProfileEndpoint(t *testing.T) {
 	want := testProfiles["fuzz"]
 	want.IdleTimeout = 7 * time.Minute
 	assert.Equal(t, want, sb.Options(), "the profile's options; the MCP idle timeout in force")
-	assert.Equal(t, sandbox.CreateOptions{IdleTimeout: 7 * time.Minute}, sb.CreateOptions())
+	assert.Equal(t, sandbox.CreateOptions{IdleTimeout: 7 * time.Minute, Profile: "fuzz"}, sb.CreateOptions())
 
 	res, text := callText(t, web, "sandbox_close", map[string]any{"sandbox": h})
 	assert.True(t, res.IsError)

@@ -56,6 +56,7 @@ type Config struct {
 	MaxMessage                        int64
 	Direct, KeepSessions              bool
 	DrainTimeout, ShutdownTimeout     time.Duration
+	MaxStartWait                      time.Duration // --max-start-wait (sandbox.ManagerOptions.MaxStartWait)
 	LogLevel, LogFormat               string
 	ConfigPath                        string
 	SkillsDirs                        Paths
@@ -92,6 +93,7 @@ func Defaults() Config {
 		DiskQuota:       DefaultDiskQuota,
 		DiskBackend:     DiskAuto,
 		MaxStarts:       sandbox.DefaultMaxConcurrentStarts,
+		MaxStartWait:    sandbox.DefaultMaxStartWait,
 		MaxSessions:     server.DefaultMaxSessions,
 		MaxMessage:      server.DefaultMaxMessageBytes,
 		Direct:          true,
@@ -144,6 +146,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"MIN:MAX keeps at least MIN and grows toward MAX while creates drain it, back to MIN once idle; each profile of the config has its own (pool: N, or pool: {min, max})")
 	fs.IntVar(&c.MaxStarts, "max-concurrent-starts", c.MaxStarts,
 		"sandboxes being started at once (client creates go before pool refills); on 2 cores 4 gave the best ready latency")
+	fs.DurationVar(&c.MaxStartWait, "max-start-wait", c.MaxStartWait,
+		"how long a create may wait for one of the --max-concurrent-starts slots; past it the create fails with \"busy, retry after N s\" (code -32029, data.retry_after)")
 	fs.IntVar(&c.MaxSessions, "max-sessions", c.MaxSessions, "cap on live sessions, WebSocket and MCP together (-1: none)")
 	fs.Int64Var(&c.MaxMessage, "max-message-bytes", c.MaxMessage, "largest WebSocket message or MCP request body accepted")
 	fs.BoolVar(&c.Direct, "direct", c.Direct, "reach the agent of each sandbox over a unix socket of this server's (under <state-dir>/direct, "+
@@ -184,6 +188,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxStarts < 1 {
 		return usageErrorf("--max-concurrent-starts %d: want 1 or more", c.MaxStarts)
+	}
+	if c.MaxStartWait < time.Second {
+		return usageErrorf("--max-start-wait %v: want 1s or more", c.MaxStartWait)
 	}
 	if c.Logger == nil {
 		if _, err := c.newLogger(); err != nil {

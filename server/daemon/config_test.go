@@ -28,20 +28,20 @@ func parse(t *testing.T, src string) *config.File {
 // default profile's pool (the config's default, else the flags' defaults).
 func TestProfilePools(t *testing.T) {
 	f := parse(t, "profiles:\n  default:\n    image: d\n    pool: 3\n  fuzz:\n    image: f\n    pool: 2\n  none:\n    image: n\n")
-	assert.Equal(t, []sandbox.PoolOptions{{Options: sandbox.SessionOptions{Image: "d"}, Size: 3}, {Options: sandbox.SessionOptions{Image: "f"}, Size: 2}},
+	assert.Equal(t, []sandbox.PoolOptions{{Options: sandbox.SessionOptions{Image: "d"}, Profile: "default", Size: 3}, {Options: sandbox.SessionOptions{Image: "f"}, Profile: "fuzz", Size: 2}},
 		profilePools(f, Config{}, quiet()))
-	assert.Equal(t, []sandbox.PoolOptions{{Options: sandbox.SessionOptions{Image: "f"}, Size: 2}, {Options: sandbox.SessionOptions{Image: "d"}, Size: 5}},
+	assert.Equal(t, []sandbox.PoolOptions{{Options: sandbox.SessionOptions{Image: "f"}, Profile: "fuzz", Size: 2}, {Options: sandbox.SessionOptions{Image: "d"}, Profile: "default", Size: 5}},
 		profilePools(f, Config{Pool: Pool{5, 5}}, quiet()), "--pool replaces the default profile's")
 	assert.Equal(t, []sandbox.PoolOptions{{Size: 4}}, profilePools(parse(t, ""), Config{Pool: Pool{4, 4}}, quiet()), "no config: as before")
 	assert.Empty(t, profilePools(parse(t, ""), Config{}, quiet()))
 
-	// pool: {min, max, idle} and --pool MIN:MAX follow demand.
-	f = parse(t, "profiles:\n  default:\n    image: d\n    pool: {min: 1, max: 8, idle: 2m}\n  fuzz:\n    image: f\n    pool: {min: 0, max: 3}\n")
-	assert.Equal(t, []sandbox.PoolOptions{{Options: sandbox.SessionOptions{Image: "d"}, Size: 1, Max: 8, Idle: 2 * time.Minute},
-		{Options: sandbox.SessionOptions{Image: "f"}, Max: 3}}, profilePools(f, Config{}, quiet()))
-	assert.Equal(t, []sandbox.PoolOptions{{Options: sandbox.SessionOptions{Image: "f"}, Max: 3},
-		{Options: sandbox.SessionOptions{Image: "d"}, Size: 2, Max: 20, Idle: 2 * time.Minute}},
-		profilePools(f, Config{Pool: Pool{2, 20}}, quiet()), "--pool MIN:MAX replaces the default profile's bounds, not its idle")
+	// pool: {min, max, idle, shared} and --pool MIN:MAX follow demand.
+	f = parse(t, "profiles:\n  default:\n    image: d\n    pool: {min: 1, max: 8, idle: 2m, shared: true}\n  fuzz:\n    image: f\n    pool: {min: 0, max: 3}\n")
+	assert.Equal(t, []sandbox.PoolOptions{{Options: sandbox.SessionOptions{Image: "d"}, Profile: "default", Shared: true, Size: 1, Max: 8, Idle: 2 * time.Minute},
+		{Options: sandbox.SessionOptions{Image: "f"}, Profile: "fuzz", Max: 3}}, profilePools(f, Config{}, quiet()))
+	assert.Equal(t, []sandbox.PoolOptions{{Options: sandbox.SessionOptions{Image: "f"}, Profile: "fuzz", Max: 3},
+		{Options: sandbox.SessionOptions{Image: "d"}, Profile: "default", Shared: true, Size: 2, Max: 20, Idle: 2 * time.Minute}},
+		profilePools(f, Config{Pool: Pool{2, 20}}, quiet()), "--pool MIN:MAX replaces the default profile's bounds, not its idle or sharing")
 }
 
 // --pool takes N or MIN:MAX.

@@ -148,7 +148,7 @@ func New(ctx context.Context, c Config) (d *Daemon, err error) {
 	if err != nil {
 		return nil, err
 	}
-	mopts := sandbox.ManagerOptions{Defaults: defaults, MaxConcurrentStarts: c.MaxStarts, Logger: log,
+	mopts := sandbox.ManagerOptions{Defaults: defaults, MaxConcurrentStarts: c.MaxStarts, MaxStartWait: c.MaxStartWait, Logger: log,
 		Pools: profilePools(file, c, log), Skills: skillSrc, Secrets: secrets, Networks: file.AllowNetworks}
 	if len(file.AllowNetworks) > 0 {
 		log.Info("sessions may join these engine networks, which sandboxd does not firewall", "networks", strings.Join(file.AllowNetworks, ", "))

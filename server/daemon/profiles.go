@@ -62,7 +62,7 @@ func profilePools(file *config.File, c Config, log *slog.Logger) []sandbox.PoolO
 		if max(p.Pool, p.PoolMax) == 0 || (name == config.DefaultProfile && c.Pool.Max > 0) {
 			continue
 		}
-		pools = append(pools, sandbox.PoolOptions{Options: p.Options, Size: p.Pool, Max: p.PoolMax, Idle: p.PoolIdle})
+		pools = append(pools, sandbox.PoolOptions{Options: p.Options, Profile: name, Shared: p.PoolShared, Size: p.Pool, Max: p.PoolMax, Idle: p.PoolIdle})
 	}
 	if c.Pool.Max > 0 {
 		var o sandbox.SessionOptions
@@ -78,7 +78,7 @@ func profilePools(file *config.File, c Config, log *slog.Logger) []sandbox.PoolO
 		}
 		po := c.Pool.options(o)
 		if hasDefault {
-			po.Idle = def.PoolIdle
+			po.Idle, po.Profile, po.Shared = def.PoolIdle, config.DefaultProfile, def.PoolShared
 		}
 		pools = append(pools, po)
 	}

@@ -392,7 +392,13 @@ func (c *Core) Create(wait context.Context, p Principal, api string, req CreateR
 		return CreateResult{}, err
 	}
 	opts := req.Options.Over(profile)
-	co := sandbox.CreateOptions{IdleTimeout: req.IdleTimeout}
+	// The profile's name: its warm pool serves only its creates (unless
+	// shared), and so does a start kept for a busy create's retry.
+	name := req.Profile
+	if name == "" && c.HasProfile(config.DefaultProfile) {
+		name = config.DefaultProfile
+	}
+	co := sandbox.CreateOptions{IdleTimeout: req.IdleTimeout, Profile: name}
 	idemKey := req.IdempotencyKey
 	if len(idemKey) > wsproto.MaxIDBytes {
 		return CreateResult{}, apierr.New(apierr.InvalidParams, "idempotency_key is longer than %d bytes", wsproto.MaxIDBytes)
