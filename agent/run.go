@@ -56,6 +56,11 @@ type RunOptions struct {
 	// stdout (a tool may start processes).
 	Registry *tools.Registry
 	Specs    []tools.Spec
+	// Entrypoint is the image's program to run in the background for the
+	// session's life (entrypoint: image; supervisor). nil: the one a
+	// runtime put in the environment (proto.EnvEntrypoint), if any. Its
+	// output goes to EntrypointLogName in StateDir.
+	Entrypoint *proto.Entrypoint
 	// Logger receives structured logs; nil means slog.Default().
 	Logger *slog.Logger
 	// ShutdownGrace (default DefaultShutdownGrace) and DrainTimeout
@@ -131,8 +136,12 @@ func Run(ctx context.Context, opts RunOptions) error {
 		}
 	}
 
+	// The image's entrypoint first: it runs while the tools start, so a
+	// service it starts has that head start on the first call.
+	sup := opts.startEntrypoint()
 	ts, err := opts.Registry.Resolve(tools.Env{Workspace: opts.Workspace, StateDir: opts.StateDir, Dir: opts.Dir}, opts.Specs)
 	if err != nil {
+		sup.Stop()
 		closeAll(stdioConn, ln)
 		return fmt.Errorf("starting the tools: %w", err)
 	}
@@ -145,6 +154,7 @@ func Run(ctx context.Context, opts RunOptions) error {
 	})
 	if err != nil {
 		_ = ts.Close() // nothing ran on it; the error to report is NewServer's
+		sup.Stop()
 		closeAll(stdioConn, ln)
 		return err
 	}
@@ -167,6 +177,7 @@ func Run(ctx context.Context, opts RunOptions) error {
 		log.Error("shutdown", "err", err)
 	}
 	closeAll(nil, ln)
+	sup.Stop()
 	if n := killDescendants(); n > 0 {
 		// The executors should have ended their processes; this is the
 		// safety net, and a sign of a leak worth a look.
@@ -175,6 +186,31 @@ func Run(ctx context.Context, opts RunOptions) error {
 	waitOrTimeout(&serving, opts.DrainTimeout, log)
 	log.Info("agent stopped")
 	return exitErr
+}
+
+// startEntrypoint starts the supervision of the image's entrypoint, if the
+// options or the environment name one (nil otherwise; Stop of nil is a
+// no-op).
+func (o *RunOptions) startEntrypoint() *supervisor {
+	ep := o.Entrypoint
+	if ep == nil {
+		v, ok := os.LookupEnv(proto.EnvEntrypoint)
+		if !ok {
+			return nil
+		}
+		parsed, err := proto.ParseEntrypoint(v)
+		if err != nil {
+			o.Logger.Error("entrypoint: image: what the runtime passed is not an entrypoint; nothing started", "err", err)
+			return nil
+		}
+		ep = &parsed
+	}
+	return startEntrypoint(entrypointOptions{
+		Entrypoint: *ep,
+		Env:        entrypointEnv(os.Environ()),
+		Log:        filepath.Join(o.StateDir, EntrypointLogName),
+		Logger:     o.Logger,
+	})
 }
 
 // waitForEnd blocks until Run must shut down and returns what Run returns.

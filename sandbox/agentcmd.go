@@ -44,9 +44,10 @@ func AgentCommand(o SessionOptions) ([]string, error) {
 }
 
 // AgentToolSpecs are the tools the agent of a session serves: the
-// session's tools, with the terminal started in Cwd and its soft timeout
-// Terminal.NoChangeTimeout (unless its own params set "dir" or
-// "soft_timeout_seconds"). It is nil when the agent's defaults (every
+// session's tools, with the terminal started in Cwd, its soft timeout
+// Terminal.NoChangeTimeout and, with ShellInitImage, reading the image's
+// rc files (unless its own params set "dir", "soft_timeout_seconds" or
+// "shell_init"). It is nil when the agent's defaults (every
 // built-in tool, the terminal in WorkspaceDir with its default soft
 // timeout) are what the session asks for, so that the command line carries
 // no --tools.
@@ -57,6 +58,9 @@ func AgentToolSpecs(o SessionOptions) ([]tools.Spec, error) {
 	}
 	if t := o.Terminal.NoChangeTimeout; t != 0 && t != bash.DefaultSoftTimeout {
 		terminal["soft_timeout_seconds"] = t.Seconds()
+	}
+	if o.ShellInit == ShellInitImage {
+		terminal["shell_init"] = bash.ShellInitImage
 	}
 	if len(o.Tools) == 0 && len(terminal) == 0 && len(o.Skills) == 0 {
 		return nil, nil

@@ -92,3 +92,27 @@ func TestAgentToolSpecs(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, o.Tools[0].Params)
 }
+
+// shell_init: image reaches the terminal as its param (an explicit one
+// wins); entrypoint: image changes nothing in the argv (the runtime puts
+// the image's command in the agent's environment).
+func TestAgentCommandImageEnvironment(t *testing.T) {
+	specs, err := AgentToolSpecs(resolvedForAgent(t, SessionOptions{ShellInit: ShellInitImage}))
+	require.NoError(t, err)
+	b, err := json.Marshal(specs)
+	require.NoError(t, err)
+	assert.JSONEq(t, `[{"name":"terminal","params":{"shell_init":"image"}},{"name":"file_editor"},{"name":"grep"},{"name":"glob"}]`, string(b))
+
+	specs, err = AgentToolSpecs(resolvedForAgent(t, SessionOptions{ShellInit: ShellInitImage, Tools: []tools.Spec{
+		{Name: "terminal", Params: json.RawMessage(`{"shell_init":"none"}`)}}}))
+	require.NoError(t, err)
+	b, err = json.Marshal(specs)
+	require.NoError(t, err)
+	assert.JSONEq(t, `[{"name":"terminal","params":{"shell_init":"none"}}]`, string(b), "an explicit param wins")
+
+	plain, err := AgentCommand(resolvedForAgent(t, SessionOptions{}))
+	require.NoError(t, err)
+	got, err := AgentCommand(resolvedForAgent(t, SessionOptions{Entrypoint: EntrypointImage}))
+	require.NoError(t, err)
+	assert.Equal(t, plain, got)
+}

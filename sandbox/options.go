@@ -83,6 +83,39 @@ const (
 // config may set it.
 const UserImage = "image"
 
+// Values of SessionOptions.ShellInit (decision 0042).
+const (
+	// ShellInitNone (the default, also ""): the terminal's shell reads no
+	// rc file of the image; it starts the same way in every image.
+	ShellInitNone = "none"
+	// ShellInitImage: the terminal's shell reads the image's environment
+	// before its first prompt, so the venv or conda activation a task
+	// image makes in its user's ~/.bashrc applies: the image's BASH_ENV
+	// (ENV for a POSIX sh), then the .bashrc in the home folder of the
+	// image's USER (its HOME, else its /etc/passwd entry; root's /root).
+	// The files run as the session user; the terminal's prompt plumbing is
+	// set after them, and a file that does not finish within the terminal's
+	// start timeout fails the start with an error naming shell_init.
+	ShellInitImage = "image"
+)
+
+// Values of SessionOptions.Entrypoint (decision 0042).
+const (
+	// EntrypointNone (the default, also ""): the image's ENTRYPOINT and
+	// CMD do not run; the agent is the sandbox's only program.
+	EntrypointNone = "none"
+	// EntrypointImage: the agent starts the image's ENTRYPOINT + CMD as a
+	// supervised background process (as the session user, in the image's
+	// WORKDIR, under the session's limits) before it serves the first
+	// call; its output goes to EntrypointLog, an exit is logged there and
+	// restarted at most a few times, and it ends with the session.
+	EntrypointImage = "image"
+	// EntrypointLog is where the output of the image's entrypoint goes
+	// (with EntrypointLog+".1", the previous part, once it has grown past
+	// the agent's cap): readable by the session's tools.
+	EntrypointLog = AgentStateDir + "/entrypoint.log"
+)
+
 // NoIdleTimeout as SessionOptions.IdleTimeout keeps a session until it is
 // closed explicitly.
 const NoIdleTimeout time.Duration = -1
@@ -247,6 +280,16 @@ type SessionOptions struct {
 	// <server>__<tool>. Secrets never travel here: only names do.
 	MCPServers []MCPServer `json:"mcp_servers,omitempty"`
 
+	// ShellInit is ShellInitNone (default) or ShellInitImage: whether the
+	// terminal's shell reads the image's rc files (its user's ~/.bashrc,
+	// its BASH_ENV) at start, so a venv or conda activation applies.
+	ShellInit string `json:"shell_init,omitempty"`
+	// Entrypoint is EntrypointNone (default) or EntrypointImage: whether
+	// the agent starts the image's ENTRYPOINT + CMD as a supervised
+	// background process before the first call (a service the image
+	// starts at entry).
+	Entrypoint string `json:"entrypoint,omitempty"`
+
 	// Room for later options (skills, MCP sidecars): add the field here,
 	// its checks to Validate, and its effect to the runtime; the pool key
 	// and the adoption label follow by themselves.
@@ -308,6 +351,12 @@ func (o SessionOptions) withDefaults(d SessionOptions) SessionOptions {
 	if o.SkillsInstall == "" {
 		o.SkillsInstall = d.SkillsInstall
 	}
+	if o.ShellInit == "" {
+		o.ShellInit = d.ShellInit
+	}
+	if o.Entrypoint == "" {
+		o.Entrypoint = d.Entrypoint
+	}
 	if o.Terminal.NoChangeTimeout == 0 {
 		o.Terminal.NoChangeTimeout = d.Terminal.NoChangeTimeout
 	}
@@ -358,6 +407,14 @@ func (o SessionOptions) Resolve(defaults SessionOptions) (SessionOptions, error)
 	r := o.withDefaults(defaults).withDefaults(builtinDefaults)
 	if r.Limits.Tmpfs == 0 {
 		r.Limits.Tmpfs = defaultTmpfs(r)
+	}
+	// "none" is the default spelled out: resolved as "", so that it makes
+	// the same pool key (and options label) as before these options were.
+	if r.ShellInit == ShellInitNone {
+		r.ShellInit = ""
+	}
+	if r.Entrypoint == EntrypointNone {
+		r.Entrypoint = ""
 	}
 	if len(r.MCPServers) > 0 {
 		servers := make([]MCPServer, len(r.MCPServers))

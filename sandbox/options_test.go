@@ -435,3 +435,38 @@ func TestOverlayOnProfile(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, r.AllowHosts, "a request's own network takes none of the profile's hosts")
 }
+
+// shell_init and entrypoint: "image" or "none" (resolved as "", the same
+// pool key as options that never name them), overlaid like the other
+// strings, anything else refused naming the key; the runtime's variables
+// are not a session's to set.
+func TestImageEnvironmentOptions(t *testing.T) {
+	plain, err := SessionOptions{}.Resolve(SessionOptions{Image: "img"})
+	require.NoError(t, err)
+	none, err := SessionOptions{ShellInit: ShellInitNone, Entrypoint: EntrypointNone}.Resolve(SessionOptions{Image: "img"})
+	require.NoError(t, err)
+	assert.Equal(t, plain.Key(), none.Key(), `"none" is the default, spelled out`)
+	assert.Empty(t, none.ShellInit)
+
+	profile := SessionOptions{Image: "img", ShellInit: ShellInitImage, Entrypoint: EntrypointImage}
+	r, err := SessionOptions{}.Over(profile).Resolve(SessionOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, ShellInitImage, r.ShellInit)
+	assert.Equal(t, EntrypointImage, r.Entrypoint)
+	assert.NotEqual(t, plain.Key(), r.Key(), "a pool of one is not a pool of the other")
+	r, err = SessionOptions{ShellInit: ShellInitNone}.Over(profile).Resolve(SessionOptions{})
+	require.NoError(t, err)
+	assert.Empty(t, r.ShellInit, "a request turns the profile's off")
+	assert.Equal(t, EntrypointImage, r.Entrypoint)
+	back, err := decodeOptions(r.encode())
+	require.NoError(t, err)
+	assert.Equal(t, r, back)
+
+	_, err = SessionOptions{ShellInit: "bashrc", Entrypoint: "yes"}.Resolve(SessionOptions{Image: "img"})
+	require.ErrorIs(t, err, ErrInvalidOptions)
+	require.ErrorContains(t, err, `shell_init: "bashrc" is not "none" or "image"`)
+	require.ErrorContains(t, err, `entrypoint: "yes" is not "none" or "image"`)
+
+	_, err = SessionOptions{Env: map[string]string{"SANDBOXD_IMAGE_HOME": "/x"}}.Resolve(SessionOptions{Image: "img"})
+	assert.ErrorContains(t, err, `env: "SANDBOXD_IMAGE_HOME" is under SANDBOXD_IMAGE_, which is reserved`)
+}

@@ -52,6 +52,11 @@ const (
 	fieldDiskQuota Field = "limits.disk_quota"
 )
 
+// ImageEnvPrefix starts the environment variables in which a runtime tells
+// the agent about the image (shell_init and entrypoint: image; decision
+// 0042); a session's env may not set them.
+const ImageEnvPrefix = "SANDBOXD_IMAGE_"
+
 // ReservedLabelPrefix is the label namespace sandboxd uses for its own
 // bookkeeping; sessions may not set labels in it.
 const ReservedLabelPrefix = "sandboxd."
@@ -98,6 +103,16 @@ func (o SessionOptions) Validate() error {
 	}
 	if t := o.Terminal.NoChangeTimeout; t != 0 && (t < MinNoChangeTimeout || t > MaxNoChangeTimeout) {
 		p.add("terminal.no_change_timeout", "%v is outside %v to %v", t, MinNoChangeTimeout, MaxNoChangeTimeout)
+	}
+	switch o.ShellInit {
+	case "", ShellInitNone, ShellInitImage:
+	default:
+		p.add("shell_init", "%q is not %q or %q", o.ShellInit, ShellInitNone, ShellInitImage)
+	}
+	switch o.Entrypoint {
+	case "", EntrypointNone, EntrypointImage:
+	default:
+		p.add("entrypoint", "%q is not %q or %q", o.Entrypoint, EntrypointNone, EntrypointImage)
 	}
 	o.validateLabels(&p)
 	o.validateTools(&p)
@@ -161,6 +176,9 @@ func (o SessionOptions) validateEnv(p *problems) {
 		size += len(k) + len(v) + 2
 		if !envNameRe.MatchString(k) {
 			p.add("env", "%q is not a variable name (letters, digits and _, not starting with a digit)", k)
+		}
+		if strings.HasPrefix(k, ImageEnvPrefix) {
+			p.add("env", "%q is under %s, which is reserved for what the runtime tells the agent of the image", k, ImageEnvPrefix)
 		}
 		if strings.ContainsRune(v, 0) {
 			p.add("env", "the value of %s contains a NUL byte", k)

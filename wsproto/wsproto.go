@@ -249,6 +249,14 @@ type CreateParams struct {
 	Labels      map[string]string `json:"labels,omitempty"`
 	// Terminal tunes the session's terminal tool.
 	Terminal *TerminalParams `json:"terminal,omitempty"`
+	// ShellInit is "none" (default) or "image": the terminal's shell reads
+	// the image user's ~/.bashrc and the image's BASH_ENV at start, so a
+	// venv or conda activation there applies (docs/harness.md).
+	ShellInit string `json:"shell_init,omitempty"`
+	// Entrypoint is "none" (default) or "image": the image's ENTRYPOINT +
+	// CMD runs as a supervised background process of the session, started
+	// before the first call, its output in /run/sandboxd/state/entrypoint.log.
+	Entrypoint string `json:"entrypoint,omitempty"`
 	// IdempotencyKey makes a retried create return the first create's
 	// session instead of starting a second sandbox. Keys are scoped to the
 	// caller's token and remembered for ten minutes. A retry returns the

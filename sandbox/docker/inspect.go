@@ -2,9 +2,12 @@ package docker
 
 import (
 	"context"
+	"slices"
 	"time"
 
+	"github.com/sandboxd/sandboxd/agent/proto"
 	"github.com/sandboxd/sandboxd/sandbox"
+	"github.com/sandboxd/sandboxd/tools/bash"
 )
 
 // Inspect reports the state of a session's container.
@@ -33,4 +36,32 @@ func (r *Runtime) Inspect(ctx context.Context, sessionID string) (sandbox.Status
 		StartedAt:  started,
 		FinishedAt: finished,
 	}, nil
+}
+
+// imageCommand is what the image runs: its ENTRYPOINT followed by its
+// CMD, as Docker runs them.
+func imageCommand(entrypoint, cmd []string) []string {
+	return append(slices.Clone(entrypoint), cmd...)
+}
+
+// imageEnv is what the session's agent is told of the image, in its
+// environment, for the options that need it (decision 0042): the image's
+// USER and HOME for shell_init: image (the terminal reads that user's rc
+// file; the container's own USER and HOME are the session's), and its
+// ENTRYPOINT + CMD and WORKDIR for entrypoint: image (the container's
+// entrypoint is the agent). Every name starts with SANDBOXD_IMAGE_ (no
+// session sets one: sandbox.Validate), and none reaches the session's
+// programs.
+func imageEnv(o sandbox.SessionOptions, img imageFacts) []string {
+	var env []string
+	if o.ShellInit == sandbox.ShellInitImage {
+		env = append(env, bash.EnvImageUser+"="+img.user)
+		if img.home != "" {
+			env = append(env, bash.EnvImageHome+"="+img.home)
+		}
+	}
+	if o.Entrypoint == sandbox.EntrypointImage {
+		env = append(env, proto.EnvEntrypoint+"="+proto.Entrypoint{Argv: img.command, Dir: img.workdir}.Encode())
+	}
+	return env
 }

@@ -40,6 +40,8 @@ func sessionFields(o *sandbox.SessionOptions) map[string]decoder {
 		"skills_install":  str(&o.SkillsInstall),
 		"mcp_servers":     mcpServers(&o.MCPServers),
 		"terminal":        section(terminalFields(&o.Terminal)),
+		"shell_init":      str(&o.ShellInit),
+		"entrypoint":      str(&o.Entrypoint),
 	}
 }
 

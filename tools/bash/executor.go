@@ -38,9 +38,12 @@ type Executor struct {
 	// command) waits for it instead of being refused.
 	holder atomic.Pointer[<-chan struct{}]
 
-	mu     sync.Mutex // guards sess and closed
+	mu     sync.Mutex // guards sess, closed and startErr
 	sess   *session
 	closed bool
+	// startErr is why the first shell with init files did not start: the
+	// next call's error (then that call's successor tries again).
+	startErr error
 
 	watch watchers // Watch: followers of the terminal's output
 }
@@ -95,6 +98,26 @@ func NewExecutor(opts Options) (*Executor, error) {
 		tap:      e.watch.emit,
 	}
 	e.user, e.host = whoAmI()
+	if opts.ShellInit == ShellInitImage {
+		// The files are the session's to fix: a failure is told to the
+		// model and the client by the next call, not made the agent's.
+		lookup := opts.lookupEnv
+		if lookup == nil {
+			lookup = os.LookupEnv
+		}
+		files := ImageInitFiles(isBash, lookup)
+		if e.cfg.initFiles, err = readableInitFiles(files); err != nil {
+			e.startErr = initError(files, err)
+		} else if e.sess, err = startSession(e.cfg); err != nil {
+			e.startErr = err
+		}
+		if e.startErr != nil {
+			e.cfg.log.Warn("terminal: the shell did not start with shell_init: image; the next call says why", "err", e.startErr)
+		} else {
+			e.cfg.log.Info("terminal: shell started with shell_init: image", "files", e.cfg.initFiles)
+		}
+		return e, nil
+	}
 	e.sess, err = startSession(e.cfg)
 	if err != nil && opts.Shell == "" && isBash {
 		// A bash that cannot start (a broken or foreign binary) should not
@@ -148,7 +171,8 @@ func shellEnv(inherited []string, extra map[string]string) []string {
 	vars := map[string]string{}
 	for _, kv := range inherited {
 		k, v, ok := strings.Cut(kv, "=")
-		if ok && !drop[k] {
+		// SANDBOXD_IMAGE_*: the runtime's facts of the image, for the agent.
+		if ok && !drop[k] && !strings.HasPrefix(k, ImageVarPrefix) {
 			vars[k] = v
 		}
 	}
@@ -320,6 +344,15 @@ func (e *Executor) ensureShell(c *call, s *session, a Action, empty bool) (*sess
 	}
 	if s != nil && !s.hasExited() {
 		return s, nil
+	}
+	if s == nil {
+		e.mu.Lock()
+		err := e.startErr
+		e.startErr = nil
+		e.mu.Unlock()
+		if err != nil {
+			return nil, tools.Errorf("The terminal could not start: %v. The next command tries to start it again.", err)
+		}
 	}
 	note := "The previous shell session ended, so a new one was started. Environment variables, functions, background jobs and the working directory were reset."
 	if s != nil {

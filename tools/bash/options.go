@@ -64,8 +64,17 @@ type Options struct {
 	// KillGrace is the wait between SIGTERM and SIGKILL. Default DefaultKillGrace.
 	KillGrace time.Duration
 	// StartTimeout bounds the wait for a new shell's first prompt. Default
-	// DefaultStartTimeout.
+	// DefaultStartTimeout, DefaultInitStartTimeout with init files.
 	StartTimeout time.Duration
+	// ShellInit is ShellInitNone ("" too) or ShellInitImage: the shell
+	// reads ImageInitFiles before its first prompt (and at every restart),
+	// each with /dev/null as input, its prompt plumbing set after them. A
+	// file the session user cannot read, or a start that does not finish
+	// within StartTimeout, is the error of the next call, naming shell_init.
+	ShellInit string
+	// lookupEnv reads the agent's environment for ShellInitImage (tests
+	// set it; nil is os.LookupEnv).
+	lookupEnv func(string) (string, bool)
 	// Logger receives diagnostics; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -77,6 +86,9 @@ func (o Options) withDefaults() Options {
 	o.MaxWait = cmp.Or(o.MaxWait, DefaultMaxWait)
 	o.MaxOutputChars = cmp.Or(o.MaxOutputChars, DefaultMaxOutputChars)
 	o.KillGrace = cmp.Or(o.KillGrace, DefaultKillGrace)
+	if o.ShellInit == ShellInitImage {
+		o.StartTimeout = cmp.Or(o.StartTimeout, DefaultInitStartTimeout)
+	}
 	o.StartTimeout = cmp.Or(o.StartTimeout, DefaultStartTimeout)
 	o.Logger = cmp.Or(o.Logger, slog.Default())
 	return o
@@ -96,6 +108,11 @@ func (o Options) validate() error {
 	}
 	if o.KillGrace < 0 || o.StartTimeout < 0 {
 		errs = append(errs, errors.New("kill grace and start timeout must not be negative"))
+	}
+	switch o.ShellInit {
+	case "", ShellInitNone, ShellInitImage:
+	default:
+		errs = append(errs, fmt.Errorf("shell_init %q is not %q or %q", o.ShellInit, ShellInitNone, ShellInitImage))
 	}
 	for k := range o.Env {
 		if !envNameRE.MatchString(k) {
@@ -125,6 +142,8 @@ type Params struct {
 	Shell              string            `json:"shell,omitempty"`
 	Dir                string            `json:"dir,omitempty"`
 	Env                map[string]string `json:"env,omitempty"`
+	// ShellInit: "none" (default) or "image" (Options.ShellInit).
+	ShellInit string `json:"shell_init,omitempty"`
 }
 
 func durationParam(name string, v *float64) (time.Duration, error) {
@@ -157,6 +176,7 @@ func OptionsFromParams(env tools.Env, params json.RawMessage) (Options, error) {
 		SoftTimeout: soft,
 		MaxWait:     maxWait,
 		Env:         p.Env,
+		ShellInit:   p.ShellInit,
 	}
 	if p.Dir != "" {
 		opts.Dir = p.Dir

@@ -96,7 +96,9 @@ type sessionConfig struct {
 	outDir   string // where full outputs go
 	start    time.Duration
 	grace    time.Duration
-	log      *slog.Logger
+	// initFiles are read before the plumbing is set (Options.ShellInit).
+	initFiles []string
+	log       *slog.Logger
 	// tap, if set, gets the pty's output as it arrives (markers taken out)
 	// and each command as it starts (Executor.Watch).
 	tap func([]byte)
@@ -187,6 +189,7 @@ func startSession(cfg sessionConfig) (*session, error) {
 func (s *session) initScript() string {
 	return strings.Join([]string{
 		"unset ENV PROMPT_COMMAND PS0 2>/dev/null",
+		strings.TrimSuffix(initPrelude(s.cfg.initFiles, s.cfg.dir, s.cfg.bash), "\n"),
 		"__sbx_seq=0",
 		"PS2=''",
 		`if [ -n "${BASH_VERSION:-}" ]; then`,
@@ -221,7 +224,7 @@ func (s *session) initScript() string {
 		// gives it back just before eval, so `$?` in a command is that of
 		// the one before, as at a terminal (see commandLine).
 		`__sbx_ret() { return "${__sbx_st:-0}"; }`,
-		"",
+		initEpilogue(s.cfg.initFiles, s.cfg.bash),
 	}, "\n")
 }
 
@@ -239,10 +242,16 @@ const xtraceOff = `case $-$__sbx_x in *x*) set +x; __sbx_x=x; case $- in ` +
 	`*) __sbx_c="{ __sbx_x=; set -x; __sbx_ret; } 2>/dev/null; $__sbx_c";; esac;; esac`
 
 // awaitInit waits for the first marker. A shell that ignored the rc/ENV
-// file gets the init script typed in after a short while.
+// file gets the init script typed in after a short while; not bash with
+// init files, which reads its --rcfile always and may take longer than
+// that to read them (the typed line would run the init a second time).
 func (s *session) awaitInit(initFile string) error {
+	return initError(s.cfg.initFiles, s.awaitPrompt(initFile))
+}
+
+func (s *session) awaitPrompt(initFile string) error {
 	start := time.Now()
-	typed := false
+	typed := s.cfg.bash && len(s.cfg.initFiles) > 0
 	timer := time.NewTimer(min(2*time.Second, s.cfg.start))
 	defer timer.Stop()
 	for {
