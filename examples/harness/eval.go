@@ -73,7 +73,7 @@ git apply --numstat ` + workDir + `/test_patch.diff | while IFS=$'\t' read -r _ 
 done
 git apply -v ` + workDir + `/test_patch.diff > "$log" 2>&1 || { echo '>>>>> test patch does not apply' >> "$log"; exit 3; }
 echo '>>>>> tests start' >> "$log"
-{ %s ; } >> "$log" 2>&1
+{ TEST_COMMAND ; } >> "$log" 2>&1
 echo ">>>>> tests exit $?" >> "$log"
 `
 
@@ -107,7 +107,7 @@ func runInstance(ctx context.Context, b backend, in *instance, timeout time.Dura
 
 func evaluate(ctx context.Context, bx box, in *instance, timeout time.Duration, r *result) error {
 	for name, data := range map[string][]byte{
-		"patch.diff": in.patch, "test_patch.diff": in.testPatch, "eval.sh": fmt.Appendf(nil, evalScript, in.TestCommand),
+		"patch.diff": in.patch, "test_patch.diff": in.testPatch, "eval.sh": []byte(strings.Replace(evalScript, "TEST_COMMAND", in.TestCommand, 1)),
 	} {
 		if err := bx.put(ctx, name, data); err != nil {
 			return fmt.Errorf("putting %s in: %w", name, err)
