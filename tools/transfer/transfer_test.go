@@ -142,12 +142,11 @@ func TestCheckPath(t *testing.T) {
 	} {
 		err := CheckPath(p)
 		if want == "" {
-			assert.NoError(t, err, p)
+			require.NoError(t, err, p)
 			continue
 		}
-		if assert.Error(t, err, p) {
-			assert.Contains(t, err.Error(), want, p)
-		}
+		require.Error(t, err, p)
+		assert.Contains(t, err.Error(), want, p)
 	}
 }
 

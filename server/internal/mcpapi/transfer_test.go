@@ -117,7 +117,7 @@ func TestTransferToolsPerProfile(t *testing.T) {
 				args = func(a map[string]any) map[string]any { a[mcpapi.HandleArg] = handle; return a }
 				// Called where it is off, it is an unknown tool.
 				_, err := off.CallTool(context.Background(), &mcp.CallToolParams{Name: "upload", Arguments: map[string]any{"path": "/workspace/x", "content_base64": ""}})
-				assert.ErrorContains(t, err, "unknown tool")
+				require.ErrorContains(t, err, "unknown tool")
 			}
 			data := make([]byte, 100_000)
 			_, _ = rand.Read(data)
@@ -131,7 +131,7 @@ func TestTransferToolsPerProfile(t *testing.T) {
 			got, err := base64.StdEncoding.DecodeString(st["content_base64"].(string))
 			require.NoError(t, err)
 			assert.Equal(t, data[10:1010], got)
-			assert.Equal(t, float64(100_000), st["size"])
+			assert.EqualValues(t, 100_000, st["size"])
 
 			res, text = callTool(t, on, "upload", args(map[string]any{"path": "../etc/passwd", "content_base64": "eA=="}))
 			assert.True(t, res.IsError)
