@@ -93,7 +93,11 @@
 //     from the shell's PATH.
 //   - A new command while another call is still in flight is refused at once
 //     with the "NOT executed" text instead of waiting.
-//   - The user's ~/.bashrc is not read (deterministic start).
+//   - The user's ~/.bashrc is not read (deterministic start), unless the
+//     session asks for the image's environment (shell_init: image,
+//     shellinit.go): then the image's BASH_ENV and its user's .bashrc are
+//     read first, with /dev/null as input, and the plumbing is set after
+//     them.
 //   - `set -x` traces the commands but none of the terminal's plumbing;
 //     bash traces them one level deeper ("++ echo hi") since they run
 //     through eval. With `set -ex` a command's `$?` starts at 0 instead of
