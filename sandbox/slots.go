@@ -25,15 +25,27 @@ func newStartSlots(n int) *startSlots { return &startSlots{size: n, free: n} }
 
 // acquire waits for a slot; urgent waiters are served before the others.
 func (q *startSlots) acquire(ctx context.Context, urgent bool) error {
+	_, err := q.acquireAhead(ctx, urgent)
+	return err
+}
+
+// acquireAhead is acquire; when it gives up it also says how many waiters
+// of its kind were still ahead of it (what a busy create's retry time is
+// estimated from).
+func (q *startSlots) acquireAhead(ctx context.Context, urgent bool) (ahead int, err error) {
 	q.mu.Lock()
 	if q.free > 0 { // free slots mean nobody waits: release hands slots to waiters
 		q.free--
 		q.mu.Unlock()
-		return nil
+		return 0, nil
 	}
 	if err := ctx.Err(); err != nil {
+		ahead = len(q.urgent)
+		if !urgent {
+			ahead = len(q.background)
+		}
 		q.mu.Unlock()
-		return err
+		return ahead, err
 	}
 	ch := make(chan struct{})
 	if urgent {
@@ -44,9 +56,14 @@ func (q *startSlots) acquire(ctx context.Context, urgent bool) error {
 	q.mu.Unlock()
 	select {
 	case <-ch:
-		return nil
+		return 0, nil
 	case <-ctx.Done():
 		q.mu.Lock()
+		if urgent {
+			ahead = slices.Index(q.urgent, ch)
+		} else {
+			ahead = slices.Index(q.background, ch)
+		}
 		n := len(q.urgent) + len(q.background)
 		q.urgent = slices.DeleteFunc(q.urgent, func(c chan struct{}) bool { return c == ch })
 		q.background = slices.DeleteFunc(q.background, func(c chan struct{}) bool { return c == ch })
@@ -55,7 +72,7 @@ func (q *startSlots) acquire(ctx context.Context, urgent bool) error {
 		if granted {
 			q.release()
 		}
-		return ctx.Err()
+		return max(ahead, 0), ctx.Err()
 	}
 }
 

@@ -256,3 +256,25 @@ func TestStartDeadlineScalesWithEditablePaths(t *testing.T) {
 		assert.Equal(t, "seeded", echo(t, s, "seeded"))
 	})
 }
+
+// A waiter that gives up says how many of its kind were ahead of it: the
+// busy creates of a burst retry spread out in their order.
+func TestSlotsAhead(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := newStartSlots(1)
+		require.NoError(t, q.acquire(context.Background(), true))
+		for range 2 {
+			go func() { _ = q.acquire(t.Context(), true) }()
+		}
+		go func() { _ = q.acquire(t.Context(), false) }()
+		synctest.Wait()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		ahead, err := q.acquireAhead(ctx, true)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.Equal(t, 2, ahead, "two creates, not the refill")
+		for range 3 {
+			q.release()
+		}
+	})
+}

@@ -60,7 +60,7 @@ func (m *Manager) start(ctx context.Context, o SessionOptions, poolKey string, c
 		err := m.startSandbox(dctx, s, poolKey)
 		if err != nil && errors.Is(dctx.Err(), context.DeadlineExceeded) && sctx.Err() == nil {
 			s.log.Warn("start ran past its deadline", "deadline", deadline, "err", err)
-			err = busy(m.slotRetry(), "the sandbox did not start within its deadline of %v (%v, plus %v for each of its %d editable paths): %v",
+			err = busy(m.slotRetry(m.slots.queuedCreates()), "the sandbox did not start within its deadline of %v (%v, plus %v for each of its %d editable paths): %v",
 				deadline, m.opts.StartTimeout, m.opts.SeedAllowance, len(o.EditablePaths), err)
 		}
 		dcancel()
@@ -127,7 +127,7 @@ func (m *Manager) takeSlot(ctx, sctx context.Context, s *Session, urgent bool) e
 	stop := context.AfterFunc(sctx, cancel)
 	defer stop()
 	began := time.Now()
-	err := m.slots.acquire(wctx, urgent)
+	ahead, err := m.slots.acquireAhead(wctx, urgent)
 	switch {
 	case err == nil:
 		return nil
@@ -139,8 +139,8 @@ func (m *Manager) takeSlot(ctx, sctx context.Context, s *Session, urgent bool) e
 		return fmt.Errorf("session %s: waiting for a start slot: %w", s.id, ctx.Err())
 	}
 	waited := time.Since(began).Round(time.Second)
-	return fmt.Errorf("session %s: %w", s.id, busy(m.slotRetry(),
-		"all %d start slots stayed taken for %v (%d more creates wait for one)", m.slots.size, waited, m.slots.queuedCreates()))
+	return fmt.Errorf("session %s: %w", s.id, busy(m.slotRetry(ahead),
+		"all %d start slots stayed taken for %v (%d creates were ahead of this one)", m.slots.size, waited, ahead))
 }
 
 // startDeadline bounds a start once it has its slot: StartTimeout, plus
@@ -163,10 +163,14 @@ func (m *Manager) recordStartCost(d time.Duration) {
 	}
 }
 
-// slotRetry estimates when a create that gets no slot now would get one:
-// a start's time for each round of MaxConcurrentStarts creates waiting.
-func (m *Manager) slotRetry() time.Duration {
-	return time.Duration(m.slots.queuedCreates()/m.slots.size+1) * m.avgStartCost()
+// slotRetry estimates when a create that gets no slot now, with ahead
+// creates before it, would get one: half a start's time (the starts under
+// way are half done, on average) and a start's time for each round of
+// MaxConcurrentStarts creates ahead. Creates that give up together so
+// come back spread out in their order, not all at once to an idle engine.
+func (m *Manager) slotRetry(ahead int) time.Duration {
+	cost := m.avgStartCost()
+	return cost/2 + time.Duration(ahead/m.slots.size)*cost
 }
 
 // installEager runs the installers of a session whose skills say
