@@ -21,7 +21,9 @@ import (
 )
 
 // Seeding volumes with the image's content, owned by the session user
-// (layout.go decides which volumes, decision 0028).
+// (layout.go decides which volumes, decision 0028), by copying: the route
+// of every volume where the overlay of the image's layers (overlay.go,
+// decision 0040) cannot be taken, and of a workspace with content.
 //
 // No process runs for it, in the image or anywhere else, and no capability
 // is granted to anything. A helper container of the session's image is
