@@ -84,6 +84,11 @@ func run(m *testing.M) (int, error) {
 
 	code := m.Run()
 
+	// The checks at the end get a bound of their own: the one above is
+	// spent once the tests ran longer than it (a loaded machine, image
+	// builds), and a spent one reports every check as a leftover.
+	ctx, cancel = context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
 	// Nothing of this run may be left, whatever the tests did.
 	if left := testenv.Leftovers(ctx, docker, labelRun, runID); len(left) > 0 {
 		fmt.Fprintf(os.Stderr, "e2e: resources left behind: %s\n", strings.Join(left, ", "))
