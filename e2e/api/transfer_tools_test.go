@@ -86,7 +86,8 @@ func sha(b []byte) string {
 // transfer_tools has no such tools.
 func TestMCPTransferTools(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	// A bound on a hang: with -race at load 30 the test took 2 min.
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	base, token := transferDaemon(t)
 
