@@ -457,7 +457,8 @@ func (h *Handler) protocolError(err error) error {
 	}
 	h.core.Metrics().Error(apierr.KindOf(err).String(), "mcp")
 	e := apierr.JSONRPC(err)
-	return &jsonrpc.Error{Code: int64(e.Code), Message: e.Message}
+	data, _ := json.Marshal(e.Data) // plain fields: cannot fail
+	return &jsonrpc.Error{Code: int64(e.Code), Message: e.Message, Data: data}
 }
 
 // start begins creating the sandbox of ss, initialized at e, and watches
@@ -623,7 +624,14 @@ func (h *Handler) callTool(ctx context.Context, e *endpoint, ss *mcp.ServerSessi
 // failure is err as a failed tool result, in the client's terms
 // (apierr.From).
 func failure(err error) *mcp.CallToolResult {
-	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: apierr.From(err).Error()}}}
+	res := &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: apierr.From(err).Error()}}}
+	if _, busy := apierr.RetryAfter(err); busy {
+		// A sandbox that could not start soon enough: what a harness acts
+		// on, as the WebSocket API's error data (decision 0041).
+		d := apierr.Data(err)
+		res.Meta = mcp.Meta{"sandboxd/error": map[string]any{"code": apierr.JSONRPCCode(apierr.Busy), "kind": d.Kind, "retry_after": d.RetryAfter}}
+	}
+	return res
 }
 
 // toResult converts an observation: text and images as content blocks,
