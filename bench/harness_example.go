@@ -49,11 +49,14 @@ type exampleResult struct {
 	Error    string  `json:"error"`
 }
 
-// exampleBatch is one run of the example: every instance's wall time
-// (open to close) and the batch's (process start to exit).
+// exampleBatch is one run of the example: the wall time (open to close)
+// of every resolved instance, the batch's (process start to exit), and
+// why the others were not resolved.
 type exampleBatch struct {
-	each []time.Duration
-	wall time.Duration
+	each       []time.Duration
+	wall       time.Duration
+	ran        int
+	unresolved []string
 }
 
 func runHarnessExampleSuite(ctx context.Context, e *env) (_ []row, err error) {
@@ -130,26 +133,26 @@ func runHarnessExampleSuite(ctx context.Context, e *env) (_ []row, err error) {
 		runErr := cmd.Run()
 		b := exampleBatch{wall: time.Since(start)}
 		sc := bufio.NewScanner(&stdout)
-		var unresolved []string
 		for sc.Scan() {
 			var r exampleResult
 			if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
 				return b, fmt.Errorf("the example's output: %w: %q", err, sc.Text())
 			}
+			b.ran++
 			if !r.Resolved {
-				unresolved = append(unresolved, r.Instance+": "+cmp.Or(r.Error, "not resolved"))
+				b.unresolved = append(b.unresolved, r.Instance+": "+cmp.Or(r.Error, "not resolved"))
+				continue
 			}
 			b.each = append(b.each, time.Duration(r.Seconds*float64(time.Second)))
 		}
+		var exit *exec.ExitError
 		switch {
-		case len(unresolved) > 0:
-			return b, fmt.Errorf("%s: %s", backend, strings.Join(unresolved, "; "))
-		case runErr != nil:
+		case runErr != nil && (!errors.As(runErr, &exit) || exit.ExitCode() != 1): // 1: some not resolved
 			return b, fmt.Errorf("%s: the example: %w", backend, runErr)
-		case len(b.each) != count:
-			return b, fmt.Errorf("%s: %d results for %d instances", backend, len(b.each), count)
+		case b.ran != count:
+			return b, fmt.Errorf("%s: %d results for %d instances", backend, b.ran, count)
 		}
-		e.logf("harness-example: %s, %d at once: %.1fs", backend, count, b.wall.Seconds())
+		e.logf("harness-example: %s, %d at once: %.1fs, %d resolved", backend, count, b.wall.Seconds(), count-len(b.unresolved))
 		return b, nil
 	}
 
@@ -157,8 +160,8 @@ func runHarnessExampleSuite(ctx context.Context, e *env) (_ []row, err error) {
 	// reads the images once through each backend.
 	backends := []string{"sandboxd", "sandboxd-image", "docker"}
 	for _, backend := range backends {
-		if _, err := runBatch(backend, 3); err != nil {
-			return nil, fmt.Errorf("warm-up: %w", err)
+		if b, err := runBatch(backend, 3); err != nil || len(b.unresolved) > 0 {
+			return nil, fmt.Errorf("warm-up: %w", cmp.Or(err, fmt.Errorf("%s: %s", backend, strings.Join(b.unresolved, "; "))))
 		}
 	}
 	batches := map[string][]exampleBatch{}
@@ -188,15 +191,35 @@ func runHarnessExampleSuite(ctx context.Context, e *env) (_ []row, err error) {
 		}
 		return ds
 	}
+	// Instances that were not resolved (a create lost to the server's
+	// start deadline under load, issue 24) are counted in the scenario and
+	// fail the suite; the rows keep the resolved ones' times.
+	var lost []string
+	resolved := func(backend string) string {
+		ran, failed := 0, 0
+		for _, b := range batches[backend] {
+			ran += b.ran
+			failed += len(b.unresolved)
+			if len(b.unresolved) > 0 {
+				lost = append(lost, fmt.Sprintf("%s: %d of %d not resolved, e.g. %s", backend, len(b.unresolved), b.ran, b.unresolved[0]))
+			}
+		}
+		return fmt.Sprintf("%d of %d resolved", ran-failed, ran)
+	}
 	baseline := "examples/harness -backend docker: docker run + docker exec, same images, patches and test command"
-	return []row{
-		{scenario: fmt.Sprintf("harness-example: one instance of %d at once through sandboxd, editable /testbed and /opt/venv (create, patches, tests, close)", n),
-			s: sampleOfDurations(each(sb)), baseline: baseline + " (one instance)", base: sampleOfDurations(each(dk))},
+	dockerDone := resolved("docker")
+	rows := []row{
+		{scenario: fmt.Sprintf("harness-example: one instance of %d at once through sandboxd, editable /testbed and /opt/venv (create, patches, tests, close; %s)", n, resolved("sandboxd")),
+			s: sampleOfDurations(each(sb)), baseline: baseline + " (one instance; " + dockerDone + ")", base: sampleOfDurations(each(dk))},
 		{scenario: fmt.Sprintf("harness-example: %d instances at once through sandboxd, editable paths, the whole batch", n),
 			s: sampleOfDurations(walls(sb)), baseline: baseline + " (the batch)", base: sampleOfDurations(walls(dk))},
-		{scenario: fmt.Sprintf("harness-example: one instance of %d at once through sandboxd, the image's user (root) and a writable root", n),
+		{scenario: fmt.Sprintf("harness-example: one instance of %d at once through sandboxd, the image's user (root) and a writable root (%s)", n, resolved("sandboxd-image")),
 			s: sampleOfDurations(each(si)), baseline: baseline + " (one instance)", base: sampleOfDurations(each(dk))},
 		{scenario: fmt.Sprintf("harness-example: %d instances at once through sandboxd, the image's user, the whole batch", n),
 			s: sampleOfDurations(walls(si)), baseline: baseline + " (the batch)", base: sampleOfDurations(walls(dk))},
-	}, nil
+	}
+	if len(lost) > 0 {
+		return rows, errors.New(strings.Join(lost, "; "))
+	}
+	return rows, nil
 }
