@@ -41,6 +41,9 @@ type Executor struct {
 	mu     sync.Mutex // guards sess, closed and startErr
 	sess   *session
 	closed bool
+	// initCandidates are the init files of ShellInitImage, checked again
+	// at every start (startShell).
+	initCandidates []string
 	// startErr is why the first shell with init files did not start: the
 	// next call's error (then that call's successor tries again).
 	startErr error
@@ -105,16 +108,12 @@ func NewExecutor(opts Options) (*Executor, error) {
 		if lookup == nil {
 			lookup = os.LookupEnv
 		}
-		files := ImageInitFiles(isBash, lookup)
-		if e.cfg.initFiles, err = readableInitFiles(files); err != nil {
-			e.startErr = initError(files, err)
-		} else if e.sess, err = startSession(e.cfg); err != nil {
+		e.initCandidates = ImageInitFiles(isBash, lookup)
+		if e.sess, err = e.startShell(); err != nil {
 			e.startErr = err
-		}
-		if e.startErr != nil {
-			e.cfg.log.Warn("terminal: the shell did not start with shell_init: image; the next call says why", "err", e.startErr)
+			e.cfg.log.Warn("terminal: the shell did not start with shell_init: image; the next call says why", "err", err)
 		} else {
-			e.cfg.log.Info("terminal: shell started with shell_init: image", "files", e.cfg.initFiles)
+			e.cfg.log.Info("terminal: shell started with shell_init: image", "files", e.initCandidates)
 		}
 		return e, nil
 	}
@@ -413,16 +412,33 @@ func (e *Executor) send(c *call, s *session, a Action, k key, isKey, empty bool)
 	return nil
 }
 
+// startShell starts a shell with the executor's config and, for
+// ShellInitImage, the init files as they are now: one the session user
+// cannot read fails every start alike (never a shell without it, which
+// would be the system's python after the first call's error).
+func (e *Executor) startShell() (*session, error) {
+	if e.opts.ShellInit != ShellInitImage {
+		return startSession(e.cfg)
+	}
+	files, err := readableInitFiles(e.initCandidates)
+	if err != nil {
+		return nil, initError(e.initCandidates, err)
+	}
+	cfg := e.cfg
+	cfg.initFiles = files
+	return startSession(cfg)
+}
+
 // restart replaces the session (the old one is already terminated).
 func (e *Executor) restart() (*session, error) {
-	s, err := startSession(e.cfg)
+	s, err := e.startShell()
 	// EAGAIN: the pids limit is still full, of processes that are dying
 	// (a fork bomb's, killed by terminate: the container's init reaps them)
 	// or that escaped the shell's session. Try again for a few seconds
 	// rather than leave the session without a shell.
 	for wait := 50 * time.Millisecond; err != nil && errors.Is(err, syscall.EAGAIN) && wait <= 2*time.Second; wait *= 2 {
 		time.Sleep(wait)
-		s, err = startSession(e.cfg)
+		s, err = e.startShell()
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()

@@ -176,7 +176,8 @@ func TestShellInitSh(t *testing.T) {
 // TestShellInitFailures: an rc file that never finishes, exits the shell,
 // is not a regular file, or cannot be read fails the terminal's start
 // with an error naming shell_init, told by the first call (the agent
-// lives on); the next call tries again. A missing rc file is no error.
+// lives on); the next call tries again, with the file again. A missing rc
+// file is no error.
 func TestShellInitFailures(t *testing.T) {
 	t.Parallel()
 	hang := t.TempDir()
@@ -207,6 +208,15 @@ func TestShellInitFailures(t *testing.T) {
 			for _, w := range c.want {
 				assert.Contains(t, text, w)
 			}
+			if c.name != "not a file" {
+				return
+			}
+			// The next call tries again and fails alike: never a shell
+			// without the file (the system's python after one error).
+			text, _, obs = do(t, e, cmd("echo hi"))
+			assert.True(t, obs.IsError, text)
+			assert.Contains(t, text, "Starting a new shell failed: shell_init: image")
+			assert.Contains(t, text, "not a regular file")
 		})
 	}
 
