@@ -447,3 +447,52 @@ func TestNetworkChoiceRefusesOthers(t *testing.T) {
 	assert.Equal(t, "CLOSED", probe(t, s, vip, 8081), "not the victim's network")
 	require.NoError(t, s.Close(ctxT(t)))
 }
+
+// allow_hosts holds while the engine changes its firewall. The engine
+// re-files its jump from FORWARD to DOCKER-USER whenever any network is
+// made (libnetwork's EnsureJumpRule deletes it, then inserts it again), so
+// a packet forwarded in between skipped DOCKER-USER and with it sandboxd's
+// chain, and reached a denied address (issue 23: a denied address printed
+// OPEN once, under load, while parallel tests made networks). The test
+// opens that window by hand and keeps it open (racing the engine's
+// milliseconds-wide window is a matter of luck): the denied address, the
+// link-local range and another session's bridge stay closed, and nothing
+// arrives. Not parallel: it takes the engine's jump away from every
+// session of the machine for a moment, as the engine does.
+func TestNetworkEgressHoldsWhileEngineRefilesJump(t *testing.T) {
+	tn := newTestNet(t)
+	rt := newRuntime(t)
+	needFirewall(t, rt)
+	m := newManager(t, rt, sandbox.ManagerOptions{})
+	port := tn.ln.port()
+	s, err := m.Create(ctxT(t), sandbox.SessionOptions{Network: sandbox.NetworkBridge, AllowHosts: []string{tn.allowed + "/32"}})
+	require.NoError(t, err)
+	other, err := m.Create(ctxT(t), sandbox.SessionOptions{Network: sandbox.NetworkBridge})
+	require.NoError(t, err)
+	sh(t, other, `(nc -ll -p 8081 -e echo OTHER-SESSION >/dev/null 2>&1 &); sleep 0.3`)
+	otherIP := containerOf(t, other.ID()).NetworkSettings.Networks["sandboxd-"+other.ID()].IPAddress
+	require.NotEmpty(t, otherIP)
+	require.Equal(t, "OPEN", probe(t, s, tn.allowed, port))
+
+	iptables := func(args ...string) error {
+		return exec.Command("iptables", append([]string{"-w"}, args...)...).Run()
+	}
+	require.NoError(t, iptables("-C", "FORWARD", "-j", "DOCKER-USER"), "the engine jumps to DOCKER-USER")
+	restore := func() {
+		if iptables("-C", "FORWARD", "-j", "DOCKER-USER") != nil {
+			assert.NoError(t, iptables("-I", "FORWARD", "-j", "DOCKER-USER"))
+		}
+	}
+	t.Cleanup(restore)
+	require.NoError(t, iptables("-D", "FORWARD", "-j", "DOCKER-USER"), "the engine's window, opened by hand")
+	denied := probe(t, s, tn.other, port)
+	toOther := probe(t, s, otherIP, 8081)
+	fromOther := probe(t, other, "169.254.169.254", 80)
+	restore()
+
+	assert.Equal(t, "CLOSED", denied, "a denied address was reached while the engine re-filed its jump")
+	assert.Equal(t, "CLOSED", toOther, "another session's bridge was reached")
+	assert.Equal(t, "CLOSED", fromOther, "the link-local range was reached")
+	assert.Zero(t, tn.ln.count(tn.other), "connections to the denied address arrived")
+	assert.Equal(t, "OPEN", probe(t, s, tn.allowed, port), "the allowed address still works")
+}

@@ -12,9 +12,9 @@ import (
 	"os"
 	"os/exec"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/docker/docker/api/types/network"
@@ -71,8 +71,11 @@ const (
 // most 15 bytes), so the firewall rules can name it before it exists.
 func bridgeName(sessionID string) string {
 	sum := sha256.Sum256([]byte(sessionID))
-	return "sbx-" + hex.EncodeToString(sum[:])[:11]
+	return bridgePrefix + hex.EncodeToString(sum[:])[:11]
 }
+
+// bridgePrefix starts the name of every Linux bridge of sandboxd's.
+const bridgePrefix = "sbx-"
 
 // ruleTag is the comment on every rule of a session of a runtime scope.
 func ruleTag(scope, sessionID string) string { return tagPrefix + scope + ":" + sessionID }
@@ -112,9 +115,17 @@ func (r netRules) rules(scope string, v6 bool) [][]string {
 	out := [][]string{
 		append(rule(ChainInput, "-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED"), "-j", "RETURN"),
 		reject(ChainInput),
+		// Within its own bridge (a session and its sidecars) as Docker
+		// decides; never into another of sandboxd's bridges, nor, from an
+		// internal one, anywhere: Docker's isolation chains say the same,
+		// but are skipped while the engine re-files its jumps (setup).
+		append(rule(ChainForward, "-o", r.iface), "-j", "RETURN"),
 	}
+	if r.internal {
+		return append(out, reject(ChainForward))
+	}
+	out = append(out, reject(ChainForward, "-o", bridgePrefix+"+"))
 	switch {
-	case r.internal:
 	case r.egress != nil:
 		for _, p := range r.egress {
 			if p.Addr().Is6() == v6 {
@@ -183,9 +194,18 @@ func newFirewall(ctx context.Context, scope string, localEngine bool) (*firewall
 var setupMu sync.Mutex
 
 // setup makes sandboxd's chains and the jumps to them (first in INPUT, first
-// in DOCKER-USER or else FORWARD), if they are not there yet. Another
+// in DOCKER-USER, and first in FORWARD), if they are not there yet. Another
 // process doing the same at once may win a race: a chain made meanwhile is
 // fine, and a jump inserted twice is deleted again.
+//
+// The jump from FORWARD is not redundant with DOCKER-USER's: the engine
+// re-files its own jump from FORWARD to DOCKER-USER whenever any network is
+// made (libnetwork's EnsureJumpRule deletes it, then inserts it again), and
+// a packet forwarded in between skips DOCKER-USER and everything in it
+// (issue 23: a session with allow_hosts reached a denied address while
+// other networks were being made). sandboxd's jump in FORWARD is never
+// touched by the engine; jumpFirst puts it back on top once a session's
+// network exists, above the ACCEPT rules the engine gave that network.
 func (f *firewall) setup(ctx context.Context) error {
 	setupMu.Lock()
 	defer setupMu.Unlock()
@@ -199,31 +219,83 @@ func (f *firewall) setup(ctx context.Context) error {
 				}
 			}
 		}
-		from := "DOCKER-USER"
-		if _, err := f.run(ctx, c, "-S", from); err != nil {
-			from = "FORWARD"
-		}
-		for _, j := range [][2]string{{"INPUT", ChainInput}, {from, ChainForward}} {
-			if _, err := f.run(ctx, c, "-C", j[0], "-j", j[1]); err != nil {
-				if _, err := f.run(ctx, c, "-I", j[0], "1", "-j", j[1]); err != nil {
-					return err
+		for _, j := range [][2]string{{"INPUT", ChainInput}, {"DOCKER-USER", ChainForward}} {
+			if j[0] == "DOCKER-USER" {
+				if _, err := f.run(ctx, c, "-S", j[0]); err != nil {
+					continue // an engine without DOCKER-USER: FORWARD's jump below
 				}
 			}
-			text, err := f.run(ctx, c, "-S", j[0])
-			if err != nil {
+			if err := f.jumpFirst(ctx, c, j[0], j[1], false); err != nil {
 				return err
 			}
-			var at []int // rule numbers of the jump
-			for i, r := range ParseRules(text) {
-				if slices.Equal(r.Args, []string{j[0], "-j", j[1]}) {
-					at = append(at, i+1)
-				}
-			}
-			for i := len(at) - 1; i > 0; i-- { // keep the first, delete from the end
-				if _, err := f.run(ctx, c, "-D", j[0], strconv.Itoa(at[i])); err != nil {
-					return err
-				}
-			}
+		}
+		if err := f.jumpFirst(ctx, c, "FORWARD", ChainForward, true); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// jumpTag marks sandboxd's jump from FORWARD, unique per insert, so that a
+// stale copy is deleted by its exact spec: deleting by number would race
+// the engine inserting rules above it, and by a shared spec would take
+// the first copy, the new one.
+var jumpSeq atomic.Int64
+
+func jumpTag() string {
+	return fmt.Sprintf("sandboxd-jump-%d-%d", os.Getpid(), jumpSeq.Add(1))
+}
+
+// jumpFirst makes a jump to chain `to` the first rule of `from` and the
+// only jump to `to` there. Without top, a jump already somewhere in from
+// is left where it is (INPUT and DOCKER-USER, where only sandboxd and the
+// operator insert). A jump is inserted with a tag of its own (jumpTag), so
+// the copies below the first are deleted by their exact spec; a copy that
+// another process deleted first is gone already (that error is ignored).
+func (f *firewall) jumpFirst(ctx context.Context, c, from, to string, top bool) error {
+	isJump := func(r Rule) bool {
+		n := len(r.Args)
+		return n >= 3 && r.Args[n-2] == "-j" && r.Args[n-1] == to
+	}
+	read := func() ([]Rule, []Rule, error) {
+		text, err := f.run(ctx, c, "-S", from)
+		if err != nil {
+			return nil, nil, err
+		}
+		rules := ParseRules(text)
+		return rules, slices.DeleteFunc(slices.Clone(rules), func(r Rule) bool { return !isJump(r) }), nil
+	}
+	rules, jumps, err := read()
+	if err != nil {
+		return err
+	}
+	twin := slices.ContainsFunc(jumps[min(1, len(jumps)):], func(r Rule) bool { return slices.Equal(r.Args, jumps[0].Args) })
+	if len(jumps) == 0 || (top && !isJump(rules[0])) || twin {
+		if _, err := f.run(ctx, c, "-I", from, "1", "-m", "comment", "--comment", jumpTag(), "-j", to); err != nil {
+			return err
+		}
+		if _, jumps, err = read(); err != nil {
+			return err
+		}
+	}
+	for _, r := range jumps[min(1, len(jumps)):] {
+		if !slices.Equal(r.Args, jumps[0].Args) { // a delete by the first's spec would take the first
+			_, _ = f.run(ctx, c, append([]string{"-D"}, r.Args...)...)
+		}
+	}
+	return nil
+}
+
+// keepOnTop puts sandboxd's jump from FORWARD back on top, above the rules
+// the engine inserted there since (a new network's ACCEPT rules go above
+// it). Called once a session's network exists, before anything of the
+// session runs.
+func (f *firewall) keepOnTop(ctx context.Context) error {
+	setupMu.Lock()
+	defer setupMu.Unlock()
+	for _, c := range f.cmds {
+		if err := f.jumpFirst(ctx, c, "FORWARD", ChainForward, true); err != nil {
+			return fmt.Errorf("keeping sandboxd's jump first in %s FORWARD: %w", c, err)
 		}
 	}
 	return nil

@@ -38,27 +38,33 @@ func TestRules(t *testing.T) {
 	input := []string{
 		"SANDBOXD-INPUT -i sbx-1 -m conntrack --ctstate RELATED,ESTABLISHED " + tag + " -j RETURN",
 		"SANDBOXD-INPUT -i sbx-1 " + tag + " -j REJECT",
+		"SANDBOXD-FORWARD -i sbx-1 -o sbx-1 " + tag + " -j RETURN",
 	}
+	cross := "SANDBOXD-FORWARD -i sbx-1 -o sbx-+ " + tag + " -j REJECT"
 	bridge := netRules{sessionID: "s1", iface: "sbx-1"}
-	assert.Equal(t, append(slices.Clone(input), "SANDBOXD-FORWARD -i sbx-1 -d 169.254.0.0/16 "+tag+" -j REJECT"),
-		joined(bridge.rules("sc", false)), "bridge: the host and link-local (metadata) closed")
-	assert.Equal(t, input, joined(bridge.rules("sc", true)), "IPv6: the host closed")
+	assert.Equal(t, append(slices.Clone(input), cross, "SANDBOXD-FORWARD -i sbx-1 -d 169.254.0.0/16 "+tag+" -j REJECT"),
+		joined(bridge.rules("sc", false)), "bridge: the host, other sessions' bridges and link-local (metadata) closed")
+	assert.Equal(t, append(slices.Clone(input), cross), joined(bridge.rules("sc", true)), "IPv6: the host and other bridges closed")
 
 	internal := netRules{sessionID: "s1", iface: "sbx-1", internal: true}
-	assert.Equal(t, input, joined(internal.rules("sc", false)), "internal: Docker already stops egress")
+	for _, v6 := range []bool{false, true} {
+		assert.Equal(t, append(slices.Clone(input), "SANDBOXD-FORWARD -i sbx-1 "+tag+" -j REJECT"), joined(internal.rules("sc", v6)),
+			"internal: nothing leaves the bridge (Docker says so too, but its chains have gaps)")
+	}
 
 	allow := netRules{sessionID: "s1", iface: "sbx-1", egress: []netip.Prefix{
 		netip.MustParsePrefix("192.0.2.7/32"), netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("2001:db8::/32")}}
-	assert.Equal(t, append(slices.Clone(input),
+	assert.Equal(t, append(slices.Clone(input), cross,
 		"SANDBOXD-FORWARD -i sbx-1 -d 192.0.2.7/32 "+tag+" -j RETURN",
 		"SANDBOXD-FORWARD -i sbx-1 -d 10.0.0.0/8 "+tag+" -j RETURN",
-		"SANDBOXD-FORWARD -i sbx-1 "+tag+" -j REJECT"), joined(allow.rules("sc", false)))
-	assert.Equal(t, append(slices.Clone(input),
+		"SANDBOXD-FORWARD -i sbx-1 "+tag+" -j REJECT"), joined(allow.rules("sc", false)),
+		"an allowed prefix never opens another session's bridge: that reject comes first")
+	assert.Equal(t, append(slices.Clone(input), cross,
 		"SANDBOXD-FORWARD -i sbx-1 -d 2001:db8::/32 "+tag+" -j RETURN",
 		"SANDBOXD-FORWARD -i sbx-1 "+tag+" -j REJECT"), joined(allow.rules("sc", true)))
 
 	none := netRules{sessionID: "s1", iface: "sbx-1", egress: []netip.Prefix{}}
-	assert.Equal(t, "SANDBOXD-FORWARD -i sbx-1 "+tag+" -j REJECT", joined(none.rules("sc", false))[2],
+	assert.Equal(t, "SANDBOXD-FORWARD -i sbx-1 "+tag+" -j REJECT", joined(none.rules("sc", false))[4],
 		"an empty resolved list still restricts")
 }
 
@@ -198,14 +204,37 @@ func (f *fakeTables) run(_ context.Context, cmd string, args ...string) (string,
 
 func TestFirewallLifecycle(t *testing.T) {
 	ctx := context.Background()
-	ft := &fakeTables{chains: map[string][]string{"INPUT": {"-j ACCEPT"}, "DOCKER-USER": {"-j RETURN"}}}
+	ft := &fakeTables{chains: map[string][]string{"INPUT": {"-j ACCEPT"}, "DOCKER-USER": {"-j RETURN"}, "FORWARD": {"-j DOCKER-USER"}}}
 	fw := &firewall{scope: "sc", cmds: []string{"iptables"}, run: ft.run}
 	require.NoError(t, fw.setup(ctx))
 	require.NoError(t, fw.setup(ctx), "idempotent")
 	ft.chains["INPUT"] = append(ft.chains["INPUT"], "-j SANDBOXD-INPUT") // another process raced us
 	require.NoError(t, fw.setup(ctx))
-	assert.Equal(t, []string{"-j SANDBOXD-INPUT", "-j ACCEPT"}, ft.chains["INPUT"], "the jump comes first, once")
-	assert.Equal(t, []string{"-j SANDBOXD-FORWARD", "-j RETURN"}, ft.chains["DOCKER-USER"])
+	jumps := func(chain string) []string {
+		var out []string
+		for _, r := range ft.chains[chain] {
+			_, j, _ := strings.Cut(r, "-j ")
+			out = append(out, j)
+		}
+		return out
+	}
+	assert.Equal(t, []string{"SANDBOXD-INPUT", "ACCEPT"}, jumps("INPUT"), "the jump comes first, once")
+	assert.Equal(t, []string{"SANDBOXD-FORWARD", "RETURN"}, jumps("DOCKER-USER"))
+	assert.Equal(t, []string{"SANDBOXD-FORWARD", "DOCKER-USER"}, jumps("FORWARD"), "FORWARD jumps to sandboxd's chain itself")
+
+	// The engine re-files its jump to DOCKER-USER and inserts a new
+	// network's rules above sandboxd's; once a session's network is made,
+	// sandboxd's jump goes back on top, one copy, by the copy's own spec
+	// (never by number: the engine may insert meanwhile).
+	ft.chains["FORWARD"] = append([]string{"-j DOCKER-USER", "-i br-new ! -o br-new -j ACCEPT"}, ft.chains["FORWARD"][:1]...)
+	require.NoError(t, fw.keepOnTop(ctx))
+	assert.Equal(t, []string{"SANDBOXD-FORWARD", "DOCKER-USER", "ACCEPT"}, jumps("FORWARD"))
+	n := len(ft.calls)
+	require.NoError(t, fw.keepOnTop(ctx))
+	assert.Len(t, ft.calls[n:], 1, "on top already: one read, no change")
+	for _, c := range ft.calls {
+		assert.NotRegexp(t, `-D (INPUT|FORWARD|DOCKER-USER) \d+$`, c, "no delete by number")
+	}
 
 	a := netRules{sessionID: "a", iface: "sbx-a"}
 	b := netRules{sessionID: "b", iface: "sbx-b", egress: []netip.Prefix{netip.MustParsePrefix("192.0.2.7/32")}}
@@ -214,11 +243,11 @@ func TestFirewallLifecycle(t *testing.T) {
 	other := "-i sbx-z -m comment --comment sandboxd:otherscope:z -j REJECT"
 	ft.chains[ChainInput] = append(ft.chains[ChainInput], other)
 	assert.Len(t, ft.chains[ChainInput], 5)
-	assert.Len(t, ft.chains[ChainForward], 3)
+	assert.Len(t, ft.chains[ChainForward], 7)
 
 	require.NoError(t, fw.remove(ctx, "a"))
 	assert.Len(t, ft.chains[ChainInput], 3)
-	assert.Len(t, ft.chains[ChainForward], 2)
+	assert.Len(t, ft.chains[ChainForward], 4)
 	for _, r := range append(ft.chains[ChainInput], ft.chains[ChainForward]...) {
 		assert.NotContains(t, r, "sandboxd:sc:a ")
 	}
@@ -237,7 +266,7 @@ func TestFirewallLifecycle(t *testing.T) {
 	assert.Equal(t, want[2:], ft.chains[ChainForward])
 	assert.Contains(t, ft.chains[ChainInput], other)
 
-	n := len(ft.calls)
+	n = len(ft.calls)
 	require.NoError(t, fw.sync(ctx, []netRules{b}, nil))
 	for _, c := range ft.calls[n:] {
 		assert.NotRegexp(t, ` -[AD] `, c, "nothing changes when the rules are in place")

@@ -341,6 +341,9 @@ func (r *Runtime) ensureSidecarNetwork(ctx context.Context, id string, labels ma
 		if err := r.fw.install(ctx, rules); err != nil {
 			return err
 		}
+		if err := r.fw.keepOnTop(ctx); err != nil {
+			return err
+		}
 	}
 	return nil
 }

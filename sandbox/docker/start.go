@@ -330,6 +330,9 @@ func (r *Runtime) makeBridge(ctx context.Context, key, name, mode string, allowH
 		if err := r.fw.install(ctx, rules); err != nil {
 			return nil, err
 		}
+		if err := r.fw.keepOnTop(ctx); err != nil {
+			return nil, err
+		}
 	}
 	return pins, nil
 }
