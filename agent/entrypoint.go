@@ -65,6 +65,10 @@ type supervisor struct {
 	mu      sync.Mutex
 	stopped bool
 	pgid    int // the running process's group; 0 while none runs
+	// copiers drain the output of every run, until all its writers
+	// closed it: a daemon the entrypoint left keeps logging. Stop ends
+	// them.
+	copiers []*copier
 	stop    chan struct{}
 	done    chan struct{}
 }
@@ -105,7 +109,6 @@ func startEntrypoint(opts entrypointOptions) *supervisor {
 // finishes, has failed MaxRestarts+1 times, or Stop.
 func (s *supervisor) run(first chan struct{}) {
 	defer close(s.done)
-	defer s.out.close()
 	if len(s.opts.Argv) == 0 {
 		s.note("the image names no ENTRYPOINT or CMD: nothing to start")
 		s.log.Warn("entrypoint: image, but the image names no ENTRYPOINT or CMD")
@@ -199,6 +202,9 @@ func (s *supervisor) start() (*exec.Cmd, *copier, error) {
 	s.note("started the entrypoint %s in %s (pid %d)", quoteArgv(s.opts.Argv), cmd.Dir, cmd.Process.Pid)
 	s.log.Info("entrypoint started", "argv", s.opts.Argv, "dir", cmd.Dir, "pid", cmd.Process.Pid)
 	c := &copier{r: r, done: make(chan struct{})}
+	s.mu.Lock()
+	s.copiers = append(s.copiers, c)
+	s.mu.Unlock()
 	go func() {
 		defer close(c.done)
 		_, _ = io.Copy(s.out, r)
@@ -228,16 +234,16 @@ func (s *supervisor) Stop() {
 	defer t.Stop()
 	select {
 	case <-s.done:
-		return
 	case <-t.C:
+		s.mu.Lock()
+		pgid = s.pgid
+		s.mu.Unlock()
+		if pgid > 0 {
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		}
+		<-s.done
 	}
-	s.mu.Lock()
-	pgid = s.pgid
-	s.mu.Unlock()
-	if pgid > 0 {
-		_ = syscall.Kill(-pgid, syscall.SIGKILL)
-	}
-	<-s.done
+	s.closeCopiers()
 }
 
 // note writes a line of sandboxd's own into the log.
@@ -251,18 +257,31 @@ type copier struct {
 	done chan struct{}
 }
 
-// wait lets the copy finish what the process wrote; a process it left
-// behind holding the pipe (a daemon) is not waited for beyond grace: the
-// pipe is closed under it.
+// wait lets the copy finish what the process wrote, for at most grace: a
+// process it left behind holding the pipe (a daemon) is not waited for,
+// and the copy goes on for it (closing the pipe would kill it with
+// SIGPIPE at its next write).
 func (c *copier) wait(grace time.Duration) {
 	t := time.NewTimer(grace)
 	defer t.Stop()
 	select {
 	case <-c.done:
 	case <-t.C:
+	}
+}
+
+// closeCopiers ends the copies still running (their processes are gone or
+// being killed with the session) and then the log.
+func (s *supervisor) closeCopiers() {
+	s.mu.Lock()
+	copiers := s.copiers
+	s.copiers = nil
+	s.mu.Unlock()
+	for _, c := range copiers {
 		_ = c.r.Close()
 		<-c.done
 	}
+	s.out.close()
 }
 
 func exitCode(cmd *exec.Cmd, err error) int {

@@ -111,6 +111,20 @@ func TestEntrypointStopEndsItsGroup(t *testing.T) {
 	s.Stop() // idempotent
 }
 
+// TestEntrypointDaemonKeepsItsLog: an entrypoint that leaves a daemon
+// behind and exits 0 has finished, but the daemon's output still reaches
+// the log (its pipe is not closed under it, which would kill it with
+// SIGPIPE) until the session ends.
+func TestEntrypointDaemonKeepsItsLog(t *testing.T) {
+	s, lw, log := superviseForTest(t, []string{"sh", "-c", "(sleep 0.5; echo late from the daemon) & echo started"},
+		func(o *entrypointOptions) { o.KillGrace = time.Millisecond })
+	lw.wait(t, "entrypoint finished")
+	require.Eventually(t, func() bool { return strings.Contains(readLog(t, log), "late from the daemon\n") },
+		20*time.Second, time.Millisecond)
+	s.Stop()
+	assert.Contains(t, readLog(t, log), "started\n")
+}
+
 // gone: pid has exited (a zombie waiting for its reaper counts).
 func gone(pid int) bool {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
@@ -192,4 +206,5 @@ func TestRunStartsTheEntrypoint(t *testing.T) {
 	s := o.startEntrypoint()
 	require.NotNil(t, s)
 	ended(t, s)
+	s.Stop()
 }
