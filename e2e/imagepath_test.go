@@ -123,6 +123,7 @@ func TestEditablePathOverlay(t *testing.T) {
 			require.NoError(t, err)
 			folders, mounts := overlayFolders(t, rt, s.ID())
 			assert.Len(t, folders, 1, "one overlay folder: /t")
+			assert.NotEmpty(t, mounts, "mounted while the session lives")
 
 			out := sh(t, s, `cd /t; find . ! -user 1000 -o ! -group 1000 | wc -l; find . -perm /6000 | wc -l; ls null 2>&1; `+
 				`stat -c '%i %h' sub/f hl; readlink pw; grep ' /t ' /proc/self/mountinfo | cut -d' ' -f6; grep ' /t ' /proc/self/mountinfo | sed 's/.* - //' | cut -d' ' -f1; `+
