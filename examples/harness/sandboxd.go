@@ -84,12 +84,12 @@ func startFailed(e *client.Error) bool {
 }
 
 // retryAfter is the server's hint when its busy error carries one
-// ({"retry_after": seconds}), else a backoff of 1, 2, 4, 8, then 10 s.
+// (data.retry_after: a create that could not start soon enough; its retry
+// gets the sandbox the server went on starting), else a backoff of 1, 2,
+// 4, 8, then 10 s (the server at --max-sessions).
 func retryAfter(e *client.Error, attempt int) time.Duration {
-	if m, ok := e.Data.(map[string]any); ok {
-		if s, ok := m["retry_after"].(float64); ok && s > 0 && s <= 300 {
-			return time.Duration(s * float64(time.Second))
-		}
+	if d, ok := e.RetryAfter(); ok {
+		return min(d, 5*time.Minute)
 	}
 	return min(time.Second<<min(attempt, 4), 10*time.Second)
 }
