@@ -17,7 +17,7 @@ import (
 // http.server on 127.0.0.1:8000 serving the WORKDIR /srv/www. On the
 // default image (USER 1000), with no network; built once for the suite.
 var serviceImage = sync.OnceValues(func() (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	return buildImage(ctx, "service", "FROM "+defaultImage+"\nUSER root\n"+
 		`RUN mkdir -p /srv/www && echo hello-from-the-entrypoint > /srv/www/index.html && `+

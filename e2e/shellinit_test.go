@@ -31,11 +31,13 @@ const systemPATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 //     SWE-bench does: `source .../conda.sh && conda activate testbed`;
 //     HOME emptied, as SWE-bench images set none.
 //
-// Built once for the suite, FROM the task image, with no network.
+// Built once for the suite, FROM the task image (USER root already), with
+// no network, in two instructions each: the classic builder commits a
+// container per instruction, which took minutes at load 30-150 here.
 var shellInitImages = sync.OnceValues(func() ([2]string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	venv, err := buildImage(ctx, "rcvenv", "FROM "+taskImage+"\nUSER root\n"+
+	venv, err := buildImage(ctx, "rcvenv", "FROM "+taskImage+"\n"+
 		"RUN echo '. /opt/venv/bin/activate' >> /root/.bashrc\n"+
 		"ENV PATH="+systemPATH+"\n")
 	if err != nil {
@@ -50,7 +52,7 @@ var shellInitImages = sync.OnceValues(func() ([2]string, error) {
 `
 	// One Dockerfile line: printf's format carries the newlines.
 	format := strings.NewReplacer(`\`, `\\`, "%", "%%", "\n", `\n`).Replace(condaSh)
-	conda, err := buildImage(ctx, "conda", "FROM "+taskImage+"\nUSER root\n"+
+	conda, err := buildImage(ctx, "conda", "FROM "+taskImage+"\n"+
 		"RUN mkdir -p /opt/conda/etc/profile.d && printf "+shellQuoteE2E(format)+" > /opt/conda/etc/profile.d/conda.sh && "+
 		"python3 -m venv --without-pip /opt/conda/envs/testbed && "+
 		"echo 'source /opt/conda/etc/profile.d/conda.sh && conda activate testbed' > /root/.bashrc\n"+
