@@ -132,14 +132,22 @@ func (m *Manager) dropKept() []*Session {
 }
 
 // retake hands a create the start kept for it (pool id own), waiting for
-// the start if it is still under way: within ctx, whose deadline is a
-// *BusyError again (the start stays kept). ok is false when nothing is
-// kept for own, or what was kept failed: then the create goes on as usual.
-func (m *Manager) retake(ctx context.Context, own string, co CreateOptions) (s *Session, ok bool, err error) {
+// the start if it is still under way and wait is set: within ctx, whose
+// deadline is a *BusyError again (the start stays kept). ok is false when
+// nothing is kept for own (or nothing ready, without wait), or what was
+// kept failed: then the create goes on as usual.
+func (m *Manager) retake(ctx context.Context, own string, co CreateOptions, wait bool) (s *Session, ok bool, err error) {
 	for {
 		k := m.oldestKept(own)
 		if k == nil {
 			return nil, false, nil
+		}
+		if !wait {
+			select {
+			case <-k.s.started:
+			default:
+				return nil, false, nil
+			}
 		}
 		select {
 		case <-k.s.started:

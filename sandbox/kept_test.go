@@ -136,3 +136,31 @@ func ids(ss []*Session) []string {
 	}
 	return out
 }
+
+// A create does not wait for a kept start still under way when its pool
+// has a sandbox ready: it takes that one at once.
+func TestReadyPoolBeforeAKeptStartUnderWay(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt := newFakeRuntime(t)
+		m := newTestManager(t, rt, ManagerOptions{Pools: []PoolOptions{{Size: 1}}})
+		synctest.Wait() // the pool is full
+		rt.mu.Lock()
+		rt.startWait = 5 * time.Second
+		rt.mu.Unlock()
+		_, err := m.Create(context.Background(), SessionOptions{}) // from the pool; its refill takes 5 s
+		require.NoError(t, err)
+		advance(time.Second)
+		createBusy(t, m, 2*time.Second, CreateOptions{}) // cold from 1 s, kept at 3 s, ready at 6 s
+		advance(2*time.Second + time.Millisecond)        // the refill is pooled at 5 s
+		require.Equal(t, 1, m.Pools()[0].Ready)
+		began := time.Now()
+		s, err := m.Create(context.Background(), SessionOptions{})
+		require.NoError(t, err)
+		assert.Equal(t, began, time.Now(), "taken from the pool at once")
+		m.mu.Lock()
+		kept := len(m.kept)
+		m.mu.Unlock()
+		assert.Equal(t, 1, kept, "the kept start stays for a later retry")
+		assert.Equal(t, "pooled", echo(t, s, "pooled"))
+	})
+}

@@ -333,10 +333,13 @@ func (m *Manager) CreateWith(ctx context.Context, o SessionOptions, co CreateOpt
 	}
 	key := r.Key()
 	own := poolID(co.Profile, false, key)
-	if s, ok, err := m.retake(ctx, own, co); ok {
+	p := m.poolFor(own, key)
+	// A kept start still under way is waited for only when no pooled
+	// sandbox is ready (it then expires unused, as any kept start may).
+	if s, ok, err := m.retake(ctx, own, co, p == nil || !p.hasReady()); ok {
 		return s, err
 	}
-	if p := m.poolFor(own, key); p != nil {
+	if p != nil {
 		p.claimed()
 		for s := p.take(); s != nil; s = p.take() {
 			// A quarter-millisecond ping guards against handing out a

@@ -235,6 +235,13 @@ func (p *pool) take() *Session {
 	return got
 }
 
+// hasReady reports whether a sandbox waits in the pool.
+func (p *pool) hasReady() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.ready) > 0
+}
+
 // add puts a started session in the pool; false if the pool is closed or
 // at its max (then the caller closes it).
 func (p *pool) add(s *Session) bool {
