@@ -119,9 +119,14 @@ func (m *Manager) endStart(s *Session, err error) {
 // saying when a slot is likely free, unless the caller cancelled or the
 // session was closed (sctx).
 func (m *Manager) takeSlot(ctx, sctx context.Context, s *Session, urgent bool) error {
-	wctx, cancel := context.WithCancel(ctx)
+	var (
+		wctx   context.Context
+		cancel context.CancelFunc
+	)
 	if urgent {
 		wctx, cancel = context.WithTimeout(ctx, m.opts.MaxStartWait)
+	} else {
+		wctx, cancel = context.WithCancel(ctx)
 	}
 	defer cancel()
 	stop := context.AfterFunc(sctx, cancel)
