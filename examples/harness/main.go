@@ -279,7 +279,7 @@ func printTable(w io.Writer, results []result, c config, distinct int, wall time
 	if c.backend == "docker" {
 		how = "docker run + docker exec"
 	}
-	_, err := fmt.Fprintf(w, "\n%d of %d resolved (%d distinct instances, %d at once, %s) in %.1fs\n",
-		resolved, len(results), distinct, c.parallel, how, wall.Seconds())
+	_, err := fmt.Fprintf(w, "\n%d of %d resolved (%d distinct, at most %d at once, %s) in %.1fs\n",
+		resolved, len(results), distinct, min(c.parallel, len(results)), how, wall.Seconds())
 	return err
 }
