@@ -95,6 +95,9 @@ func TestBurstOfEditableCreatesUnderLoad(t *testing.T) {
 	for i, r := range results {
 		if strings.Contains(r.err, "retrying in") {
 			retried++
+			if !strings.Contains(r.err, "sandboxd is busy") || !strings.Contains(r.err, "retry after") {
+				t.Errorf("run %d retried on something other than the typed busy answer: %s", i, r.err)
+			}
 		}
 		if strings.Contains(r.err, "deadline") {
 			t.Errorf("run %d failed at a deadline: %s", i, r.err)
