@@ -110,6 +110,9 @@ func watchDaemon(ctx context.Context, t *testing.T, rig *sidecarRig) *daemonWatc
 	w.baseRSS, w.baseGo, w.baseLog = rig.rssMiB(t), rig.goroutines(t), float64(len(rig.serve.logs()))
 	w.peakRSS, w.peakGo, w.lastLog = w.baseRSS, w.baseGo, w.baseLog
 	t.Logf("daemon before: RSS %.1f MiB, %v goroutines, %v log bytes", w.baseRSS, w.baseGo, w.baseLog)
+	// A test that fails before it calls end still stops the sampling: a
+	// sample that fails after the test returned panics the whole binary.
+	t.Cleanup(w.end)
 	go func() {
 		defer close(w.done)
 		tick := time.NewTicker(100 * time.Millisecond)
