@@ -143,6 +143,10 @@ func TestEditablePathOverlay(t *testing.T) {
 			assert.Equal(t, "one\ntwo", strings.Join(lines[8:10], "\n"), "a write through one link shows through the other")
 			assert.Equal(t, lines[10], lines[11], "still one file after the write: %s", out)
 			assert.Contains(t, out, "written")
+			if quota > 0 {
+				out := sh(t, s, `dd if=/dev/zero of=/t/big bs=1M count=128 2>&1; rm -f /t/big; echo done`)
+				assert.Contains(t, out, "No space left on device", "the upper layer is on the quota filesystem")
+			}
 
 			// The image is as it was.
 			orig, err := exec.CommandContext(ctxT(t), "docker", "run", "--rm", "--network", "none", "--user", "0", img,
