@@ -203,3 +203,47 @@ func TestOpenTargetLinks(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, os.FileMode(0o755), fi.Mode().Perm())
 }
+
+// TestOverlayProbe: the route is decided once; what rules it out says so
+// (the daemon logs it and copies), and the kernel probe leaves nothing.
+func TestOverlayProbe(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts Options
+		dir  string
+		want string
+	}{
+		{"turned off", Options{NoOverlaySeed: true}, t.TempDir(), "NoOverlaySeed"},
+		{"no disk directory", Options{}, "", "no disk directory"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := &Runtime{opts: tc.opts}
+			s := &overlaySupport{userns: map[[2]int]*os.File{}}
+			require.ErrorContains(t, r.checkOverlay(context.Background(), tc.dir, s), tc.want)
+		})
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("the kernel probe needs root")
+	}
+	dir := t.TempDir()
+	s := &overlaySupport{userns: map[[2]int]*os.File{}}
+	t.Cleanup(func() {
+		for _, f := range s.userns {
+			f.Close()
+		}
+	})
+	if err := tryOverlay(dir, s); err != nil {
+		t.Skipf("this kernel cannot: %v", err)
+	}
+	// A probe's leftovers (a daemon killed in the middle) go at the next.
+	left := filepath.Join(dir, ".probe-left")
+	require.NoError(t, os.MkdirAll(filepath.Join(left, "layer"), 0o700))
+	require.NoError(t, s.mountOverlayAt(left, []string{filepath.Join(left, "layer")}, 1000, 1000))
+	require.NoError(t, tryOverlay(dir, s))
+	ents, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	assert.Empty(t, ents, "nothing left of the probes")
+	mounts, err := mountsUnder(dir)
+	require.NoError(t, err)
+	assert.Empty(t, mounts)
+}
