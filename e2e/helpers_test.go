@@ -90,6 +90,7 @@ func newManager(t *testing.T, rt sandbox.Runtime, opts sandbox.ManagerOptions) *
 		defer cancel()
 		assert.NoError(t, m.Shutdown(ctx, false))
 	})
+	dumpOnFailure(t) // runs before the shutdown above
 	return m
 }
 
