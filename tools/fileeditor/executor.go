@@ -150,6 +150,9 @@ func (e *Executor) Call(ctx context.Context, a Action) (*tools.Observation, erro
 	switch {
 	case errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ENOTDIR):
 		out.PrevExist = false
+		if a.Command == "undo_edit" && e.hist.has(resolved) { // deleted by a batch (apply_patch)
+			return e.undo(out, p, resolved), nil
+		}
 		return invalidPath(out, p, fmt.Sprintf("The path %s does not exist. Please provide a valid path.", p)), nil
 	case err != nil:
 		return fail(out, "Ran into %v while trying to read %s", unwrapPathError(err), p), nil
