@@ -97,7 +97,7 @@ func TestEntrypointStopEndsItsGroup(t *testing.T) {
 			}
 		}
 		return false
-	}, 20*time.Second, time.Millisecond)
+	}, time.Minute, time.Millisecond)
 	s.mu.Lock()
 	main := s.pgid
 	s.mu.Unlock()
@@ -105,7 +105,7 @@ func TestEntrypointStopEndsItsGroup(t *testing.T) {
 	s.Stop()
 	ended(t, s)
 	for _, pid := range []int{main, child} {
-		assert.Eventually(t, func() bool { return gone(pid) }, 20*time.Second, time.Millisecond, "pid %d", pid)
+		assert.Eventually(t, func() bool { return gone(pid) }, time.Minute, time.Millisecond, "pid %d", pid)
 	}
 	assert.Contains(t, readLog(t, log), "ended with the session")
 	s.Stop() // idempotent

@@ -146,7 +146,7 @@ func TestDirectPathFallback(t *testing.T) {
 	require.Eventually(t, func() bool {
 		obs, err := tryCall(ctxT(t), s, "file_editor", map[string]any{"command": "view", "path": "/tmp/started"})
 		return err == nil && !obs.IsError
-	}, 30*time.Second, 100*time.Millisecond, "the long call runs")
+	}, 2*time.Minute, 100*time.Millisecond, "the long call runs")
 
 	fds := directConns(t, s.ID())
 	require.Len(t, fds, 1)
@@ -156,7 +156,7 @@ func TestDirectPathFallback(t *testing.T) {
 	case err := <-done:
 		require.Error(t, err)
 		require.ErrorIs(t, err, proto.ErrDisconnected, "the call in flight fails as on a broken stream")
-	case <-time.After(30 * time.Second):
+	case <-time.After(2 * time.Minute):
 		t.Fatal("the call in flight did not end with its connection")
 	}
 	assert.False(t, s.Direct(), "calls go over the attach stream now")
@@ -225,7 +225,7 @@ func TestDirectPathTokenCheck(t *testing.T) {
 	for name := range hostile {
 		require.Eventually(t, func() bool {
 			return strings.Contains(sh(t, s, "cat /tmp/"+name+".log"), "ended")
-		}, 40*time.Second, 250*time.Millisecond, "the %s connection is dropped", name)
+		}, 2*time.Minute, 250*time.Millisecond, "the %s connection is dropped", name)
 	}
 	select {
 	case r := <-got:

@@ -155,7 +155,7 @@ func TestQuotaWorkspaceENOSPC(t *testing.T) {
 	// Deleting gives the blocks back to the host (discard punches holes).
 	full := allocated(t, ws)
 	sh(t, s, "rm /workspace/big; sync")
-	require.Eventually(t, func() bool { return allocated(t, ws) < full/2 }, 10*time.Second, 100*time.Millisecond,
+	require.Eventually(t, func() bool { return allocated(t, ws) < full/2 }, 2*time.Minute, 100*time.Millisecond,
 		"backing file still %d KiB after rm (was %d KiB)", allocated(t, ws)>>10, full>>10)
 
 	// Inodes: one per 32 KiB of quota, 2048 here.

@@ -172,7 +172,7 @@ func TestMCPStatelessIdleExpiry(t *testing.T) {
 	require.Eventually(t, func() bool {
 		res, text := callText(t, cs, "terminal", map[string]any{"command": "echo x", "sandbox": h})
 		return res.IsError && strings.HasPrefix(text, "unknown sandbox") && strings.Contains(text, "7 minutes")
-	}, 10*time.Second, 10*time.Millisecond, "the ended sandbox's handle is unknown")
+	}, time.Minute, 10*time.Millisecond, "the ended sandbox's handle is unknown")
 }
 
 // Streamed output reaches a stateless client as progress notifications

@@ -294,7 +294,7 @@ func TestSoftTimeoutCountsFromLastOutput(t *testing.T) {
 			s.mu.Lock()
 			defer s.mu.Unlock()
 			return printed(line)(s)
-		}, 20*time.Second, time.Millisecond, "%s printed", line)
+		}, time.Minute, time.Millisecond, "%s printed", line)
 		if callEnded {
 			r := <-ended
 			t.Fatalf("the call ended while the command printed a line every %v (before %q): %v %v", soft/4, line, r.err, r.obs.Text())
@@ -690,7 +690,7 @@ func TestStreaming(t *testing.T) {
 		select {
 		case <-sawOne:
 			g.open(t)
-		case <-time.After(20 * time.Second):
+		case <-time.After(time.Minute):
 			t.Error("no output streamed while the command runs")
 		}
 	}()
@@ -761,7 +761,7 @@ func TestConcurrentCalls(t *testing.T) {
 		}
 		done <- obs.Structured.(Output)
 	}()
-	require.Eventually(t, func() bool { return e.holder.Load() != nil }, 20*time.Second, time.Millisecond, "the first call holds the terminal")
+	require.Eventually(t, func() bool { return e.holder.Load() != nil }, time.Minute, time.Millisecond, "the first call holds the terminal")
 	text, out, obs := do(t, e, cmd("touch "+marker))
 	assert.True(t, obs.IsError)
 	assert.Equal(t, -1, out.ExitCode)
@@ -818,7 +818,7 @@ func TestCloseKillsEverything(t *testing.T) {
 			_, out, _ = do(t, e, withTimeout("trap '' TERM HUP; sleep 60 & wait", 0.05))
 			require.Equal(t, -1, out.ExitCode)
 			shellPID := e.sess.pid
-			require.Eventually(t, func() bool { return ignores(shellPID, unix.SIGHUP) }, 20*time.Second, time.Millisecond, "the trap is set")
+			require.Eventually(t, func() bool { return ignores(shellPID, unix.SIGHUP) }, time.Minute, time.Millisecond, "the trap is set")
 			require.NoError(t, e.Close())
 			assert.False(t, processAlive(bg))
 			assert.False(t, processAlive(shellPID))

@@ -61,7 +61,7 @@ func TestPollWhileAnotherCallInFlightIsBounded(t *testing.T) {
 		assert.NoError(t, err)
 		first <- obs
 	}()
-	require.Eventually(t, func() bool { return e.holder.Load() != nil }, 20*time.Second, time.Millisecond, "the first call holds the terminal")
+	require.Eventually(t, func() bool { return e.holder.Load() != nil }, time.Minute, time.Millisecond, "the first call holds the terminal")
 	text, _, obs := do(t, e, Action{Command: "", Timeout: ptr(0.1)})
 	assert.True(t, obs.IsError)
 	assert.Contains(t, text, "Another terminal call is still in flight")
@@ -102,7 +102,7 @@ func TestCommandRightAfterCancelRuns(t *testing.T) {
 			obs, _ := e.Call(ctx, withTimeout("sleep 30", 60))
 			first <- obs
 		}()
-		require.Eventually(t, func() bool { return e.holder.Load() != nil }, 5*time.Second, time.Millisecond)
+		require.Eventually(t, func() bool { return e.holder.Load() != nil }, time.Minute, time.Millisecond)
 		waitFor(t, e, "sleep runs", runs("sleep"))
 		cancel()
 		text, out, obs := do(t, e, cmd("echo after"))
@@ -119,7 +119,7 @@ func TestCommandRightAfterCancelRuns(t *testing.T) {
 		obs, _ := e.Call(ctx, withTimeout("sleep 30", 60))
 		first <- obs
 	}()
-	require.Eventually(t, func() bool { return e.holder.Load() != nil }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return e.holder.Load() != nil }, time.Minute, time.Millisecond)
 	waitFor(t, e, "sleep runs", runs("sleep"))
 	time.AfterFunc(100*time.Millisecond, cancel)
 	text, out, obs := do(t, e, cmd("echo late-cancel"))
@@ -133,7 +133,7 @@ func TestCommandRightAfterCancelRuns(t *testing.T) {
 		defer close(live)
 		_, _ = e.Call(context.Background(), withTimeout(g.wait(), 60))
 	}()
-	require.Eventually(t, func() bool { return e.holder.Load() != nil }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return e.holder.Load() != nil }, time.Minute, time.Millisecond)
 	text, _, obs = do(t, e, cmd("echo refused"))
 	assert.True(t, obs.IsError, text)
 	assert.Contains(t, text, "is NOT executed")
@@ -162,7 +162,7 @@ func TestResetAndCloseEndDetachedProcesses(t *testing.T) {
 	}
 	pid := detached()
 	do(t, e, Action{Command: "", Reset: true})
-	assert.Eventually(t, func() bool { return !processAlive(pid) }, 5*time.Second, 10*time.Millisecond, "reset left a setsid process")
+	assert.Eventually(t, func() bool { return !processAlive(pid) }, time.Minute, 10*time.Millisecond, "reset left a setsid process")
 	pid = detached()
 	require.NoError(t, e.Close())
 	assert.False(t, processAlive(pid), "Close left a setsid process")

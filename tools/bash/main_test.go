@@ -90,7 +90,7 @@ func eventually(t testing.TB, e *Executor, what string, cond func(s *session) bo
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		return cond(s)
-	}, 20*time.Second, time.Millisecond, what)
+	}, time.Minute, time.Millisecond, what)
 }
 
 // waitFor is eventually on the test's goroutine: the test stops if the
@@ -159,7 +159,7 @@ func (g gate) open(t testing.TB) {
 		if err != nil { // (t.Errorf: open may run on another goroutine)
 			t.Errorf("gate %s: %v", g, err)
 		}
-	case <-time.After(20 * time.Second):
+	case <-time.After(time.Minute):
 		t.Errorf("no command came to gate %s", g)
 		// Be the reader, so the open above returns.
 		if r, err := os.OpenFile(string(g), os.O_RDONLY|unix.O_NONBLOCK, 0); err == nil {

@@ -31,7 +31,7 @@ func exitedChild(t *testing.T, pid int) {
 		}
 		i := strings.LastIndexByte(string(stat), ')')
 		return i > 0 && strings.HasPrefix(string(stat[i:]), ") Z")
-	}, 20*time.Second, time.Millisecond, "process %d did not end", pid)
+	}, time.Minute, time.Millisecond, "process %d did not end", pid)
 }
 
 // takesSIGTERM waits until process pid no longer ignores SIGTERM: a child
@@ -44,7 +44,7 @@ func takesSIGTERM(t *testing.T, pid int) {
 		var ign uint64
 		ign, err = ignoredSignals(pid)
 		return err != nil || ign&sigBit(unix.SIGTERM) == 0
-	}, 20*time.Second, time.Millisecond, "process %d still ignores SIGTERM", pid)
+	}, time.Minute, time.Millisecond, "process %d still ignores SIGTERM", pid)
 	require.NoError(t, err)
 }
 
