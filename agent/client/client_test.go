@@ -74,8 +74,10 @@ func TestStreamPastTheWindowFailsTheCall(t *testing.T) {
 	assert.LessOrEqual(t, got, StreamWindow)
 }
 
+// ctxT bounds a test's calls: a guard on a hang, not a timing assert (a
+// loaded machine is slow, issue 23).
 func ctxT(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
 	return ctx
 }
