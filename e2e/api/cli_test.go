@@ -146,7 +146,7 @@ type serveProc struct {
 func startServe(t *testing.T, state string, extra ...string) *serveProc {
 	t.Helper()
 	args := append([]string{"serve", "--listen", "127.0.0.1:0", "--state-dir", state,
-		"--image", testImage, "--mcp-image", testImage, "--label", labelRun + "=" + runID, "--log-level", "warn",
+		"--image", testImage, "--mcp-image", testImage, "--label", labelRun + "=" + runID, "--label", labelTest + "=" + testScope(t), "--log-level", "warn",
 		"--disk-dir", diskDir}, extra...)
 	cmd := exec.Command(binary, args...)
 	stderr, err := cmd.StderrPipe()

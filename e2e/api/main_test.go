@@ -16,6 +16,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -36,6 +37,23 @@ import (
 // labelRun scopes everything a run makes; the runtimes of this suite only
 // see (adopt, reap) resources with it, so they never touch other runs.
 const labelRun = "sandboxd.e2e-api.run"
+
+// labelTest scopes one test's daemons (beside labelRun): a daemon adopts
+// every live session of its scope when it starts, so daemons of tests
+// running in parallel under one scope adopted each other's sandboxes and
+// closed them when their own test ended (issue 23: TestMCPTransferTools'
+// sandbox shut down, exit 0, in the middle of an upload under load). Two
+// daemons of one test (a restart) share its scope, as a restart would.
+const labelTest = "sandboxd.e2e-api.test"
+
+var unsafeLabel = regexp.MustCompile(`[^A-Za-z0-9_.-]`)
+
+// testScope is the value of labelTest for t's daemons: its top-level
+// test's name.
+func testScope(t *testing.T) string {
+	name, _, _ := strings.Cut(t.Name(), "/")
+	return unsafeLabel.ReplaceAllString(name, "_")
+}
 
 var (
 	binary    string // static sandboxd binary (agent and CLI)
@@ -186,7 +204,7 @@ func newDaemon(t *testing.T, adjust func(*daemon.Config)) *daemon.Daemon {
 	c := daemon.Defaults()
 	c.StateDir, c.AgentBinary, c.Logger, c.Token = t.TempDir(), binary, slog.Default(), auth.NewToken()
 	c.Image, c.MCPImage = testImage, testImage
-	c.Labels = daemon.KeyValues{labelRun: runID}
+	c.Labels = daemon.KeyValues{labelRun: runID, labelTest: testScope(t)}
 	c.DiskBackend = daemon.DiskNone
 	if adjust != nil {
 		adjust(&c)

@@ -26,10 +26,6 @@ import (
 	"github.com/sandboxd/sandboxd/tools"
 )
 
-// labelTest scopes one harness server's resources (beside labelRun), so a
-// test can tell that nothing of its own is left while the suite runs on.
-const labelTest = "sandboxd.e2e-api.test"
-
 // harnessSessions is how many sessions a harness run starts at once.
 const harnessSessions = 16
 

@@ -289,7 +289,7 @@ func TestProfilesServeRefusesBadConfig(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			cmd := exec.CommandContext(ctx, binary, "serve", "--listen", "127.0.0.1:0", "--state-dir", t.TempDir(),
-				"--image", testImage, "--label", labelRun+"="+runID, "--disk-dir", diskDir, "--config", path)
+				"--image", testImage, "--label", labelRun+"="+runID, "--label", labelTest+"="+testScope(t), "--disk-dir", diskDir, "--config", path)
 			var stderr bytes.Buffer
 			cmd.Stderr = &stderr
 			err := cmd.Run()

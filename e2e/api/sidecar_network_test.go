@@ -133,7 +133,7 @@ exec /usr/local/bin/everything -http 0.0.0.0:8080`, port)
 			}
 		}
 	}
-	rt, err := docker.New(ctx, docker.Options{AgentBinary: binary, Labels: map[string]string{labelRun: runID}, Logger: slog.Default()})
+	rt, err := docker.New(ctx, docker.Options{AgentBinary: binary, Labels: map[string]string{labelRun: runID, labelTest: testScope(t)}, Logger: slog.Default()})
 	if err != nil {
 		t.Fatal(err)
 	}
