@@ -29,8 +29,8 @@ COMMIT := $(shell git rev-parse --short=12 HEAD 2>/dev/null)$(shell git diff --q
 build: ## static binary (CGO off): both roles, serve and agent
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-X main.commit=$(COMMIT)' -o $(BIN) ./cmd/sandboxd
 
-deps: ## host packages the tests and benchmarks use (ripgrep for the grep baseline, busybox for the terminal's sh fallback, tmux for the e2e tests of `sandboxd shell`)
-	@command -v rg >/dev/null && command -v busybox >/dev/null && command -v tmux >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ripgrep busybox-static tmux >/dev/null; }
+deps: ## host packages the tests and benchmarks use (ripgrep for the grep baseline, busybox for the terminal's sh fallback, tmux for the e2e tests of `sandboxd shell`, skopeo to read `sandboxd agent-image`'s output as OCI)
+	@command -v rg >/dev/null && command -v busybox >/dev/null && command -v tmux >/dev/null && command -v skopeo >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ripgrep busybox-static tmux skopeo >/dev/null; }
 
 # runsc is opt-in, not part of deps or test: it edits the engine's
 # daemon.json and reloads the engine (SIGHUP), which a shared CI engine's
