@@ -77,7 +77,8 @@ func eventsSince(ctx context.Context, since time.Time, f filters.KeyValuePair) [
 		select {
 		case m := <-msgs:
 			out = append(out, m)
-		case <-errs: // io.EOF once Until has passed
+		case err := <-errs:
+			_ = err // io.EOF once Until has passed; an error ends the list as well
 			return out
 		case <-ctx.Done():
 			return out

@@ -201,6 +201,16 @@ func newDaemon(t *testing.T, adjust func(*daemon.Config)) *daemon.Daemon {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	d, err := daemon.New(ctx, daemonConfig(t, adjust))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// daemonConfig is the config newDaemon starts a daemon with.
+func daemonConfig(t *testing.T, adjust func(*daemon.Config)) daemon.Config {
+	t.Helper()
 	c := daemon.Defaults()
 	c.StateDir, c.AgentBinary, c.Logger, c.Token = t.TempDir(), binary, slog.Default(), auth.NewToken()
 	c.Image, c.MCPImage = testImage, testImage
@@ -209,11 +219,7 @@ func newDaemon(t *testing.T, adjust func(*daemon.Config)) *daemon.Daemon {
 	if adjust != nil {
 		adjust(&c)
 	}
-	d, err := daemon.New(ctx, c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return d
+	return c
 }
 
 // waitUntil polls cond until it holds, failing the test after limit (a bound

@@ -41,6 +41,7 @@ type Daemon struct {
 
 	cfg          Config
 	closeRuntime func()
+	scope        *scopeLock // held while it runs (scopelock.go)
 }
 
 // runtime is a built runtime and what the assembly asks of it beside
@@ -113,6 +114,16 @@ func New(ctx context.Context, c Config) (d *Daemon, err error) {
 	}
 	if c.DiskDir == "" {
 		c.DiskDir = filepath.Join(stateDir, "disks")
+	}
+	if c.Backend == "" || c.Backend == BackendDocker {
+		if d.scope, err = lockScope(c, fmt.Sprintf("sandboxd pid %d (state dir %s, listening on %s)", os.Getpid(), stateDir, c.Listen)); err != nil {
+			return nil, err
+		}
+		defer func() {
+			if err != nil {
+				d.scope.release()
+			}
+		}()
 	}
 	rt, err := newRuntime(ctx, c, stateDir, log)
 	if err != nil {
@@ -205,5 +216,6 @@ func (d *Daemon) Run(ctx context.Context, ready func(addr net.Addr)) error {
 func (d *Daemon) Shutdown(ctx context.Context) error {
 	err := d.Server.Shutdown(ctx)
 	d.closeRuntime()
+	d.scope.release()
 	return err
 }
