@@ -8,6 +8,7 @@ import (
 	"github.com/sandboxd/sandboxd/tools"
 	"github.com/sandboxd/sandboxd/tools/bash"
 	"github.com/sandboxd/sandboxd/tools/builtin"
+	"github.com/sandboxd/sandboxd/tools/shell"
 )
 
 // AgentCommand is the argv of a session's main process: the agent serving
@@ -62,12 +63,15 @@ func AgentToolSpecs(o SessionOptions) ([]tools.Spec, error) {
 	if o.ShellInit == ShellInitImage {
 		terminal["shell_init"] = bash.ShellInitImage
 	}
-	if len(o.Tools) == 0 && len(terminal) == 0 && len(o.Skills) == 0 {
+	if len(o.Tools) == 0 && o.ToolSet == "" && len(terminal) == 0 && len(o.Skills) == 0 {
 		return nil, nil
 	}
 	specs := slices.Clone(o.Tools)
 	if len(specs) == 0 {
-		specs = builtin.DefaultSpecs()
+		var err error
+		if specs, err = builtin.SetSpecs(o.ToolSet); err != nil {
+			return nil, err
+		}
 	}
 	if len(o.Skills) > 0 && !slices.ContainsFunc(specs, func(s tools.Spec) bool { return s.Name == SkillsFactory }) {
 		specs = append(specs, skillsSpec(o))
@@ -76,7 +80,7 @@ func AgentToolSpecs(o SessionOptions) ([]tools.Spec, error) {
 		return specs, nil
 	}
 	for i, s := range specs {
-		if s.Name != bash.Name {
+		if s.Name != bash.Name && s.Name != shell.Name { // shell's params are the terminal's
 			continue
 		}
 		params := map[string]json.RawMessage{}

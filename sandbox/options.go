@@ -9,6 +9,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/tools"
 	"github.com/sandboxd/sandboxd/tools/bash"
+	"github.com/sandboxd/sandboxd/tools/builtin"
 )
 
 // Paths inside every sandbox. They are part of the contract between the host
@@ -97,6 +98,13 @@ const (
 	// set after them, and a file that does not finish within the terminal's
 	// start timeout fails the start with an error naming shell_init.
 	ShellInitImage = "image"
+)
+
+// Values of SessionOptions.ToolSet (decision 0046): builtin's sets.
+const (
+	ToolSetOpenHands = builtin.SetOpenHands
+	ToolSetOpenAI    = builtin.SetOpenAI
+	ToolSetBoth      = builtin.SetBoth
 )
 
 // Values of SessionOptions.Entrypoint (decision 0042).
@@ -247,6 +255,13 @@ type SessionOptions struct {
 	// terminal starts in the session's working directory (Cwd) unless its
 	// params set "dir".
 	Tools []tools.Spec `json:"tools,omitempty"`
+	// ToolSet picks the built-in tools by contract when Tools is empty:
+	// ToolSetOpenHands (default: terminal, file_editor, grep, glob),
+	// ToolSetOpenAI (OpenAI's shell and apply_patch, grep, glob) or
+	// ToolSetBoth (all six, the terminal and shell on one shell, the
+	// file_editor and apply_patch on one undo history). Skills and sidecar
+	// tools come with any. Exclusive with Tools. Decision 0046.
+	ToolSet string `json:"tool_set,omitempty"`
 	// WritableRootfs leaves the container's root filesystem writable (its
 	// copy-on-write layer) instead of read-only, for harness images that
 	// write outside /workspace, HOME and /tmp at run time. It grants no
@@ -342,8 +357,8 @@ func (o SessionOptions) withDefaults(d SessionOptions) SessionOptions {
 	if o.Limits.Disk == 0 && o.Limits.DiskQuota == 0 {
 		o.Limits.Disk, o.Limits.DiskQuota = d.Limits.Disk, d.Limits.DiskQuota
 	}
-	if len(o.Tools) == 0 {
-		o.Tools = d.Tools
+	if len(o.Tools) == 0 && o.ToolSet == "" { // one choice: the specs or a set
+		o.Tools, o.ToolSet = d.Tools, d.ToolSet
 	}
 	if o.Skills == nil {
 		o.Skills = d.Skills
@@ -415,6 +430,9 @@ func (o SessionOptions) Resolve(defaults SessionOptions) (SessionOptions, error)
 	}
 	if r.Entrypoint == EntrypointNone {
 		r.Entrypoint = ""
+	}
+	if r.ToolSet == ToolSetOpenHands {
+		r.ToolSet = ""
 	}
 	if len(r.MCPServers) > 0 {
 		servers := make([]MCPServer, len(r.MCPServers))

@@ -109,6 +109,14 @@ func (o SessionOptions) Validate() error {
 	default:
 		p.add("shell_init", "%q is not %q or %q", o.ShellInit, ShellInitNone, ShellInitImage)
 	}
+	switch o.ToolSet {
+	case "", ToolSetOpenHands, ToolSetOpenAI, ToolSetBoth:
+		if o.ToolSet != "" && len(o.Tools) > 0 {
+			p.add("tool_set", "cannot be combined with tools: give the tool specs or a set")
+		}
+	default:
+		p.add("tool_set", "%q is not %q, %q or %q", o.ToolSet, ToolSetOpenHands, ToolSetOpenAI, ToolSetBoth)
+	}
 	switch o.Entrypoint {
 	case "", EntrypointNone, EntrypointImage:
 	default:

@@ -257,6 +257,10 @@ type CreateParams struct {
 	// CMD runs as a supervised background process of the session, started
 	// before the first call, its output in /run/sandboxd/state/entrypoint.log.
 	Entrypoint string `json:"entrypoint,omitempty"`
+	// ToolSet is "openhands" (default: terminal, file_editor, grep, glob),
+	// "openai" (OpenAI's shell and apply_patch, grep, glob) or "both";
+	// skills and sidecar tools come with any (docs/openai-tools.md).
+	ToolSet string `json:"tool_set,omitempty"`
 	// IdempotencyKey makes a retried create return the first create's
 	// session instead of starting a second sandbox. Keys are scoped to the
 	// caller's token and remembered for ten minutes. A retry returns the

@@ -42,6 +42,7 @@ func sessionFields(o *sandbox.SessionOptions) map[string]decoder {
 		"terminal":        section(terminalFields(&o.Terminal)),
 		"shell_init":      str(&o.ShellInit),
 		"entrypoint":      str(&o.Entrypoint),
+		"tool_set":        str(&o.ToolSet),
 	}
 }
 

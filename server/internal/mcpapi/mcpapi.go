@@ -144,14 +144,18 @@ type endpoint struct {
 	transferLimits transfer.Limits
 }
 
-// BuiltinTools are the built-in tools that a profile's options select
-// (all four unless its Tools names some).
+// BuiltinTools are the built-in tools that a profile's options select:
+// its tool set's (the four of openhands by default), or those its Tools
+// names.
 func BuiltinTools(_ string, o sandbox.SessionOptions) []tools.Definition {
-	defs := builtin.Definitions(sandbox.WorkspaceDir)
 	if len(o.Tools) > 0 {
-		defs = slices.DeleteFunc(defs, func(d tools.Definition) bool {
+		return slices.DeleteFunc(builtin.AllDefinitions(sandbox.WorkspaceDir), func(d tools.Definition) bool {
 			return !slices.ContainsFunc(o.Tools, func(s tools.Spec) bool { return s.Name == d.Name })
 		})
+	}
+	defs, err := builtin.SetDefinitions(o.ToolSet, sandbox.WorkspaceDir)
+	if err != nil { // validated with the profile; never here
+		return builtin.Definitions(sandbox.WorkspaceDir)
 	}
 	return defs
 }

@@ -105,7 +105,7 @@ func createOptions(p wsproto.CreateParams) (sandbox.SessionOptions, error) {
 	o := sandbox.SessionOptions{
 		Image: p.Image, Env: p.Env, Cwd: p.Cwd, User: p.User, EditablePaths: p.EditablePaths, Network: p.Network,
 		AllowHosts: p.AllowHosts, Runtime: p.Runtime, IdleTimeout: time.Duration(p.IdleTimeout), Labels: p.Labels,
-		Skills: p.Skills, SkillsInstall: p.SkillsInstall, ShellInit: p.ShellInit, Entrypoint: p.Entrypoint,
+		Skills: p.Skills, SkillsInstall: p.SkillsInstall, ShellInit: p.ShellInit, Entrypoint: p.Entrypoint, ToolSet: p.ToolSet,
 	}
 	for i, m := range p.MCPServers {
 		srv := sandbox.MCPServer{
