@@ -116,3 +116,44 @@ func TestAgentCommandImageEnvironment(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, plain, got)
 }
+
+// tool_set: the agent gets the set's specs, the terminal's params (cwd,
+// soft timeout) go to the shell too; openhands is the default spelled out
+// and resolves to "" (the same pool key as before the option was); a
+// wrong value or one beside tools is refused naming tool_set.
+func TestAgentToolSpecsToolSet(t *testing.T) {
+	r := resolvedForAgent(t, SessionOptions{ToolSet: ToolSetOpenAI, Cwd: "/workspace/proj"})
+	specs, err := AgentToolSpecs(r)
+	require.NoError(t, err)
+	var names []string
+	for _, s := range specs {
+		names = append(names, s.Name)
+	}
+	assert.Equal(t, []string{"shell", "apply_patch", "grep", "glob"}, names)
+	assert.JSONEq(t, `{"dir":"/workspace/proj"}`, string(specs[0].Params))
+
+	r = resolvedForAgent(t, SessionOptions{ToolSet: ToolSetBoth, Terminal: TerminalOptions{NoChangeTimeout: 30 * time.Second}})
+	specs, err = AgentToolSpecs(r)
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"terminal":true,"soft_timeout_seconds":30}`, string(specs[0].Params))
+	assert.JSONEq(t, `{"file_editor":true}`, string(specs[1].Params))
+
+	r = resolvedForAgent(t, SessionOptions{ToolSet: ToolSetOpenHands})
+	assert.Empty(t, r.ToolSet)
+	specs, err = AgentToolSpecs(r)
+	require.NoError(t, err)
+	assert.Nil(t, specs, "the default set needs no --tools")
+
+	// A request's set replaces a profile's tools, and the other way round.
+	o := SessionOptions{ToolSet: ToolSetOpenAI}.Over(SessionOptions{Tools: []tools.Spec{{Name: "terminal"}}})
+	assert.Equal(t, ToolSetOpenAI, o.ToolSet)
+	assert.Empty(t, o.Tools)
+
+	for _, bad := range []SessionOptions{
+		{ToolSet: "codex"},
+		{ToolSet: ToolSetOpenAI, Tools: []tools.Spec{{Name: "terminal"}}},
+	} {
+		_, err := bad.Resolve(SessionOptions{Image: "img"})
+		require.ErrorContains(t, err, "tool_set")
+	}
+}
