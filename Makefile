@@ -17,6 +17,8 @@ export GORACE ?= atexit_sleep_ms=0
 
 # Image targets (image, test-image, images) live in mk/images.mk.
 -include mk/images.mk
+# The real API server tier (kube-apiserver, etcd, test-kubeapi) lives in mk/kube.mk.
+-include mk/kube.mk
 
 .PHONY: help build test test-under-load unit e2e lint golangci-lint bench bench-scale run deps clean fuzz runsc
 
@@ -38,8 +40,11 @@ deps: ## host packages the tests and benchmarks use (ripgrep for the grep baseli
 runsc: ## install Debian's runsc (gVisor) and register it with the local engine as the runtime "runsc" (idempotent; SIGHUP, no restart)
 	@$(CURDIR)/mk/runsc.sh
 
-test: deps images task-image ## everything, images included: unit tests and real-Docker e2e (test, default and task image), with -race
-	SANDBOXD_E2E_REQUIRE_IMAGES=1 SANDBOXD_TEST_BUSYBOX=$$(command -v busybox) $(GO) test -race -count=1 -timeout 30m $(PKGS)
+# make test runs the real API server tier too (e2e/kubeapi): the first run on a
+# machine builds kube-apiserver (make kube-apiserver, cached after; .ci/run
+# starts that build in the background before lint).
+test: deps images task-image kube-deps kube-apiserver ## everything, images and kube-apiserver included: unit tests, real-Docker e2e (test, default and task image), the real API server tier, with -race
+	SANDBOXD_E2E_REQUIRE_IMAGES=1 SANDBOXD_TEST_BUSYBOX=$$(command -v busybox) $(KUBEAPI_ENV) $(GO) test -race -count=1 -timeout 30m $(PKGS)
 
 # Not part of .ci/run: it shows whether the suites hold on a busy machine.
 test-under-load: deps images task-image ## `make test` with a CPU hog beside it (stress-ng, 2 CPU workers per core): wall time, load average at start and end
