@@ -40,6 +40,9 @@ var (
 	// error is a *BusyError saying when to retry; a start already under
 	// way is kept for that retry (decision 0041).
 	ErrBusy = errors.New("sandboxd is busy")
+	// ErrClaimed: a pooled sandbox was claimed by another daemon first
+	// (Runtime.Claim lost a race for it).
+	ErrClaimed = errors.New("sandbox already claimed")
 )
 
 // BusyError is an ErrBusy with the time after which a retry is likely to

@@ -125,10 +125,14 @@ type Resource struct {
 
 // Status is the state of a session's sandbox.
 type Status struct {
-	Running    bool
-	ExitCode   int
-	OOMKilled  bool
-	Error      string // the engine's error, e.g. why it could not start
+	Running   bool
+	ExitCode  int
+	OOMKilled bool
+	Error     string // the engine's error, e.g. why it could not start
+	// Reason is why the engine ended the sandbox, when it says (on
+	// Kubernetes: evicted past its disk limit, past its deadline): it
+	// replaces the guess Describe makes from the exit code.
+	Reason     string
 	StartedAt  time.Time
 	FinishedAt time.Time
 }
@@ -142,6 +146,8 @@ func (s Status) Describe() string {
 	// The engine's OOMKilled stays set once any process of the container
 	// was OOM-killed, so it explains only a SIGKILL exit.
 	switch {
+	case s.Reason != "":
+		msg += " (" + s.Reason + ")"
 	case s.OOMKilled && s.ExitCode == 137:
 		msg += " (killed: out of memory; raise limits.memory)"
 	case s.ExitCode == 137:

@@ -202,6 +202,11 @@ func (m *Manager) installEager(ctx context.Context, s *Session) {
 // startSandbox starts the sandbox (its caller holds a start slot) and
 // pings its agent. On failure it removes whatever was made.
 func (m *Manager) startSandbox(ctx context.Context, s *Session, poolKey string) error {
+	if oc, ok := m.rt.(OptionsChecker); ok {
+		if err := oc.CheckOptions(s.opts); err != nil {
+			return fmt.Errorf("session %s: %w: %w", s.id, ErrStart, err)
+		}
+	}
 	cmd, err := AgentCommand(s.opts)
 	if err != nil {
 		return fmt.Errorf("session %s: %w: %w", s.id, ErrStart, err)

@@ -25,6 +25,8 @@ var sandboxSentinels = []struct {
 	{sandbox.ErrManagerClosed, Unavailable},
 	{sandbox.ErrBusy, Busy},                   // a create that could not start soon enough: retry after N s
 	{sandbox.ErrImageNotFound, InvalidParams}, // before ErrStart, which wraps it
+	{sandbox.ErrUnsupported, InvalidParams},   // the runtime cannot do what was asked (*sandbox.UnsupportedError); before ErrStart
+	{sandbox.ErrClaimed, Conflict},
 	{sandbox.ErrStart, Internal},
 
 	{proto.ErrDisconnected, Unavailable},

@@ -16,16 +16,18 @@ import (
 
 func TestSandboxErrorsAreClassified(t *testing.T) {
 	for err, want := range map[error]Kind{
-		fmt.Errorf("x: %w", sandbox.ErrNotFound):                                    NotFound,
-		&sandbox.OptionsError{Problems: []string{"image: is empty"}}:                InvalidParams,
-		fmt.Errorf("session s: %w", sandbox.ErrNotReady):                            Unavailable,
-		fmt.Errorf("session s: %w: container died", sandbox.ErrFailed):              Unavailable,
-		fmt.Errorf("calling terminal: %w", proto.ErrBusy):                           Busy,
-		fmt.Errorf("upload: %w", proto.ErrOutsideWorkspace):                         InvalidParams,
-		fmt.Errorf("session s: %w: no such image", sandbox.ErrStart):                Internal,
-		fmt.Errorf("session s: %w: %w", sandbox.ErrStart, sandbox.ErrImageNotFound): InvalidParams,
-		fmt.Errorf("session s: %w", sandbox.ErrManagerClosed):                       Unavailable,
-		fmt.Errorf("session s: %w: %w", sandbox.ErrClosed, context.Canceled):        Cancelled, // the generic rows come first
+		fmt.Errorf("x: %w", sandbox.ErrNotFound):                                                                                    NotFound,
+		&sandbox.OptionsError{Problems: []string{"image: is empty"}}:                                                                InvalidParams,
+		fmt.Errorf("session s: %w", sandbox.ErrNotReady):                                                                            Unavailable,
+		fmt.Errorf("session s: %w: container died", sandbox.ErrFailed):                                                              Unavailable,
+		fmt.Errorf("calling terminal: %w", proto.ErrBusy):                                                                           Busy,
+		fmt.Errorf("upload: %w", proto.ErrOutsideWorkspace):                                                                         InvalidParams,
+		fmt.Errorf("session s: %w: no such image", sandbox.ErrStart):                                                                Internal,
+		fmt.Errorf("session s: %w: %w", sandbox.ErrStart, sandbox.ErrImageNotFound):                                                 InvalidParams,
+		fmt.Errorf("session s: %w", sandbox.ErrManagerClosed):                                                                       Unavailable,
+		fmt.Errorf("session s: %w: %w", sandbox.ErrStart, &sandbox.UnsupportedError{Runtime: "kubernetes", Feature: "mcp_servers"}): InvalidParams,
+		fmt.Errorf("session s: claiming: %w", sandbox.ErrClaimed):                                                                   Conflict,
+		fmt.Errorf("session s: %w: %w", sandbox.ErrClosed, context.Canceled):                                                        Cancelled, // the generic rows come first
 	} {
 		mapped := FromSandbox(err)
 		if got := KindOf(mapped); got != want {
