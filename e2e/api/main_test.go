@@ -178,7 +178,15 @@ func startServer(t *testing.T) *apiServer {
 // e.g. a short MCPSessionTimeout.
 func startServerWith(t *testing.T, set func(*server.Options)) *apiServer {
 	t.Helper()
-	d := newDaemon(t, func(c *daemon.Config) { c.ServerHook = set })
+	return startServerIn(t, testScope(t), set)
+}
+
+// startServerIn is startServerWith in a scope of its own (labelTest=scope),
+// for a test that runs a second server beside its first: two servers of one
+// scope refuse each other (the scope lock).
+func startServerIn(t *testing.T, scope string, set func(*server.Options)) *apiServer {
+	t.Helper()
+	d := newDaemon(t, func(c *daemon.Config) { c.ServerHook = set; c.Labels[labelTest] = scope })
 	hs := httptest.NewServer(d.Handler())
 	s := &apiServer{Server: d.Server, http: hs, token: d.Token, base: hs.URL, ws: "ws" + strings.TrimPrefix(hs.URL, "http") + "/v1/ws", manager: d.Manager}
 	t.Cleanup(func() {

@@ -433,7 +433,7 @@ func TestMCPStatelessBadHandles(t *testing.T) {
 	// handle is probed, touched after each probe: long enough that only a
 	// hang lets it expire between two calls.
 	const idle = 10 * time.Second
-	se := startServerWith(t, func(o *server.Options) { o.MCPSessionTimeout = idle })
+	se := startServerIn(t, testScope(t)+"-expiry", func(o *server.Options) { o.MCPSessionTimeout = idle })
 	eclients := statelessClients(ctx, t, se)
 	opened := time.Now()
 	expired := openSandbox(ctx, t, eclients["mark3labs"], idle)

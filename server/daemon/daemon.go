@@ -116,12 +116,14 @@ func New(ctx context.Context, c Config) (d *Daemon, err error) {
 		c.DiskDir = filepath.Join(stateDir, "disks")
 	}
 	if c.Backend == "" || c.Backend == BackendDocker {
-		if d.scope, err = lockScope(c, fmt.Sprintf("sandboxd pid %d (state dir %s, listening on %s)", os.Getpid(), stateDir, c.Listen)); err != nil {
+		var lock *scopeLock
+		if lock, err = lockScope(c, fmt.Sprintf("sandboxd pid %d (state dir %s, listening on %s)", os.Getpid(), stateDir, c.Listen)); err != nil {
 			return nil, err
 		}
+		d.scope = lock
 		defer func() {
-			if err != nil {
-				d.scope.release()
+			if err != nil { // d is nil by now: the lock is released through its own name
+				lock.release()
 			}
 		}()
 	}

@@ -1,6 +1,8 @@
 package daemon
 
 import (
+	"context"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"testing"
@@ -50,4 +52,21 @@ func TestScopeLockFolderMustBePrivate(t *testing.T) {
 	_, err := lockScope(Config{Backend: BackendDocker}, "x")
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "only it can write")
+}
+
+// A New that fails after taking the lock (here: no engine) gives it back,
+// so the next try is not refused as a second daemon (New's result is nil
+// by then: the lock is released through its own name).
+func TestNewReleasesTheScopeLockWhenItFails(t *testing.T) {
+	t.Setenv("XDG_RUNTIME_DIR", t.TempDir())
+	t.Setenv("DOCKER_HOST", "unix://"+filepath.Join(t.TempDir(), "no-engine.sock"))
+	c := Defaults()
+	c.StateDir, c.Token = t.TempDir(), "test-token-0123456789abcdef0123456789"
+	c.Logger = slog.New(slog.DiscardHandler)
+	for i := range 2 {
+		d, err := New(context.Background(), c)
+		require.Error(t, err, "try %d", i)
+		assert.Nil(t, d)
+		assert.NotErrorIs(t, err, ErrScopeInUse, "try %d: %v", i, err)
+	}
 }
