@@ -62,8 +62,11 @@ type Config struct {
 	SkillsDirs                        Paths
 	SecretsFile                       string
 
-	// Backend names the sessions' runtime: BackendDocker ("" too).
+	// Backend names the sessions' runtime: BackendDocker ("" too) or
+	// BackendKubernetes (--backend).
 	Backend string
+	// Kube configures BackendKubernetes.
+	Kube Kube
 	// Token is the operator token; empty: SANDBOXD_TOKEN, else the token
 	// file of StateDir (made on first start).
 	Token string
@@ -102,6 +105,7 @@ func Defaults() Config {
 		LogLevel:        "info",
 		LogFormat:       "text",
 		Backend:         BackendDocker,
+		Kube:            kubeDefaults(),
 	}
 }
 
@@ -164,15 +168,19 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"added to the config's skills_dirs")
 	fs.StringVar(&c.SecretsFile, "secrets-file", c.SecretsFile, "NAME=VALUE lines (mode 600) of the secrets profiles give MCP sidecars (mcp_servers[].secrets); "+
 		"a name not in it is read from SANDBOXD_SECRET_<NAME> in this environment")
+	c.registerKubeFlags(fs)
 }
 
 // Validate checks what can be checked without the engine or the files it
 // names, and says which flag is at fault (a *UsageError).
 func (c *Config) Validate() error {
 	switch c.Backend {
-	case "", BackendDocker:
+	case "", BackendDocker, BackendKubernetes:
 	default:
-		return usageErrorf("runtime backend %q: want %q", c.Backend, BackendDocker)
+		return usageErrorf("--backend %q: want %s or %s", c.Backend, BackendDocker, BackendKubernetes)
+	}
+	if err := c.validateKube(); err != nil {
+		return err
 	}
 	if c.DiskMB < 0 {
 		return usageErrorf("--disk-mb %d: want 0 (no limit) or a size in MiB", c.DiskMB)

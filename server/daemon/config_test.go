@@ -71,12 +71,12 @@ func TestCheckProfiles(t *testing.T) {
 		}
 		return nil
 	}
-	err := checkProfiles(context.Background(), f, sandbox.SessionOptions{Image: "img"}, noRunsc)
+	err := checkProfiles(context.Background(), f, sandbox.SessionOptions{Image: "img"}, noRunsc, nil)
 	require.Error(t, err)
 	assert.Equal(t, "config.yaml:5:14: profiles.b.limits.memory: 1 MiB is below the minimum of 64 MiB", err.Error(), "options first")
 
 	f = parse(t, "profiles:\n  a:\n    runtime: runsc\n  c:\n    runtime: kata\n")
-	err = checkProfiles(context.Background(), f, sandbox.SessionOptions{Image: "img"}, noRunsc)
+	err = checkProfiles(context.Background(), f, sandbox.SessionOptions{Image: "img"}, noRunsc, nil)
 	require.EqualError(t, err, "config.yaml:3:5: profiles.a.runtime: the engine has no runtime runsc (it has: runc)")
-	require.NoError(t, checkProfiles(context.Background(), parse(t, ""), sandbox.SessionOptions{Image: "img"}, noRunsc))
+	require.NoError(t, checkProfiles(context.Background(), parse(t, ""), sandbox.SessionOptions{Image: "img"}, noRunsc, nil))
 }

@@ -49,6 +49,7 @@ type Daemon struct {
 type runtime struct {
 	rt           sandbox.Runtime
 	checkRuntime func(context.Context, string) error // an OCI runtime the engine must have
+	checkOptions func(sandbox.SessionOptions) error  // what the runtime cannot do (nil: it does all)
 	diskQuota    error                               // why quota-bound volumes cannot be made (nil: they can)
 	close        func()
 }
@@ -68,8 +69,10 @@ func newRuntime(ctx context.Context, c Config, stateDir string, log *slog.Logger
 			return nil, err
 		}
 		return &runtime{rt: rt, checkRuntime: rt.CheckRuntime, diskQuota: rt.DiskQuota(), close: func() { _ = rt.Close() }}, nil
+	case BackendKubernetes:
+		return newKubeRuntime(ctx, c, log)
 	}
-	return nil, usageErrorf("runtime backend %q: want %q", c.Backend, BackendDocker)
+	return nil, usageErrorf("--backend %q: want %s or %s", c.Backend, BackendDocker, BackendKubernetes)
 }
 
 // New assembles a daemon from c: it validates c, reads the config file,
@@ -147,7 +150,7 @@ func New(ctx context.Context, c Config) (d *Daemon, err error) {
 		return nil, err
 	}
 	defaults := sandbox.SessionOptions{Image: c.Image, Limits: limits, Runtime: c.Runtime}
-	if err := checkProfiles(ctx, file, defaults, rt.checkRuntime); err != nil {
+	if err := checkProfiles(ctx, file, defaults, rt.checkRuntime, rt.checkOptions); err != nil {
 		return nil, err
 	}
 	skillSrc, err := loadSkills(ctx, stateDir, roots, log)

@@ -43,6 +43,14 @@ func (c *Config) checkDisk() error {
 func (c *Config) diskLimits(loopErr error, log *slog.Logger) (sandbox.Limits, error) {
 	q := int64(c.DiskQuota)
 	tmpfs := sandbox.Limits{Disk: int64(c.DiskMB) << 20}
+	if c.Backend == BackendKubernetes {
+		if c.DiskMB != 0 {
+			log.Info("disk limit: memory-backed emptyDir volumes charged to memory", "disk_mb", c.DiskMB)
+			return tmpfs, nil
+		}
+		log.Info("disk limit: each Pod's ephemeral storage; past it the kubelet evicts the Pod", "kube_disk_limit", c.Kube.DiskLimit.String())
+		return sandbox.Limits{}, nil
+	}
 	switch {
 	case c.DiskBackend == DiskTmpfs, c.DiskBackend == DiskAuto && c.DiskMB != 0:
 		log.Info("disk limit: tmpfs volumes charged to memory", "disk_mb", c.DiskMB)

@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 
 	"github.com/sandboxd/sandboxd/sandbox"
@@ -14,7 +15,8 @@ import (
 // defaults, as a create would, and checks the OCI runtimes they name with
 // the engine: a profile whose sessions could never start refuses the
 // server's start, at the line of the option at fault.
-func checkProfiles(ctx context.Context, file *config.File, defaults sandbox.SessionOptions, checkRuntime func(context.Context, string) error) error {
+func checkProfiles(ctx context.Context, file *config.File, defaults sandbox.SessionOptions, checkRuntime func(context.Context, string) error,
+	checkOptions func(sandbox.SessionOptions) error) error {
 	if err := file.Check(defaults); err != nil {
 		return err
 	}
@@ -23,6 +25,22 @@ func checkProfiles(ctx context.Context, file *config.File, defaults sandbox.Sess
 		if rt := file.Profiles[name].Options.Runtime; rt != "" && rt != defaults.Runtime {
 			if err := checkRuntime(ctx, rt); err != nil {
 				errs = append(errs, file.Errorf(name, "runtime", "%v", err))
+			}
+		}
+		// What the runtime cannot do (an *sandbox.UnsupportedError on
+		// Kubernetes) refuses the start, not every session of the profile.
+		if checkOptions != nil {
+			if o, err := file.Profiles[name].Options.Resolve(defaults); err == nil {
+				if err := checkOptions(o); err != nil {
+					errs = append(errs, fmt.Errorf("profile %s: %w", name, err))
+				}
+			}
+		}
+	}
+	if _, ok := file.Profiles[config.DefaultProfile]; !ok && checkOptions != nil {
+		if o, err := (sandbox.SessionOptions{}).Resolve(defaults); err == nil {
+			if err := checkOptions(o); err != nil {
+				errs = append(errs, fmt.Errorf("the default session (the flags' defaults): %w", err))
 			}
 		}
 	}
