@@ -10,10 +10,10 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/events"
 	"github.com/docker/docker/api/types/filters"
@@ -195,7 +195,10 @@ func (n *Node) Stop(ctx context.Context) error {
 			Filters: filters.NewArgs(filters.Arg("label", LabelNode+"="+n.cfg.Name))})
 		errs = append(errs, err)
 		for _, c := range ctrs {
-			errs = append(errs, n.cfg.Docker.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true}))
+			err := n.cfg.Docker.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true})
+			if !cerrdefs.IsNotFound(err) && !cerrdefs.IsConflict(err) { // gone, or going
+				errs = append(errs, err)
+			}
 		}
 		errs = append(errs, os.RemoveAll(n.stateDir))
 		if n.cfg.RegisterNode {
@@ -471,7 +474,7 @@ func (n *Node) gone(ctx context.Context, uid types.UID) {
 	}
 	if ps.id != "" {
 		err := n.cfg.Docker.ContainerRemove(context.WithoutCancel(ctx), ps.id, container.RemoveOptions{Force: true})
-		if err != nil && !strings.Contains(err.Error(), "No such container") {
+		if err != nil && !cerrdefs.IsNotFound(err) && !cerrdefs.IsConflict(err) {
 			n.log.Warn("kubetest: removing container", "pod", ps.name, "err", err)
 		}
 	}
