@@ -6,8 +6,8 @@ import (
 )
 
 // BackendKubernetes runs every session as a Pod on a Kubernetes cluster
-// (sandbox/kubernetes, docs/kubernetes.md). A binary built with -tags
-// nokubernetes lacks it (and client-go: decision 0043 has the figures).
+// (sandbox/kubernetes, docs/kubernetes.md). Only a binary built with
+// -tags kubernetes has it (client-go doubles the binary: decision 0043).
 const BackendKubernetes = "kubernetes"
 
 // Values of --kube-agent-volume (sandbox/kubernetes.AgentVolume*).
@@ -34,7 +34,7 @@ type Kube struct {
 	MaxLifetime           time.Duration // --kube-max-lifetime
 
 	// Clients are the seams of tests (a fake clientset, a test API
-	// server); empty in a build without the backend (-tags nokubernetes).
+	// server); empty in a build without the backend (no -tags kubernetes).
 	Clients KubeClients
 }
 
@@ -88,7 +88,7 @@ func (c *Config) validateKube() error {
 	}
 	switch {
 	case !kubeBuilt:
-		return usageErrorf("--backend kubernetes: this sandboxd was built without it (-tags nokubernetes)")
+		return usageErrorf("--backend kubernetes: this sandboxd was built without it (build with -tags kubernetes: make build-kubernetes)")
 	case k.AgentImage == "":
 		return usageErrorf("--backend kubernetes needs --agent-image: the OCI reference of the agent image the nodes pull (docs/kubernetes.md)")
 	case k.AgentVolume != "" && k.AgentVolume != kubeAgentVolumeImage && k.AgentVolume != kubeAgentVolumeInit:

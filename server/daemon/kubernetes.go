@@ -1,4 +1,4 @@
-//go:build !nokubernetes
+//go:build kubernetes
 
 package daemon
 

@@ -1,4 +1,4 @@
-//go:build nokubernetes
+//go:build !kubernetes
 
 package daemon
 
@@ -7,14 +7,15 @@ import (
 	"log/slog"
 )
 
-// kubeBuilt: this build lacks the Kubernetes backend (-tags nokubernetes),
-// and with it client-go: a smaller binary, and a smaller agent in every
-// sandbox (decision 0043).
+// kubeBuilt: this build lacks the Kubernetes backend (it takes -tags
+// kubernetes): without client-go the binary, which every sandbox runs as
+// its agent, is half the size and each of its processes 2.3 MB smaller
+// (decision 0043).
 const kubeBuilt = false
 
 // KubeClients is empty in a build without the Kubernetes backend.
 type KubeClients struct{}
 
 func newKubeRuntime(context.Context, Config, *slog.Logger) (*runtime, error) {
-	return nil, usageErrorf("--backend kubernetes: this sandboxd was built without it (-tags nokubernetes)")
+	return nil, usageErrorf("--backend kubernetes: this sandboxd was built without it (build with -tags kubernetes: make build-kubernetes)")
 }

@@ -1,11 +1,10 @@
-//go:build !nokubernetes
+//go:build kubernetes
 
 package daemon
 
 import (
 	"context"
 	"errors"
-	"flag"
 	"io"
 	"strings"
 	"testing"
@@ -18,36 +17,6 @@ import (
 
 	"github.com/sandboxd/sandboxd/sandbox"
 )
-
-// The Kubernetes backend's flags are checked against the backend chosen:
-// one that means nothing to it is an error naming the flag.
-func TestKubeFlagsValidated(t *testing.T) {
-	for args, want := range map[string]string{
-		"--backend nomad":                `--backend "nomad": want docker or kubernetes`,
-		"--kubeconfig /k":                "--kubeconfig applies to --backend kubernetes only",
-		"--kube-network-policy-enforced": "--kube-network-policy-enforced applies to --backend kubernetes only",
-		"--backend kubernetes":           "--backend kubernetes needs --agent-image",
-		"--backend kubernetes --agent-image a --kube-agent-volume copy":      `--kube-agent-volume "copy": want image or init`,
-		"--backend kubernetes --agent-image a --insecure-bridge-host-access": "--insecure-bridge-host-access applies to --backend docker only",
-		"--backend kubernetes --agent-image a --agent-binary /b":             "--agent-binary applies to --backend docker only",
-		"--backend kubernetes --agent-image a --disk-backend loop":           "--disk-backend loop applies to --backend docker only",
-		"--backend kubernetes --agent-image a --kube-max-lifetime -1s":       "--kube-max-lifetime -1s",
-	} {
-		c := Defaults()
-		c.Logger = quiet()
-		fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-		fs.SetOutput(io.Discard)
-		c.RegisterFlags(fs)
-		require.NoError(t, fs.Parse(strings.Fields(args)), args)
-		err := c.Validate()
-		require.Error(t, err, args)
-		assert.Contains(t, err.Error(), want, args)
-	}
-	c := Defaults()
-	c.Logger = quiet()
-	c.Backend, c.Kube.AgentImage = BackendKubernetes, "registry.example/agent:1"
-	require.NoError(t, c.Validate())
-}
 
 // A daemon on the Kubernetes backend (a fake cluster): without the
 // operator's NetworkPolicy declaration its default sessions are refused at
