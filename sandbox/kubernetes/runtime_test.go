@@ -6,6 +6,7 @@ import (
 	"io"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -59,16 +60,21 @@ func TestStartRunsTheAgentOverExec(t *testing.T) {
 }
 
 // TestStartPodNeverRuns: a Pod no node runs ends the start at ctx's
-// deadline, naming its state, and nothing of the session is left.
+// deadline, naming its state, and nothing of the session is left. (In a
+// synctest bubble: the 30 s deadline passes on the fake clock.)
 func TestStartPodNeverRuns(t *testing.T) {
-	cs := newClientset()
-	r := newTestRuntime(t, cs, &fakeAgent{}, nil)
-	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
-	defer cancel()
-	_, err := r.Start(ctx, testSpec(t, testSession, sandbox.SessionOptions{}, ""))
-	require.ErrorIs(t, err, context.DeadlineExceeded)
-	assert.Contains(t, err.Error(), "did not run")
-	assertNothingLeft(t, r)
+	synctest.Test(t, func(t *testing.T) {
+		cs := newClientset()
+		r := newTestRuntime(t, cs, &fakeAgent{}, nil)
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		defer cancel()
+		began := time.Now()
+		_, err := r.Start(ctx, testSpec(t, testSession, sandbox.SessionOptions{}, ""))
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.Contains(t, err.Error(), "did not run (not scheduled)")
+		assert.Equal(t, 30*time.Second, time.Since(began))
+		assertNothingLeft(t, r)
+	})
 }
 
 // TestStartImagePullFails: a container whose image cannot be pulled ends
