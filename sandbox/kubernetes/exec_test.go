@@ -84,7 +84,7 @@ type execEnv struct {
 	exec ExecFunc
 }
 
-func newExecEnv(t *testing.T, refuseWebSocket bool) *execEnv {
+func newExecEnv(t *testing.T, mode serverMode) *execEnv {
 	t.Helper()
 	ctr := newFakeContainer()
 	srv, err := kubetest.NewExecServer(ctr, func(ns, pod string) (string, error) {
@@ -95,29 +95,41 @@ func newExecEnv(t *testing.T, refuseWebSocket bool) *execEnv {
 	})
 	require.NoError(t, err)
 	t.Cleanup(srv.Close)
-	srv.SetRefuseWebSocket(refuseWebSocket)
+	srv.SetRefuseWebSocket(mode == refuse)
+	srv.SetProxyWebSocket(mode == proxyWS)
 	ex, err := NewExec(srv.RESTConfig())
 	require.NoError(t, err)
 	return &execEnv{srv: srv, ctr: ctr, exec: ex}
 }
 
-// protocols runs a test over the v5 WebSocket and, with the server
-// refusing the upgrade, over the SPDY fallback; check asserts the counts
-// prove which one carried n calls.
+// A server mode of the exec tests: how the API-server endpoint treats a
+// WebSocket request.
+type serverMode int
+
+const (
+	translate serverMode = iota // v5 translated to SPDY for the kubelet, as kube-apiserver ≥ 1.30
+	refuse                      // the upgrade refused (400)
+	proxyWS                     // proxied untranslated: the kubelet's v1-v4 WebSocket server refuses v5
+)
+
+// protocols runs a test over the v5 WebSocket and over the SPDY fallback,
+// with the upgrade refused by the endpoint or by the kubelet's legacy
+// WebSocket server; check asserts the counts prove which one carried n
+// calls.
 func protocols(t *testing.T, f func(t *testing.T, env *execEnv, check func(n int64))) {
-	for _, refuse := range []bool{false, true} {
-		name := "websocket"
-		if refuse {
-			name = "spdy-fallback"
-		}
-		t.Run(name, func(t *testing.T) {
-			env := newExecEnv(t, refuse)
+	for _, m := range []struct {
+		name string
+		mode serverMode
+	}{{"websocket", translate}, {"spdy-fallback", refuse}, {"spdy-fallback-kubelet-refuses", proxyWS}} {
+		t.Run(m.name, func(t *testing.T) {
+			env := newExecEnv(t, m.mode)
 			f(t, env, func(n int64) {
 				t.Helper()
-				want := kubetest.ExecCounts{WebSocket: n, Kubelet: n}
-				if refuse {
-					want = kubetest.ExecCounts{Refused: n, SPDY: n, Kubelet: n}
-				}
+				want := map[serverMode]kubetest.ExecCounts{
+					translate: {WebSocket: n, Kubelet: n},
+					refuse:    {Refused: n, SPDY: n, Kubelet: n},
+					proxyWS:   {Proxied: n, SPDY: n, Kubelet: 2 * n}, // the kubelet saw the refused WebSocket too
+				}[m.mode]
 				assert.Equal(t, want, env.srv.Counts())
 			})
 		})
@@ -141,7 +153,8 @@ func TestExecRoundTrip(t *testing.T) {
 		rwc, err := env.exec(t.Context(), "ns-1", "sbx-abc", "agent", cmd)
 		require.NoError(t, err)
 		defer rwc.Close()
-		wantProtocol(t, rwc, env.srv.Counts().Refused > 0)
+		c := env.srv.Counts()
+		wantProtocol(t, rwc, c.Refused+c.Proxied > 0)
 
 		// 1 MiB each way, in both directions at once.
 		payload := make([]byte, 1<<20)
@@ -286,7 +299,7 @@ func TestExecValidates(t *testing.T) {
 // error type, which apimachinery's IsUpgradeFailure does not match (so a
 // fallback decided with it never fires).
 func TestUpgradeFailurePackages(t *testing.T) {
-	env := newExecEnv(t, true)
+	env := newExecEnv(t, refuse)
 	cfg := env.srv.RESTConfig()
 	u := cfg.Host + "/api/v1/namespaces/ns/pods/pod/exec?container=agent&command=cat&stdin=true&stdout=true"
 	ws, err := remotecommand.NewWebSocketExecutor(cfg, http.MethodGet, u)

@@ -33,6 +33,7 @@ type ExecCounts struct {
 	WebSocket int64 // v5 WebSocket requests, translated to SPDY for the kubelet endpoint
 	SPDY      int64 // SPDY requests, proxied to the kubelet endpoint
 	Refused   int64 // WebSocket requests refused (SetRefuseWebSocket)
+	Proxied   int64 // WebSocket requests proxied untranslated to the kubelet endpoint (SetProxyWebSocket)
 	Kubelet   int64 // requests the kubelet endpoint served (from either path, or a real API server)
 }
 
@@ -56,6 +57,8 @@ type ExecServer struct {
 	api     *httptest.Server
 
 	refuseWS  atomic.Bool
+	proxyWS   atomic.Bool
+	proxied   atomic.Int64
 	ws        atomic.Int64
 	spdy      atomic.Int64
 	refused   atomic.Int64
@@ -95,9 +98,17 @@ func (s *ExecServer) Close() {
 // might), so a client must fall back to SPDY.
 func (s *ExecServer) SetRefuseWebSocket(refuse bool) { s.refuseWS.Store(refuse) }
 
+// SetProxyWebSocket makes the API-server endpoint proxy WebSocket
+// requests to the kubelet endpoint untranslated, as an API server without
+// the stream translator does (before 1.30, or with the
+// TranslateStreamCloseWebsocketRequests gate off): the kubelet's legacy
+// WebSocket server (cri-streaming, v1 to v4) refuses a v5 request, so a
+// client must fall back to SPDY. SetRefuseWebSocket takes precedence.
+func (s *ExecServer) SetProxyWebSocket(proxy bool) { s.proxyWS.Store(proxy) }
+
 // Counts reports the exec requests seen so far.
 func (s *ExecServer) Counts() ExecCounts {
-	return ExecCounts{WebSocket: s.ws.Load(), SPDY: s.spdy.Load(), Refused: s.refused.Load(), Kubelet: s.kubeletN.Load()}
+	return ExecCounts{WebSocket: s.ws.Load(), SPDY: s.spdy.Load(), Refused: s.refused.Load(), Proxied: s.proxied.Load(), Kubelet: s.kubeletN.Load()}
 }
 
 // RESTConfig is a client config for the API-server endpoint (its TLS CA
@@ -207,6 +218,9 @@ func (s *ExecServer) serveAPI(w http.ResponseWriter, req *http.Request) {
 	case wsstream.IsWebSocketRequest(req) && s.refuseWS.Load():
 		s.refused.Add(1)
 		http.Error(w, "this test server refuses WebSocket upgrades", http.StatusBadRequest)
+	case wsstream.IsWebSocketRequest(req) && s.proxyWS.Load():
+		s.proxied.Add(1)
+		proxy.NewUpgradeAwareHandler(loc, tr, false, true, responder{}).ServeHTTP(w, req)
 	case wsstream.IsWebSocketRequestWithStreamCloseProtocol(req):
 		s.ws.Add(1)
 		translator.NewStreamTranslatorHandler(loc, tr, 0, opts).ServeHTTP(w, req)
