@@ -387,6 +387,10 @@ func TestStatusDescribe(t *testing.T) {
 	// later is not "out of memory".
 	assert.Equal(t, "its container exited with code 0", Status{ExitCode: 0, OOMKilled: true}.Describe())
 	assert.Contains(t, Status{ExitCode: 137}.Describe(), "or by a process in the sandbox")
+	// A runtime that knows why the engine ended it says so in place of
+	// the guess from the exit code.
+	assert.Equal(t, "its container exited with code 137 (evicted: disk limit): usage exceeds 10Gi",
+		Status{ExitCode: 137, Reason: "evicted: disk limit", Error: "usage exceeds 10Gi"}.Describe())
 }
 
 func TestManagerOptionsValidation(t *testing.T) {
