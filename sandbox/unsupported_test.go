@@ -45,6 +45,6 @@ func TestOptionsCheckerRefusesBeforeStart(t *testing.T) {
 func TestUnsupportedErrorText(t *testing.T) {
 	err := error(&UnsupportedError{Runtime: "kubernetes", Feature: "mcp_servers"})
 	assert.Equal(t, "mcp_servers is not supported on the kubernetes runtime", err.Error())
-	assert.ErrorIs(t, err, ErrUnsupported)
+	require.ErrorIs(t, err, ErrUnsupported)
 	assert.NotErrorIs(t, err, ErrInvalidOptions)
 }
