@@ -35,8 +35,12 @@ const (
 // egress by its network: none, nothing; bridge, the internet (everything
 // but the private ranges) and the cluster's DNS; bridge with allow_hosts,
 // those prefixes only (no DNS: their names are pinned in /etc/hosts).
-func (r *Runtime) buildPolicy(spec sandbox.Spec, labels map[string]string, egress []netip.Prefix) *networkingv1.NetworkPolicy {
+// It carries the runtime's labels and the session's id, so List and
+// Remove find it with the Pod.
+func (r *Runtime) buildPolicy(spec sandbox.Spec, egress []netip.Prefix) *networkingv1.NetworkPolicy {
 	o := spec.Options
+	labels := maps.Clone(r.labels)
+	labels[sandbox.LabelSession] = spec.SessionID
 	np := &networkingv1.NetworkPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: PodName(spec.SessionID), Namespace: r.cfg.Namespace, Labels: labels},
 		Spec: networkingv1.NetworkPolicySpec{

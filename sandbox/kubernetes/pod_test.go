@@ -62,7 +62,7 @@ func TestPodGolden(t *testing.T) {
 			if r.cfg.MaxLifetime > 0 {
 				pod.Spec.ActiveDeadlineSeconds = new(int64(r.cfg.MaxLifetime.Seconds()))
 			}
-			np := r.buildPolicy(spec, map[string]string{sandbox.LabelSession: testSession}, egress)
+			np := r.buildPolicy(spec, egress)
 
 			res := policy.AggregateCheckResults(eval.EvaluatePod(psapi.LevelVersion{Level: psapi.LevelRestricted, Version: psapi.LatestVersion()}, &pod.ObjectMeta, &pod.Spec))
 			assert.True(t, res.Allowed, "Pod Security restricted: %v", res.ForbiddenReasons)

@@ -76,14 +76,8 @@ func (r *Runtime) Start(ctx context.Context, spec sandbox.Spec) (_ io.ReadWriteC
 		}
 	}()
 	began := time.Now()
-	polLabels := map[string]string{sandbox.LabelSession: id}
-	for k, v := range pod.Labels {
-		if k == sandbox.LabelManaged || k == LabelScope || r.cfg.Labels[k] == v {
-			polLabels[k] = v
-		}
-	}
 	cctx, cancel := r.call(ctx)
-	_, err = r.cli.NetworkingV1().NetworkPolicies(r.cfg.Namespace).Create(cctx, r.buildPolicy(spec, polLabels, egress), metav1.CreateOptions{})
+	_, err = r.cli.NetworkingV1().NetworkPolicies(r.cfg.Namespace).Create(cctx, r.buildPolicy(spec, egress), metav1.CreateOptions{})
 	cancel()
 	if err != nil {
 		return nil, fmt.Errorf("session %s: creating its NetworkPolicy: %w", id, err)
