@@ -16,14 +16,27 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"go.uber.org/goleak"
+
+	"github.com/sandboxd/sandboxd/internal/testenv"
 )
 
 // kube is the control plane of the run, started by TestMain.
 var kube *cluster
+
+var (
+	tmpDir string // the run's folder (the agent binary)
+	runID  string // value of labelRun on every Docker object the run makes
+)
+
+// labelRun marks the Docker objects of a run (as in e2e), so the check at
+// the end finds and removes what a test left.
+const labelRun = "sandboxd.e2e.run"
 
 // apiserverVersion is what make kube-apiserver builds (mk/kube.mk).
 const apiserverVersion = "v1.37.2"
@@ -82,6 +95,7 @@ func run(m *testing.M) (int, error) {
 		return 0, err
 	}
 	defer os.RemoveAll(dir)
+	tmpDir, runID = dir, uuid.NewString()[:12]
 	// etcd's data on tmpfs where there is one: fsync on a busy disk is what
 	// makes a loopback etcd slow.
 	dataParent := dir
@@ -105,17 +119,46 @@ func run(m *testing.M) (int, error) {
 
 	code := m.Run()
 	kube.stop()
-	if code == 0 {
-		if err := goleak.Find(goleakOptions...); err != nil {
-			fmt.Fprintln(os.Stderr, "kubeapi: goroutine leak:", err)
+	if dockerCli != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		if left := testenv.Leftovers(ctx, dockerCli, labelRun, runID); len(left) > 0 {
+			fmt.Fprintf(os.Stderr, "kubeapi: Docker objects left behind: %s\n", strings.Join(left, ", "))
 			code = 1
 		}
+		cancel()
+		dockerCli.Close()
+	}
+	if code == 0 {
+		code = checkLeaks()
 	}
 	return code, nil
 }
 
-// goleakOptions ignore what client-go starts once per process and never
-// stops: klog's flush daemon.
-var goleakOptions = []goleak.Option{
-	goleak.IgnoreTopFunction("k8s.io/klog/v2.(*flushDaemon).run.func1"),
+// klogDaemon is what client-go starts once per process and never stops:
+// klog's flush daemon.
+var klogDaemon = goleak.IgnoreTopFunction("k8s.io/klog/v2.(*flushDaemon).run.func1")
+
+// checkLeaks finds leaked goroutines at once, but for those client-go's
+// stream libraries leave behind a closed exec and that end on their own
+// (spdystream's shutdown within 1 s, the WebSocket heartbeat at its next
+// ping, 5 s), and then waits up to 15 s for those too: bounded is what is
+// checked, as in sandbox/kubernetes.
+func checkLeaks() int {
+	if err := goleak.Find(klogDaemon,
+		goleak.IgnoreTopFunction("github.com/moby/spdystream.(*Connection).shutdown"),
+		goleak.IgnoreTopFunction("k8s.io/client-go/tools/remotecommand.(*heartbeat).start")); err != nil {
+		fmt.Fprintln(os.Stderr, "kubeapi: goroutine leak:", err)
+		return 1
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	err := goleak.Find(klogDaemon)
+	for err != nil && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+		err = goleak.Find(klogDaemon)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "kubeapi: client-go's goroutines did not end:", err)
+		return 1
+	}
+	return 0
 }
