@@ -36,4 +36,4 @@ kube-deps: ## Debian's etcd-server (etcd for the T3 tier)
 KUBEAPI_ENV := SANDBOXD_KUBE_APISERVER=$(KUBE_APISERVER) SANDBOXD_KUBEAPI_REQUIRE=1
 
 test-kubeapi: kube-deps kube-apiserver test-image ## the real API server tier alone (e2e/kubeapi): kube-apiserver + etcd on loopback, with -race
-	$(KUBEAPI_ENV) $(GO) test -race -count=1 -timeout 20m ./e2e/kubeapi/
+	$(KUBEAPI_ENV) $(GO) test -tags kubernetes -race -count=1 -timeout 20m ./e2e/kubeapi/

@@ -5,10 +5,16 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -16,6 +22,7 @@ import (
 	authnv1 "k8s.io/api/authentication/v1"
 	authzv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
@@ -210,4 +217,128 @@ func serviceAccountClient(ctx context.Context, t *testing.T, ns, name string) kc
 	require.NoError(t, err)
 	require.Equal(t, "system:serviceaccount:"+ns+":"+name, who.Status.UserInfo.Username)
 	return cli
+}
+
+// kubeBinary is sandboxd built with the Kubernetes backend (make
+// build-kubernetes), as the deployment's image holds it.
+func kubeBinary(t *testing.T) string {
+	t.Helper()
+	root, err := testenv.RepoRoot()
+	require.NoError(t, err)
+	out := filepath.Join(t.TempDir(), "sandboxd-kubernetes")
+	cmd := exec.CommandContext(testContext(t), "go", "build", "-tags", "kubernetes", "-trimpath", "-o", out, "./cmd/sandboxd")
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	b, err := cmd.CombinedOutput()
+	require.NoError(t, err, "building sandboxd with -tags kubernetes: %s", b)
+	return out
+}
+
+// TestDeployedDaemon runs the daemon with the arguments of
+// deploy/kubernetes's Deployment, as its ServiceAccount (a kubeconfig of a
+// TokenRequest token in place of the in-cluster config), against the real
+// API server: as shipped (no NetworkPolicy declaration) it refuses to
+// start, naming it; declared, it serves, and `sandboxd run` gets a session
+// in sandboxd-sessions on the test node (which binds the Pods: there is no
+// scheduler), with only the Role's verbs; nothing is left after.
+func TestDeployedDaemon(t *testing.T) {
+	ctx := testContext(t)
+	applyManifests(ctx, t, kube.admin, readManifests(t), false)
+	// What a controller-manager would make: the default ServiceAccount the
+	// sessions' Pods run as (without a token).
+	_, err := kube.client.CoreV1().ServiceAccounts(sessionsNamespace).Create(ctx,
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{})
+	if !apierrors.IsAlreadyExists(err) {
+		require.NoError(t, err)
+	}
+	dep, err := kube.client.AppsV1().Deployments(deployNamespace).Get(ctx, "sandboxd", metav1.GetOptions{})
+	require.NoError(t, err)
+	args := dep.Spec.Template.Spec.Containers[0].Args
+	require.Equal(t, "serve", args[0])
+
+	tok, err := kube.client.CoreV1().ServiceAccounts(deployNamespace).CreateToken(ctx, deployAccount,
+		&authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{ExpirationSeconds: new(int64(3600))}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	dir := t.TempDir()
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	require.NoError(t, kube.writeKubeconfig(kubeconfig, "system:serviceaccount:sandboxd:sandboxd", tok.Status.Token))
+	port, err := freePort()
+	require.NoError(t, err)
+	// The Deployment's arguments but where they name the Pod's world: the
+	// address, the state folder, and the cluster (a kubeconfig, not the
+	// in-cluster config); the sessions' image is the test image.
+	var daemonArgs []string
+	for _, a := range args {
+		switch {
+		case strings.HasPrefix(a, "--listen="):
+			a = "--listen=127.0.0.1:" + strconv.Itoa(port)
+		case strings.HasPrefix(a, "--state-dir="):
+			a = "--state-dir=" + filepath.Join(dir, "state")
+		}
+		daemonArgs = append(daemonArgs, a)
+	}
+	daemonArgs = append(daemonArgs, "--kubeconfig="+kubeconfig, "--image="+testenv.DefaultTestImage)
+	bin := kubeBinary(t)
+	const token = "t3-operator-token-of-at-least-32-characters"
+	env := append(os.Environ(), "SANDBOXD_TOKEN="+token)
+
+	// As shipped: refused, naming the declaration.
+	cmd := exec.CommandContext(ctx, bin, daemonArgs...)
+	cmd.Env = env
+	out, err := cmd.CombinedOutput()
+	require.Error(t, err, "the daemon starts without the NetworkPolicy declaration: %s", out)
+	assert.Contains(t, string(out), "--kube-network-policy-enforced")
+
+	node := startNodeOpts(t, sessionsNamespace, true)
+	logf, err := os.Create(filepath.Join(dir, "daemon.log"))
+	require.NoError(t, err)
+	daemon := exec.Command(bin, append(daemonArgs, "--kube-network-policy-enforced")...)
+	daemon.Env, daemon.Stdout, daemon.Stderr = env, logf, logf
+	require.NoError(t, daemon.Start())
+	exited := make(chan struct{})
+	var exitErr error
+	go func() { exitErr = daemon.Wait(); close(exited) }()
+	var stopOnce sync.Once
+	stop := func() {
+		stopOnce.Do(func() {
+			_ = daemon.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-exited:
+			case <-time.After(time.Minute):
+				_ = daemon.Process.Kill()
+				<-exited
+			}
+			logf.Close()
+		})
+	}
+	t.Cleanup(stop)
+	logTail := func() string { b, _ := os.ReadFile(logf.Name()); return string(b) }
+
+	base := "http://127.0.0.1:" + strconv.Itoa(port)
+	for deadline := time.Now().Add(2 * time.Minute); ; {
+		resp, err := http.Get(base + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		select {
+		case <-exited:
+			t.Fatalf("the daemon exited (%v): %s", exitErr, logTail())
+		case <-time.After(200 * time.Millisecond):
+		}
+		require.True(t, time.Now().Before(deadline), "no /healthz in 2 min: %s", logTail())
+	}
+
+	run := exec.CommandContext(ctx, bin, "run", "--", "id -u; echo ran-on-kubernetes")
+	run.Env = append(os.Environ(), "SANDBOXD_URL=ws://127.0.0.1:"+strconv.Itoa(port)+"/v1/ws", "SANDBOXD_TOKEN="+token)
+	got, err := run.CombinedOutput()
+	require.NoError(t, err, "sandboxd run: %s\ndaemon log: %s", got, logTail())
+	assert.Contains(t, string(got), "1000\n")
+	assert.Contains(t, string(got), "ran-on-kubernetes")
+	assert.GreaterOrEqual(t, node.Exec().Counts().Kubelet, int64(1), "the session's exec went through the apiserver to the node")
+	stop()
+	nothingLeft(t, sessionsNamespace)
+	assert.NotContains(t, logTail(), "forbidden", "the Role let the daemon do all it did")
 }

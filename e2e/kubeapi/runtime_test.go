@@ -66,11 +66,19 @@ func logger() *slog.Logger {
 // server), so pods/exec goes kube-apiserver → node → container.
 func startNode(t *testing.T, ns string) *kubetest.Node {
 	t.Helper()
+	return startNodeOpts(t, ns, false)
+}
+
+// startNodeOpts is startNode; bind makes the node bind the Pods that name
+// no node (a daemon's whose runtime does not pin them: there is no
+// scheduler).
+func startNodeOpts(t *testing.T, ns string, bind bool) *kubetest.Node {
+	t.Helper()
 	docker, bin := dockerSetup(t)
 	node, err := kubetest.StartNode(testContext(t), kubetest.NodeConfig{
 		Client: kube.client, Docker: docker, Namespace: ns, Name: "t3-" + uuid.NewString()[:8],
 		AgentBinary: bin, AgentImage: t3AgentImage, Labels: map[string]string{labelRun: runID},
-		RegisterNode: true, Log: logger(),
+		RegisterNode: true, BindUnscheduled: bind, Log: logger(),
 	})
 	require.NoError(t, err)
 	t.Cleanup(func() {
