@@ -331,13 +331,14 @@ func TestReadmeExample(t *testing.T) {
 	example = strings.ReplaceAll(example, "/srv/sandboxd/skills", t.TempDir())
 	f, err := Parse("configuration.md", []byte(example))
 	require.NoError(t, err)
-	assert.Equal(t, []string{"default", "fuzz", "gvisor", "scratch", "service", "swe", "swe-as-image", "swebench"}, f.Names())
+	assert.Equal(t, []string{"codex", "default", "fuzz", "gvisor", "scratch", "service", "swe", "swe-as-image", "swebench"}, f.Names())
 	require.NoError(t, f.Check(sandbox.SessionOptions{Image: "img", Limits: sandbox.Limits{DiskQuota: 10 << 30}}))
 	assert.Equal(t, 2, f.Profiles["fuzz"].Pool)
 	assert.Equal(t, []string{"/testbed", "/opt/venv"}, f.Profiles["swe"].Options.EditablePaths)
 	assert.Equal(t, sandbox.UserImage, f.Profiles["swe-as-image"].Options.User)
 	assert.Equal(t, sandbox.ShellInitImage, f.Profiles["swebench"].Options.ShellInit)
 	assert.Equal(t, sandbox.EntrypointImage, f.Profiles["service"].Options.Entrypoint)
+	assert.Equal(t, sandbox.ToolSetOpenAI, f.Profiles["codex"].Options.ToolSet)
 }
 
 // A profile names an engine network only if allow_networks lists it, and
