@@ -53,14 +53,14 @@ test: deps images task-image kube-deps kube-apiserver ## everything, images and 
 	SANDBOXD_E2E_REQUIRE_IMAGES=1 SANDBOXD_TEST_BUSYBOX=$$(command -v busybox) $(KUBEAPI_ENV) $(GO) test -tags kubernetes -race -count=1 -timeout 30m $(PKGS)
 
 # Not part of .ci/run: it shows whether the suites hold on a busy machine.
-test-under-load: deps images task-image ## `make test` with a CPU hog beside it (stress-ng, 2 CPU workers per core): wall time, load average at start and end
-	SANDBOXD_E2E_REQUIRE_IMAGES=1 SANDBOXD_TEST_BUSYBOX=$$(command -v busybox) $(CURDIR)/mk/under-load.sh $(GO) test -race -count=1 -timeout 30m $(PKGS)
+test-under-load: deps images task-image kube-deps kube-apiserver ## `make test` with a CPU hog beside it (stress-ng, 2 CPU workers per core): wall time, load average at start and end
+	SANDBOXD_E2E_REQUIRE_IMAGES=1 SANDBOXD_TEST_BUSYBOX=$$(command -v busybox) $(KUBEAPI_ENV) $(CURDIR)/mk/under-load.sh $(GO) test -tags kubernetes -race -count=1 -timeout 30m $(PKGS)
 
 unit: ## unit tests only (no Docker)
 	$(GO) test -tags kubernetes -race -count=1 -short $(PKGS)
 
 e2e: deps images task-image ## the real-Docker suites only (e2e/, e2e/api/)
-	SANDBOXD_E2E_REQUIRE_IMAGES=1 SANDBOXD_TEST_BUSYBOX=$$(command -v busybox) $(GO) test -race -count=1 -timeout 30m ./e2e/...
+	SANDBOXD_E2E_REQUIRE_IMAGES=1 SANDBOXD_TEST_BUSYBOX=$$(command -v busybox) $(GO) test -tags kubernetes -race -count=1 -timeout 30m ./e2e/...
 
 lint: golangci-lint ## golangci-lint (.golangci.yaml: vet, staticcheck, errcheck, ...), gofmt, go mod tidy
 	$(GOLANGCI_LINT) run --build-tags kubernetes $(LINTFLAGS) $(PKGS)
