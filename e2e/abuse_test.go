@@ -241,10 +241,19 @@ func TestAbuseMemoryBomb(t *testing.T) {
 	kills := abuseInt(t, text, "oom_kill")
 	assert.Positive(t, kills, "the OOM killer ran")
 
-	// One process that grows without bound: it alone is killed.
+	// One process that grows without bound: it is killed, never the agent.
+	// Usually it alone: the shell prints rc=137. Not always: once the
+	// kernel's oom_reaper has reaped the victim (MMF_OOM_SKIP) while its
+	// pages are still charged, the next charge (head writing into the pipe)
+	// is a second OOM that skips it and takes the next process of score
+	// 1000, the shell (seen under load, issue 23, run 6: the engine's oom
+	// events and "The shell exited with code 137"). Both are the terminal
+	// handling an OOM as documented; the agent's survival is checked below.
 	text, took = abuseRun(t, s, `head -c 2000000000 /dev/zero | tail; echo "rc=$?"`, 60)
 	t.Logf("one big process: %v, %s", took, abuseTail(text))
-	assert.Equal(t, 137, abuseInt(t, text, "rc"), "SIGKILLed by the OOM killer")
+	if !strings.Contains(text, "The shell exited with code 137.") {
+		assert.Equal(t, 137, abuseInt(t, text, "rc"), "SIGKILLed by the OOM killer")
+	}
 
 	// The shell itself: the terminal reports it and starts a new one.
 	text, _ = abuseRun(t, s, `x=0123456789abcdef; while true; do x=$x$x; done`, 60)

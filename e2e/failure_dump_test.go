@@ -48,10 +48,26 @@ func dumpOnFailure(t *testing.T) {
 				fmt.Fprintf(&b, "  state %s exit %d oom_killed %v error %q started %s finished %s\n",
 					s.Status, s.ExitCode, s.OOMKilled, s.Error, s.StartedAt, s.FinishedAt)
 			}
+			// Runs of one action (the kernel's oom events come by the
+			// dozen) are one line with their count and span.
+			var mine []events.Message
 			for _, e := range evs {
 				if e.Actor.ID == c.ID {
-					fmt.Fprintf(&b, "  event %s %s %v\n", time.Unix(0, e.TimeNano).UTC().Format("15:04:05.000"), e.Action, eventAttrs(e))
+					mine = append(mine, e)
 				}
+			}
+			at := func(e events.Message) string { return time.Unix(0, e.TimeNano).UTC().Format("15:04:05.000") }
+			for i := 0; i < len(mine); {
+				j := i + 1
+				for j < len(mine) && mine[j].Action == mine[i].Action && fmt.Sprint(eventAttrs(mine[j])) == fmt.Sprint(eventAttrs(mine[i])) {
+					j++
+				}
+				if n := j - i; n > 1 {
+					fmt.Fprintf(&b, "  event %s-%s %s x%d %v\n", at(mine[i]), at(mine[j-1]), mine[i].Action, n, eventAttrs(mine[i]))
+				} else {
+					fmt.Fprintf(&b, "  event %s %s %v\n", at(mine[i]), mine[i].Action, eventAttrs(mine[i]))
+				}
+				i = j
 			}
 			b.WriteString("  log (end):\n")
 			b.WriteString(containerLogTail(ctx, c.ID, 40))
