@@ -2,8 +2,12 @@ package sandbox
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/sandboxd/sandboxd/sandbox/sidecar"
@@ -189,3 +193,18 @@ const (
 	// UserImage: never root.
 	SidecarUser = DefaultUser
 )
+
+// ScopeOf is a runtime's scope for its labels (the value of its scope
+// label): "default" for none, else a hash of them, the same for every
+// runtime, so a server never adopts or reaps what a server with other
+// labels made.
+func ScopeOf(labels map[string]string) string {
+	if len(labels) == 0 {
+		return "default"
+	}
+	h := sha256.New()
+	for _, k := range slices.Sorted(maps.Keys(labels)) {
+		fmt.Fprintf(h, "%q=%q\n", k, labels[k])
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16]
+}

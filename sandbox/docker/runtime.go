@@ -14,8 +14,6 @@ package docker
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -265,16 +263,7 @@ func (r *Runtime) call(ctx context.Context) (context.Context, context.CancelFunc
 const LabelScope = "sandboxd.scope"
 
 // ScopeOf is the LabelScope value of a runtime with the given Options.Labels.
-func ScopeOf(labels map[string]string) string {
-	if len(labels) == 0 {
-		return "default"
-	}
-	h := sha256.New()
-	for _, k := range slices.Sorted(maps.Keys(labels)) {
-		fmt.Fprintf(h, "%q=%q\n", k, labels[k])
-	}
-	return hex.EncodeToString(h.Sum(nil))[:16]
-}
+func ScopeOf(labels map[string]string) string { return sandbox.ScopeOf(labels) }
 
 // labels are spec's labels plus the runtime's own.
 func (r *Runtime) labels(base map[string]string) map[string]string {

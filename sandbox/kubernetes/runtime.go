@@ -3,7 +3,6 @@ package kubernetes
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -282,16 +281,7 @@ func (r *Runtime) call(ctx context.Context) (context.Context, context.CancelFunc
 
 // ScopeOf is the LabelScope value of a runtime with the given labels:
 // "default" for none, else a hash of them (the Docker runtime's rule).
-func ScopeOf(labels map[string]string) string {
-	if len(labels) == 0 {
-		return "default"
-	}
-	h := sha256.New()
-	for _, k := range slices.Sorted(maps.Keys(labels)) {
-		fmt.Fprintf(h, "%q=%q\n", k, labels[k])
-	}
-	return hex.EncodeToString(h.Sum(nil))[:16]
-}
+func ScopeOf(labels map[string]string) string { return sandbox.ScopeOf(labels) }
 
 // PodName is the name of a session's Pod (and of its NetworkPolicy).
 func PodName(sessionID string) string { return "sbx-" + sessionID }
