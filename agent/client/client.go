@@ -65,9 +65,10 @@ const writeQueue = 64
 
 // CancelWait bounds how long a tool call whose ctx ended waits, after
 // telling the agent to cancel it, for the agent's answer: the executor has
-// then stopped (the terminal interrupts its command and waits up to 250 ms
+// then stopped (the terminal interrupts its command and waits up to 5 s
 // for it to end), so the caller's next call does not find it still busy.
-const CancelWait = 2 * time.Second
+// It stays above the terminal's grace, with a second for the answer.
+const CancelWait = 6 * time.Second
 
 // outFrame is an encoded frame for the writer; sent, if set, is marked
 // once the frame is written (the agent may be running the request).

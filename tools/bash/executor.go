@@ -456,9 +456,10 @@ func (e *Executor) restart() (*session, error) {
 // its command to stop (a trap that cleans up, a program that flushes), so
 // the cancel answers once the command has stopped; it ends as soon as the
 // command does. A command that ignores SIGINT is left running past it and
-// the call says so. (It was 250 ms: a 0.2 s cleanup trap outlived it on a
-// loaded machine.)
-const interruptGrace = time.Second
+// the call says so. (It was 250 ms, then 1 s: a 0.2 s cleanup trap
+// outlived both on a loaded machine, load 7 beside a CPU hog; 5 s is 25
+// times that trap, and what a command that ignores SIGINT costs a cancel.)
+const interruptGrace = 5 * time.Second
 
 // cancelledGrace bounds how long a new command waits for a cancelled call
 // to finish stopping its command (finishCancelled waits interruptGrace).

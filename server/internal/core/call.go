@@ -38,9 +38,11 @@ type runningCall struct {
 	done   chan struct{}
 }
 
-// cancelWait bounds how long Cancel waits for the cancelled call to end
-// (the agent confirms within its own grace of two seconds).
-const cancelWait = 3 * time.Second
+// cancelWait bounds how long Cancel waits for the cancelled call to end:
+// the agent's client waits up to agentclient.CancelWait (6 s: the
+// terminal's 5 s grace for an interrupted command, and a second) for the
+// agent's answer; 2 s more for a loaded host.
+const cancelWait = 8 * time.Second
 
 // Call runs a tool. It is detached from the caller: parent carries values
 // and cancellation (MCP's notifications/cancelled), the core adds shutdown.
