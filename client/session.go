@@ -281,6 +281,20 @@ func (s *Session) Download(ctx context.Context, path string, w io.Writer) error 
 	}
 }
 
+// Pause freezes the session's sandbox (session.pause): its processes keep
+// their memory and use no CPU, calls are refused (apierr kind "conflict")
+// and the idle timeout does not run until Resume. A session with a call
+// running is not paused (kind "busy"). Pausing a paused session is no error.
+func (s *Session) Pause(ctx context.Context) error {
+	return s.c.call(ctx, wsproto.MethodSessionPause, s.ref(), nil)
+}
+
+// Resume thaws a paused session (session.resume); its idle timeout counts
+// from now. Resuming a running session is no error.
+func (s *Session) Resume(ctx context.Context) error {
+	return s.c.call(ctx, wsproto.MethodSessionResume, s.ref(), nil)
+}
+
 // Close ends the session on the server (its sandbox is removed).
 func (s *Session) Close(ctx context.Context) error {
 	err := s.c.call(ctx, wsproto.MethodSessionClose, s.ref(), nil)

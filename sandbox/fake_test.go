@@ -37,6 +37,7 @@ var errEngineAway = errors.New("cannot connect to the Docker daemon (fake)")
 type fakeBox struct {
 	spec    Spec
 	running bool
+	paused  bool // pausableRuntime froze it
 	exit    int
 	pooled  bool
 	stale   string // Resource.Outdated
@@ -199,7 +200,7 @@ func (f *fakeRuntime) Inspect(ctx context.Context, id string) (Status, error) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return Status{Running: b.running, ExitCode: b.exit}, nil
+	return Status{Running: b.running && !b.paused, Paused: b.paused, ExitCode: b.exit}, nil
 }
 
 func (f *fakeRuntime) List(ctx context.Context) ([]Resource, error) {
@@ -208,7 +209,7 @@ func (f *fakeRuntime) List(ctx context.Context) ([]Resource, error) {
 	var out []Resource
 	for id, b := range f.boxes {
 		out = append(out,
-			Resource{Kind: KindContainer, ID: id, SessionID: id, Labels: b.spec.Labels, Running: b.running, Pooled: b.pooled, Outdated: b.stale},
+			Resource{Kind: KindContainer, ID: id, SessionID: id, Labels: b.spec.Labels, Running: b.running && !b.paused, Paused: b.paused, Pooled: b.pooled, Outdated: b.stale},
 			Resource{Kind: KindVolume, ID: id + "-ws", SessionID: id})
 	}
 	return out, nil

@@ -94,6 +94,8 @@ func (m *Manager) reclaimOne(ctx context.Context, id string, ctr *Resource) recl
 	switch {
 	case ctr == nil:
 		return remove("volume or network without a container")
+	case ctr.Paused && !ctr.Pooled:
+		return m.adoptPaused(id, ctr, remove)
 	case !ctr.Running:
 		return remove("container not running")
 	}

@@ -118,6 +118,7 @@ type Resource struct {
 	Labels    map[string]string
 	// Containers only.
 	Running bool
+	Paused  bool // frozen (PauseRuntime); Running is false
 	Pooled  bool // started for a warm pool and never claimed
 	// Outdated says why the container was made with other settings than
 	// this runtime would use now (e.g. an older seccomp profile); "" if
@@ -130,6 +131,7 @@ type Resource struct {
 // Status is the state of a session's sandbox.
 type Status struct {
 	Running   bool
+	Paused    bool // frozen (PauseRuntime); Running is false
 	ExitCode  int
 	OOMKilled bool
 	Error     string // the engine's error, e.g. why it could not start

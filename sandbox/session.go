@@ -44,10 +44,12 @@ type Session struct {
 	pooled  bool        // waiting in a warm pool, not handed out
 	created time.Time
 
-	idle       atomic.Int64 // the idle timeout in force (opts', or CreateOptions.IdleTimeout)
-	lastActive atomic.Int64 // the end of the last call, as nanoseconds since monoBase (monotonic)
-	inflight   atomic.Int64 // calls running now; a busy session is never idle
-	checking   atomic.Bool  // a health ping is in flight
+	idle       atomic.Int64                       // the idle timeout in force (opts', or CreateOptions.IdleTimeout)
+	lastActive atomic.Int64                       // the end of the last call, as nanoseconds since monoBase (monotonic)
+	inflight   atomic.Int64                       // calls running now; a busy session is never idle
+	checking   atomic.Bool                        // a health ping is in flight
+	pauseMu    sync.Mutex                         // one Pause or Resume at a time
+	lastTools  atomic.Pointer[[]tools.Definition] // what Tools last answered, for a paused session
 
 	sidecars *sidecar.Set // its MCP servers; nil without any
 
@@ -172,9 +174,16 @@ func (s *Session) WatchTools(fn func()) (stop func()) {
 	return s.sidecars.Watch(fn)
 }
 
-// Tools lists the tools the session's agent serves.
+// Tools lists the tools the session's agent serves. A paused session
+// answers with the list it last gave (a client attaching to it), or
+// ErrPaused if it never gave one (adopted paused by a restarted daemon).
 func (s *Session) Tools(ctx context.Context) ([]tools.Definition, error) {
 	c, err := s.begin()
+	if errors.Is(err, ErrPaused) {
+		if defs := s.lastTools.Load(); defs != nil {
+			return *defs, nil
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -184,8 +193,11 @@ func (s *Session) Tools(ctx context.Context) ([]tools.Definition, error) {
 		return nil, s.callErr(ctx, "listing tools", err)
 	}
 	if s.sidecars != nil {
-		return s.sidecars.Tools(ctx, defs)
+		if defs, err = s.sidecars.Tools(ctx, defs); err != nil {
+			return nil, err
+		}
 	}
+	s.lastTools.Store(&defs)
 	return defs, nil
 }
 
@@ -259,22 +271,30 @@ func (s *Session) OpenPTY(ctx context.Context, o proto.PTYOptions, h agentclient
 func (s *Session) begin() (AgentClient, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if err := s.unavailableLocked(); err != nil {
+		return nil, err
+	}
+	s.inflight.Add(1)
+	return s.client, nil
+}
+
+// unavailableLocked says why the session cannot serve a call now; nil when
+// it can. s.mu is held.
+func (s *Session) unavailableLocked() error {
 	switch s.state {
 	case StateReady:
-		if s.lost != nil {
-			return nil, s.lost
-		}
-		s.inflight.Add(1)
-		return s.client, nil
+		return s.lost // nil unless its stream is broken
+	case StatePaused:
+		return fmt.Errorf("session %s: %w: resume it first (session.resume, sandboxd resume)", s.id, ErrPaused)
 	case StateStarting:
-		return nil, fmt.Errorf("session %s: %w", s.id, ErrNotReady)
+		return fmt.Errorf("session %s: %w", s.id, ErrNotReady)
 	case StateFailed:
-		return nil, s.err
+		return s.err
 	default:
 		if s.err != nil {
-			return nil, fmt.Errorf("session %s: %w (it had failed: %v)", s.id, ErrClosed, s.err)
+			return fmt.Errorf("session %s: %w (it had failed: %v)", s.id, ErrClosed, s.err)
 		}
-		return nil, fmt.Errorf("session %s: %w", s.id, ErrClosed)
+		return fmt.Errorf("session %s: %w", s.id, ErrClosed)
 	}
 }
 
@@ -397,6 +417,7 @@ func (s *Session) Close(ctx context.Context) error {
 			close(s.closed)
 			return
 		}
+		paused := s.state == StatePaused
 		s.state = StateClosing
 		cancelStart := s.startCancel
 		s.mu.Unlock()
@@ -404,7 +425,7 @@ func (s *Session) Close(ctx context.Context) error {
 			cancelStart()
 		}
 		s.markDone()
-		go s.teardown()
+		go s.teardown(paused)
 	})
 	select {
 	case <-s.closed:
@@ -414,12 +435,16 @@ func (s *Session) Close(ctx context.Context) error {
 	}
 }
 
-// teardown removes everything of the session. It has its own deadline.
-func (s *Session) teardown() {
+// teardown removes everything of the session. It has its own deadline. A
+// paused sandbox is resumed first, so its agent can stop its tools.
+func (s *Session) teardown(paused bool) {
 	<-s.started // a start in progress returns quickly once cancelled
 	m := s.m
 	ctx, cancel := context.WithTimeout(context.Background(), m.opts.ShutdownGrace+m.opts.RemoveTimeout)
 	defer cancel()
+	if paused {
+		s.thawForTeardown(ctx)
+	}
 	if s.sidecars != nil {
 		s.sidecars.Close()
 	}

@@ -386,13 +386,19 @@ func (m *Manager) watch(s *Session, c AgentClient) {
 // if the sandbox still runs, it reconnects through the agent's socket;
 // otherwise the session fails with what happened to its container.
 func (m *Manager) onDisconnect(ctx context.Context, s *Session, c AgentClient) {
-	if s.State() != StateReady || s.currentClient() != c {
+	if !servesOrPaused(s.State()) || s.currentClient() != c {
 		return // closing, or already replaced
 	}
 	cause := c.Err()
 	st, err := m.inspectThroughOutage(ctx, s, c, cause)
-	if s.State() != StateReady || s.currentClient() != c {
+	if !servesOrPaused(s.State()) || s.currentClient() != c {
 		return // closed while the engine was away
+	}
+	if err == nil && st.Paused {
+		// A frozen sandbox's stream ended (an engine restart): Resume
+		// reconnects once it runs again.
+		s.log.Warn("agent stream ended while the sandbox is paused; resume reconnects", "cause", cause)
+		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, m.opts.ProbeTimeout)
 	defer cancel()
@@ -430,6 +436,8 @@ func (m *Manager) onDisconnect(ctx context.Context, s *Session, c AgentClient) {
 		m.dropPooled(s)
 	}
 }
+
+func servesOrPaused(st State) bool { return st == StateReady || st == StatePaused }
 
 // inspectThroughOutage inspects the sandbox of a session whose client c
 // broke. While the engine does not answer (any error but ErrNotFound) it

@@ -18,9 +18,12 @@ const (
 	// StateClosed: the session's resources are gone (or, after Shutdown
 	// with keepSessions, left running for the next daemon to adopt).
 	StateClosed
+	// StatePaused: the sandbox is frozen (Session.Pause); calls fail fast
+	// with ErrPaused until Resume, and it is never idle.
+	StatePaused
 )
 
-var stateNames = [...]string{"starting", "ready", "failed", "closing", "closed"}
+var stateNames = [...]string{"starting", "ready", "failed", "closing", "closed", "paused"}
 
 func (s State) String() string {
 	if s >= 0 && int(s) < len(stateNames) {
@@ -36,7 +39,8 @@ func (s State) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
 // to a later state (e.g. a failure noticed after Close began), and is refused.
 var transitions = map[State][]State{
 	StateStarting: {StateReady, StateFailed, StateClosing},
-	StateReady:    {StateFailed, StateClosing, StateClosed},
+	StateReady:    {StateFailed, StateClosing, StateClosed, StatePaused},
+	StatePaused:   {StateReady, StateFailed, StateClosing, StateClosed},
 	StateFailed:   {StateClosing, StateClosed},
 	StateClosing:  {StateClosed},
 	StateClosed:   nil,

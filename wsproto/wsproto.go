@@ -53,6 +53,10 @@ const (
 	MethodSessionAttach = "session.attach"
 	MethodSessionList   = "session.list"
 	MethodSessionClose  = "session.close"
+	// MethodSessionPause freezes a session's sandbox (no CPU, memory
+	// kept, never idle) until MethodSessionResume.
+	MethodSessionPause  = "session.pause"
+	MethodSessionResume = "session.resume"
 	MethodToolsList     = "tools.list"
 	MethodToolsCall     = "tools.call"
 	MethodToolsCancel   = "tools.cancel"
@@ -323,6 +327,12 @@ type SessionInfo struct {
 // ListResult is the result of session.list.
 type ListResult struct {
 	Sessions []SessionInfo `json:"sessions"`
+}
+
+// PauseResult is the result of session.pause and session.resume: whether
+// the session is paused now.
+type PauseResult struct {
+	Paused bool `json:"paused"`
 }
 
 // CloseResult is the result of session.close.

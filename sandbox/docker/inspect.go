@@ -30,6 +30,7 @@ func (r *Runtime) Inspect(ctx context.Context, sessionID string) (sandbox.Status
 	finished, _ := time.Parse(time.RFC3339Nano, st.FinishedAt)
 	return sandbox.Status{
 		Running:    st.Running && !st.Paused && !st.Restarting,
+		Paused:     st.Paused,
 		ExitCode:   st.ExitCode,
 		OOMKilled:  st.OOMKilled,
 		Error:      st.Error,

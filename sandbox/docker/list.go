@@ -42,6 +42,7 @@ func (r *Runtime) List(ctx context.Context) ([]sandbox.Resource, error) {
 			Kind: sandbox.KindContainer, ID: c.ID, Name: name,
 			SessionID: c.Labels[sandbox.LabelSession], Labels: c.Labels,
 			Running:  c.State == container.StateRunning,
+			Paused:   c.State == container.StatePaused,
 			Pooled:   strings.HasPrefix(name, "sandboxd-pool-"),
 			Outdated: outdated(c.Labels),
 		})

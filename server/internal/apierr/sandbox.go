@@ -27,6 +27,7 @@ var sandboxSentinels = []struct {
 	{sandbox.ErrImageNotFound, InvalidParams}, // before ErrStart, which wraps it
 	{sandbox.ErrUnsupported, InvalidParams},   // the runtime cannot do what was asked (*sandbox.UnsupportedError); before ErrStart
 	{sandbox.ErrClaimed, Conflict},
+	{sandbox.ErrPaused, Conflict}, // a call on a paused session: resume it first
 	{sandbox.ErrStart, Internal},
 
 	{proto.ErrDisconnected, Unavailable},

@@ -107,6 +107,31 @@ func (s *Session) Close(ctx context.Context) error {
 	return nil
 }
 
+// Pauser is a Sandbox that can be frozen in place (a sandbox.Session on a
+// runtime with the engine's pause).
+type Pauser interface {
+	Pause(ctx context.Context) error
+	Resume(ctx context.Context) error
+}
+
+// Pause freezes the session's sandbox until Resume (sandbox.Session.Pause).
+func (s *Session) Pause(ctx context.Context) error {
+	p, ok := s.sb.(Pauser)
+	if !ok {
+		return apierr.New(apierr.InvalidParams, "pause is not supported by this server's sessions")
+	}
+	return p.Pause(ctx)
+}
+
+// Resume thaws a paused session (sandbox.Session.Resume).
+func (s *Session) Resume(ctx context.Context) error {
+	p, ok := s.sb.(Pauser)
+	if !ok {
+		return apierr.New(apierr.InvalidParams, "resume is not supported by this server's sessions")
+	}
+	return p.Resume(ctx)
+}
+
 // ReadOutput returns the session's output chunks from..to that its replay
 // ring still holds (a client refilling a gap of its stream), at most
 // maxBytes of data but at least one chunk; see ReadResult.

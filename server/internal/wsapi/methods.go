@@ -31,6 +31,8 @@ func init() {
 		wsproto.MethodSessionAttach: sessionAttach,
 		wsproto.MethodSessionList:   sessionList,
 		wsproto.MethodSessionClose:  sessionClose,
+		wsproto.MethodSessionPause:  sessionPause,
+		wsproto.MethodSessionResume: sessionResume,
 		wsproto.MethodToolsList:     toolsList,
 		wsproto.MethodToolsCall:     toolsCall,
 		wsproto.MethodToolsCancel:   toolsCancel,
@@ -196,6 +198,36 @@ func sessionClose(c *conn, req *wsproto.Request) (any, error) {
 		return nil, err
 	}
 	return &wsproto.CloseResult{Closed: true}, nil
+}
+
+func sessionPause(c *conn, req *wsproto.Request) (any, error) {
+	var p wsproto.SessionRef
+	if err := decode(req, &p); err != nil {
+		return nil, err
+	}
+	s, err := c.session(p)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.Pause(c.detached()); err != nil {
+		return nil, err
+	}
+	return &wsproto.PauseResult{Paused: true}, nil
+}
+
+func sessionResume(c *conn, req *wsproto.Request) (any, error) {
+	var p wsproto.SessionRef
+	if err := decode(req, &p); err != nil {
+		return nil, err
+	}
+	s, err := c.session(p)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.Resume(c.detached()); err != nil {
+		return nil, err
+	}
+	return &wsproto.PauseResult{Paused: false}, nil
 }
 
 func toolsList(c *conn, req *wsproto.Request) (any, error) {
