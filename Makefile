@@ -8,7 +8,7 @@ PKGS  := ./...
 # every machine and CI lint with the same linters (config: .golangci.yaml).
 GOLANGCI_LINT_VERSION := v2.15.0
 GOLANGCI_LINT         := $(CURDIR)/bin/golangci-lint
-LINTFLAGS             ?=
+LINTFLAGS             ?= --allow-parallel-runners
 
 # The race detector sleeps 1 s at every test binary's exit by default (so
 # reports from other threads can land); a found race still fails the run.
