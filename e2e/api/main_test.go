@@ -146,11 +146,11 @@ func containers(t *testing.T) int {
 	return len(ctrs)
 }
 
-// waitNoContainers waits up to 30 s for the run's containers to be gone
+// waitNoContainers waits up to 2 min for the run's containers to be gone
 // (a session's end is announced before its removal finishes).
 func waitNoContainers(t *testing.T, what string) {
 	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); containers(t) != 0; time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(2 * time.Minute); containers(t) != 0; time.Sleep(50 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d containers left: %s", containers(t), what)
 		}

@@ -499,7 +499,7 @@ func probeBadHandles(ctx context.Context, t *testing.T, clients map[string]mcpCl
 				// An expired handle may vanish a moment after its
 				// container: poll (bounded) until it reads as unknown.
 				var res toolResult
-				for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+				for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
 					res = mustCall(ctx, t, cl, p.tool, withHandle(h, p.args))
 					if strings.Contains(res.text, v.marker) || strings.Contains(res.text, "marker.txt") {
 						t.Fatalf("%s: %s with the %s handle reached the live sandbox: %q", cname, p.tool, what, res.text)
@@ -568,7 +568,7 @@ func TestMCPStatelessSandboxesApart(t *testing.T) {
 	}
 	// Closing one leaves the other.
 	closeSandbox(ctx, t, a, ha)
-	for deadline := time.Now().Add(30 * time.Second); containers(t) != 1; time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(2 * time.Minute); containers(t) != 1; time.Sleep(50 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d containers after closing one of two", containers(t))
 		}

@@ -366,7 +366,7 @@ func pct(runs []harnessRun, q float64) time.Duration {
 // a closed session from a watcher, a moment after the close returns).
 func waitNoSessions(t *testing.T, s *harnessServer) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	for {
 		core, mgr, listed, err := s.liveSessions(ctx)
@@ -398,7 +398,7 @@ func TestHarnessParallelSessions(t *testing.T) {
 	}
 	waitNoSessions(t, s)
 	// Close returns once everything is gone: check before the shutdown.
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	ctrs, vols, nets, err := s.resources(ctx)
 	if err != nil {
@@ -415,7 +415,7 @@ func TestHarnessParallelSessions(t *testing.T) {
 func TestHarnessParallelSessionsWarmPool(t *testing.T) {
 	const poolSize = 4
 	s := startHarnessServer(t, poolSize)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	for { // a full pool before the demand
 		if p := s.manager.Pools(); len(p) == 1 && p[0].Ready == poolSize {
@@ -449,7 +449,7 @@ func TestHarnessParallelSessionsWarmPool(t *testing.T) {
 	// What is left is the refilled pool, nothing of the sessions. The
 	// listing gets a bound of its own: the one above covered the fill and
 	// the 16 sessions, which a loaded machine can spend almost whole.
-	lctx, lcancel := context.WithTimeout(context.Background(), 30*time.Second)
+	lctx, lcancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer lcancel()
 	ctrs, vols, nets, err := s.resources(lctx)
 	if err != nil {
@@ -475,7 +475,7 @@ func TestHarnessParallelSessionsWarmPool(t *testing.T) {
 	}
 	// So does the listing after the shutdown (the first bound was spent
 	// by then: CI ran 23.5 s of its 30 s on the 16 sessions).
-	sctx, scancel := context.WithTimeout(context.Background(), 30*time.Second)
+	sctx, scancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer scancel()
 	ctrs, vols, nets, err = s.resources(sctx)
 	if err != nil {

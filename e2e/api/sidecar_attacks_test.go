@@ -75,7 +75,7 @@ func (r *sidecarRig) goroutines(t *testing.T) float64 {
 		t.Fatal(err)
 	}
 	req.Header.Set("Authorization", "Bearer "+r.token)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	resp, err := http.DefaultClient.Do(req.WithContext(ctx))
 	if err != nil {
@@ -189,7 +189,7 @@ func (w *daemonWatch) bounds(rssMiB, goroutines, logBytes float64) {
 	w.t.Helper()
 	// An attack refused at once leaves the victim little time: let it make
 	// its three calls (bounded: a victim that hangs fails below).
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		w.mu.Lock()
 		n := len(w.victimMS) + len(w.victimErrs)
 		w.mu.Unlock()

@@ -98,7 +98,7 @@ func TestSidecarRestartHTTPAndSSE(t *testing.T) {
 				// Poll with a bound far above the backoff (1 s, then 2 s)
 				// plus a container's start: only a sidecar that never comes
 				// back fails it.
-				for deadline := time.Now().Add(45 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+				for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
 					text, isErr = call(tc.tool, "again")
 					if !isErr {
 						break

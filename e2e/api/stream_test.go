@@ -180,7 +180,7 @@ func TestWSSlowReaderKeepsConnection(t *testing.T) {
 // metric reads an unlabelled counter or gauge of s's /metrics.
 func metric(t *testing.T, s *apiServer, name string) float64 {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	v, err := metricValue(ctx, s.base, s.token, name)
 	if err != nil {

@@ -313,8 +313,8 @@ func TestGoClientCancelledCreateIsClosed(t *testing.T) {
 	if _, err := c.CreateSession(gone, client.CreateOptions{}); !errors.Is(err, context.Canceled) {
 		t.Fatalf("the given-up create returned %v", err)
 	}
-	waitUntil(t, 30*time.Second, "the sandbox to start", func() bool { return len(s.manager.List()) == 1 })
-	waitUntil(t, 30*time.Second, "the abandoned sandbox to be closed", func() bool { return len(s.manager.List()) == 0 })
+	waitUntil(t, 2*time.Minute, "the sandbox to start", func() bool { return len(s.manager.List()) == 1 })
+	waitUntil(t, 2*time.Minute, "the abandoned sandbox to be closed", func() bool { return len(s.manager.List()) == 0 })
 }
 
 // A client that disconnects before its create (with an idempotency key) is
@@ -330,9 +330,9 @@ func TestDisconnectedCreateIsClosed(t *testing.T) {
 		"params": map[string]any{"idempotency_key": "5e0c7a2f4b9d13e86a7f0c2d4b6e8a19"}}); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, 30*time.Second, "the sandbox to start", func() bool { return len(s.manager.List()) == 1 })
+	waitUntil(t, 2*time.Minute, "the sandbox to start", func() bool { return len(s.manager.List()) == 1 })
 	_ = ws.Close()
-	waitUntil(t, 30*time.Second, "the abandoned sandbox to be closed", func() bool { return len(s.manager.List()) == 0 })
+	waitUntil(t, 2*time.Minute, "the abandoned sandbox to be closed", func() bool { return len(s.manager.List()) == 0 })
 }
 
 // Error texts a client reads carry the agent's words, not the host's
@@ -447,7 +447,7 @@ func TestContainersRemovedFromOutsideLeaveNoVolumes(t *testing.T) {
 		}
 	}
 	vf := filters.NewArgs(filters.Arg("label", labelRun+"="+runID), filters.Arg("label", sandbox.LabelManaged+"=true"))
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
 		vols, err := engine.VolumeList(ctx, volume.ListOptions{Filters: vf})
 		if err != nil {
 			t.Fatal(err)

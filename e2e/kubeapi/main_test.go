@@ -150,7 +150,7 @@ func checkLeaks() int {
 		fmt.Fprintln(os.Stderr, "kubeapi: goroutine leak:", err)
 		return 1
 	}
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(time.Minute)
 	err := goleak.Find(klogDaemon)
 	for err != nil && time.Now().Before(deadline) {
 		time.Sleep(100 * time.Millisecond)

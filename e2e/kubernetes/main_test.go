@@ -91,7 +91,7 @@ func run(m *testing.M) (int, error) {
 		// client-go's exec streams leave goroutines that end on their own
 		// within seconds of a cut stream (spdystream's shutdown, the
 		// WebSocket heartbeat's next ping): wait for them, bounded.
-		deadline := time.Now().Add(15 * time.Second)
+		deadline := time.Now().Add(time.Minute)
 		err := goleak.Find()
 		for err != nil && time.Now().Before(deadline) {
 			time.Sleep(200 * time.Millisecond)
