@@ -174,6 +174,13 @@ func TestDeployManifests(t *testing.T) {
 	for _, verb := range []string{"create", "list", "delete"} {
 		assert.True(t, can(sessionsNamespace, "networking.k8s.io", "networkpolicies", "", verb, ""), "networkpolicies %s", verb)
 	}
+	for _, verb := range []string{"create", "list", "delete"} {
+		assert.True(t, can(sessionsNamespace, "", "configmaps", "", verb, ""), "configmaps %s", verb)
+	}
+	for _, verb := range []string{"list", "watch"} {
+		assert.True(t, can(sessionsNamespace, "", "events", "", verb, ""), "events %s", verb)
+		assert.False(t, can(deployNamespace, "", "events", "", verb, ""), "events %s in the daemon's own namespace", verb)
+	}
 	assert.True(t, can(sessionsNamespace, "", "namespaces", "", "get", sessionsNamespace))
 	assert.True(t, can("", "node.k8s.io", "runtimeclasses", "", "get", "gvisor"))
 	for _, denied := range []struct{ group, resource, sub, verb string }{
@@ -184,6 +191,13 @@ func TestDeployManifests(t *testing.T) {
 		{"", "secrets", "", "get"},
 		{"", "secrets", "", "list"},
 		{"", "configmaps", "", "get"},
+		{"", "configmaps", "", "update"},
+		{"", "configmaps", "", "patch"},
+		{"", "configmaps", "", "watch"},
+		{"", "events", "", "create"},
+		{"", "events", "", "get"},
+		{"", "events", "", "delete"},
+		{"events.k8s.io", "events", "", "list"},
 		{"", "serviceaccounts", "token", "create"},
 		{"networking.k8s.io", "networkpolicies", "", "patch"},
 		{"rbac.authorization.k8s.io", "roles", "", "create"},

@@ -74,12 +74,22 @@ func startNode(t *testing.T, ns string) *kubetest.Node {
 // scheduler).
 func startNodeOpts(t *testing.T, ns string, bind bool) *kubetest.Node {
 	t.Helper()
+	return startNodeWith(t, ns, func(c *kubetest.NodeConfig) { c.BindUnscheduled = bind })
+}
+
+// startNodeWith is startNode with what set changes in the node's config.
+func startNodeWith(t *testing.T, ns string, set func(*kubetest.NodeConfig)) *kubetest.Node {
+	t.Helper()
 	docker, bin := dockerSetup(t)
-	node, err := kubetest.StartNode(testContext(t), kubetest.NodeConfig{
+	cfg := kubetest.NodeConfig{
 		Client: kube.client, Docker: docker, Namespace: ns, Name: "t3-" + uuid.NewString()[:8],
 		AgentBinary: bin, AgentImage: t3AgentImage, Labels: map[string]string{labelRun: runID},
-		RegisterNode: true, BindUnscheduled: bind, Log: logger(),
-	})
+		RegisterNode: true, Log: logger(),
+	}
+	if set != nil {
+		set(&cfg)
+	}
+	node, err := kubetest.StartNode(testContext(t), cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -127,7 +137,8 @@ func terminal(t *testing.T, s *sandbox.Session, command string) string {
 	return obs.Text()
 }
 
-// nothingLeft checks that the namespace holds no Pod and no NetworkPolicy.
+// nothingLeft checks that the namespace holds no Pod, no NetworkPolicy and
+// no ConfigMap of sandboxd.
 func nothingLeft(t *testing.T, ns string) {
 	t.Helper()
 	ctx := testContext(t)
@@ -137,6 +148,9 @@ func nothingLeft(t *testing.T, ns string) {
 	nps, err := kube.client.NetworkingV1().NetworkPolicies(ns).List(ctx, metav1.ListOptions{})
 	require.NoError(t, err)
 	assert.Empty(t, nps.Items, "NetworkPolicies left")
+	cms, err := kube.client.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{LabelSelector: sandbox.LabelManaged + "=true"})
+	require.NoError(t, err)
+	assert.Empty(t, cms.Items, "ConfigMaps left")
 }
 
 // TestSessionThroughAPIServer: a whole session on the real API server, in a

@@ -60,6 +60,12 @@ type env struct {
 // SPDY fallback.
 func newEnv(t *testing.T, refuseWebSocket bool, agentVolume string) *env {
 	t.Helper()
+	return newEnvWith(t, refuseWebSocket, agentVolume, nil)
+}
+
+// newEnvWith is newEnv with the manager's skill source.
+func newEnvWith(t *testing.T, refuseWebSocket bool, agentVolume string, skillSource sandbox.SkillSource) *env {
+	t.Helper()
 	ctx := ctxT(t)
 	cs := fake.NewClientset(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}})
 	node, err := kubetest.StartNode(ctx, kubetest.NodeConfig{
@@ -84,6 +90,7 @@ func newEnv(t *testing.T, refuseWebSocket bool, agentVolume string) *env {
 	t.Cleanup(func() { assert.NoError(t, rt.Close()) })
 	m, err := sandbox.NewManager(ctx, rt, sandbox.ManagerOptions{
 		Defaults: sandbox.SessionOptions{Image: testImage}, ReapInterval: 100 * time.Millisecond, Logger: logger(),
+		Skills: skillSource,
 	})
 	require.NoError(t, err)
 	t.Cleanup(func() {

@@ -27,13 +27,17 @@
 // watch on the scope's Pods: it wakes a waiting Start and ends the streams
 // of a session whose Pod was deleted, evicted, OOM-killed or ran past its
 // deadline, so the manager inspects it and fails the session with that
-// reason at once. network.go maps the session's network to a
-// NetworkPolicy.
+// reason at once; events.go watches the Warning Events about Pods, so a
+// start names why the kubelet cannot run its Pod (decision 0048).
+// network.go maps the session's network to a NetworkPolicy; skills.go
+// brings the session's skills: a ConfigMap of their archive (skilltar),
+// unpacked by an init container into a volume mounted read-only at
+// /skills. klog.go routes client-go's log through the daemon's slog.
 //
 // What this runtime does not do yet answers with a *sandbox.UnsupportedError
 // naming it (CheckOptions, options.go): MCP sidecars, the direct path,
 // disk quotas (Kubernetes evicts a Pod past its size limits rather than
-// failing a write with ENOSPC), host skill folders, editable paths, the
+// failing a write with ENOSPC), editable paths, the
 // image's user, shell_init and entrypoint (they need the image's
 // configuration, which the daemon does not read on a cluster), operator
 // networks by name. Sessions whose network needs a NetworkPolicy (all of

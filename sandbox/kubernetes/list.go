@@ -10,8 +10,9 @@ import (
 	"github.com/sandboxd/sandboxd/sandbox"
 )
 
-// List returns the Pods (sandbox.KindContainer) and NetworkPolicies
-// (sandbox.KindNetwork) of this runtime's scope, each with its labels and
+// List returns the Pods (sandbox.KindContainer), NetworkPolicies
+// (sandbox.KindNetwork) and ConfigMaps of skills (sandbox.KindVolume) of
+// this runtime's scope, each with its labels and
 // annotations as one map.
 func (r *Runtime) List(ctx context.Context) ([]sandbox.Resource, error) {
 	cctx, cancel := r.call(ctx)
@@ -25,7 +26,11 @@ func (r *Runtime) List(ctx context.Context) ([]sandbox.Resource, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listing NetworkPolicies: %w", err)
 	}
-	out := make([]sandbox.Resource, 0, len(pods.Items)+len(nps.Items))
+	cms, err := r.cli.CoreV1().ConfigMaps(r.cfg.Namespace).List(cctx, sel)
+	if err != nil {
+		return nil, fmt.Errorf("listing ConfigMaps: %w", err)
+	}
+	out := make([]sandbox.Resource, 0, len(pods.Items)+len(nps.Items)+len(cms.Items))
 	for i := range pods.Items {
 		p := &pods.Items[i]
 		meta := mergedMetadata(p.ObjectMeta)
@@ -42,6 +47,13 @@ func (r *Runtime) List(ctx context.Context) ([]sandbox.Resource, error) {
 		out = append(out, sandbox.Resource{
 			Kind: sandbox.KindNetwork, ID: string(n.UID), Name: n.Name,
 			SessionID: n.Labels[sandbox.LabelSession], Labels: mergedMetadata(n.ObjectMeta),
+		})
+	}
+	for i := range cms.Items {
+		c := &cms.Items[i]
+		out = append(out, sandbox.Resource{
+			Kind: sandbox.KindVolume, ID: string(c.UID), Name: c.Name,
+			SessionID: c.Labels[sandbox.LabelSession], Labels: mergedMetadata(c.ObjectMeta),
 		})
 	}
 	return out, nil

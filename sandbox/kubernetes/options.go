@@ -28,8 +28,6 @@ func (r *Runtime) CheckOptions(o sandbox.SessionOptions) error {
 	switch {
 	case len(o.MCPServers) > 0:
 		return unsupported("mcp_servers (MCP sidecars)", "a session's MCP servers run only on the Docker runtime so far")
-	case len(o.Skills) > 0:
-		return unsupported("skills (host skill folders)", "the cluster's nodes do not have the daemon's skill folders; copying them into the Pod is not built yet")
 	case o.Limits.DiskQuota > 0:
 		return unsupported("limits.disk_quota",
 			"a Pod's volumes are bounded by eviction (the kubelet measures them and evicts the Pod past its limit), not by ENOSPC on a write; "+

@@ -218,6 +218,9 @@ func (r *Runtime) buildPod(spec sandbox.Spec, hosts []corev1.HostAlias) (*corev1
 			Volumes:        vols,
 		},
 	}
+	if len(spec.Skills) > 0 {
+		addSkills(pod, secCtx)
+	}
 	if o.Runtime != "" {
 		pod.Spec.RuntimeClassName = ptr.To(o.Runtime)
 	}

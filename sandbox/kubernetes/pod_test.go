@@ -25,10 +25,11 @@ const testSession = "0b6f7c1e-5a3d-4f0e-9d2a-7c4e1f2a3b4c"
 
 // podShapes are the profile shapes whose Pods are kept as golden files.
 var podShapes = []struct {
-	name string
-	cfg  func(*Config)
-	opts sandbox.SessionOptions
-	pool string
+	name   string
+	cfg    func(*Config)
+	opts   sandbox.SessionOptions
+	pool   string
+	skills []sandbox.SkillMount
 }{
 	{name: "default", opts: sandbox.SessionOptions{}},
 	{name: "pooled", opts: sandbox.SessionOptions{Image: "python:3.12-slim"}, pool: "py/" + `{"image":"python:3.12-slim"}`},
@@ -37,6 +38,9 @@ var podShapes = []struct {
 	{name: "tmpfs-disk", opts: sandbox.SessionOptions{Limits: sandbox.Limits{Memory: 2 << 30, Disk: 256 << 20}, Env: map[string]string{"HOME": "/home/dev", "LANG": "C.UTF-8"}}},
 	{name: "gvisor-writable", opts: sandbox.SessionOptions{Runtime: "gvisor", WritableRootfs: true, Cwd: "/workspace/src", User: "1234:1234",
 		Labels: map[string]string{"team": "evals", "note": "a value with spaces: not a label"}}},
+	{name: "skills", opts: sandbox.SessionOptions{Skills: []string{"run-tests"}}, skills: []sandbox.SkillMount{{Path: "run-tests", Source: "/srv/skills/run-tests"}}},
+	{name: "init-skills", cfg: func(c *Config) { c.AgentVolume = AgentVolumeInit },
+		opts: sandbox.SessionOptions{Skills: []string{"all"}}, skills: []sandbox.SkillMount{{Path: "a", Source: "/srv/skills/a"}, {Path: "b/c", Source: "/srv/skills/b/c"}}},
 	{name: "init-localhost-seccomp", cfg: func(c *Config) {
 		c.AgentVolume, c.SeccompProfile, c.HostUsers, c.Node = AgentVolumeInit, "sandboxd/seccomp.json", true, "node-1"
 		c.MaxLifetime, c.Labels = 2*time.Hour, map[string]string{"run": "ci-42"}
@@ -54,6 +58,7 @@ func TestPodGolden(t *testing.T) {
 		t.Run(shape.name, func(t *testing.T) {
 			r := newTestRuntime(t, newClientset(), &fakeAgent{}, shape.cfg)
 			spec := testSpec(t, testSession, shape.opts, shape.pool)
+			spec.Skills = shape.skills
 			require.NoError(t, r.CheckOptions(spec.Options))
 			egress, hosts, err := r.resolveEgress(context.Background(), spec.Options.AllowHosts)
 			require.NoError(t, err)

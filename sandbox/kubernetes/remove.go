@@ -10,8 +10,8 @@ import (
 	"k8s.io/utils/ptr"
 )
 
-// Remove deletes a session's Pod (grace 0: its processes are killed) and
-// its NetworkPolicy, and ends its agent streams. What is gone already
+// Remove deletes a session's Pod (grace 0: its processes are killed), its
+// NetworkPolicy and the ConfigMap of its skills, and ends its agent streams. What is gone already
 // (NotFound) is no error, so Remove is idempotent.
 func (r *Runtime) Remove(ctx context.Context, sessionID string) error {
 	if err := checkSessionID(sessionID); err != nil {
@@ -29,6 +29,10 @@ func (r *Runtime) Remove(ctx context.Context, sessionID string) error {
 	err = r.cli.NetworkingV1().NetworkPolicies(r.cfg.Namespace).Delete(cctx, name, metav1.DeleteOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
 		errs = append(errs, fmt.Errorf("deleting NetworkPolicy %s: %w", name, err))
+	}
+	err = r.cli.CoreV1().ConfigMaps(r.cfg.Namespace).Delete(cctx, name, metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		errs = append(errs, fmt.Errorf("deleting ConfigMap %s: %w", name, err))
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("session %s: %w", sessionID, errors.Join(errs...))

@@ -144,7 +144,8 @@ const ContainerName = "sandbox"
 
 // New checks cfg, makes the clients it lacks and starts the watch on the
 // scope's Pods (Close stops it). It fails if the namespace cannot be
-// read.
+// read. klog, client-go's log, goes to Config.Logger from then on (the
+// last runtime made wins; klog.go).
 func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	if cfg.CallTimeout <= 0 {
 		cfg.CallTimeout = DefaultCallTimeout
@@ -170,6 +171,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	if err := cfg.check(); err != nil {
 		return nil, fmt.Errorf("kubernetes runtime: %w", err)
 	}
+	routeKlog(cfg.Logger)
 	r := &Runtime{cfg: cfg, cli: cfg.Client, exec: cfg.Exec, log: cfg.Logger.With("component", "kubernetes", "namespace", cfg.Namespace)}
 	if r.cli == nil || r.exec == nil {
 		if cfg.REST == nil {

@@ -344,13 +344,6 @@ func TestUnsupportedRefused(t *testing.T) {
 			assert.Len(t, cs.Actions(), before, "Start made API calls: %v", cs.Actions()[before:])
 		})
 	}
-	cs := newClientset()
-	r := newTestRuntime(t, cs, &fakeAgent{}, nil)
-	spec := testSpec(t, testSession, sandbox.SessionOptions{}, "")
-	spec.Skills = []sandbox.SkillMount{{Path: "fuzz", Source: "/srv/skills/fuzz"}}
-	_, err := r.Start(t.Context(), spec)
-	require.ErrorIs(t, err, sandbox.ErrUnsupported)
-	assertNothingLeft(t, r)
 }
 
 // TestRuntimeClassChecked: a session's Runtime must name a RuntimeClass

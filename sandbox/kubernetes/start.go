@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"net/netip"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -21,11 +22,15 @@ import (
 // Waiting reasons of the sandbox's container that end a start at once:
 // the kubelet would only retry them with a back-off.
 var (
-	pullFailures  = map[string]bool{"ErrImagePull": true, "ImagePullBackOff": true, "InvalidImageName": true, "ErrImageNeverPull": true}
-	startFailures = map[string]bool{"CreateContainerConfigError": true, "CreateContainerError": true, "RunContainerError": true, "CrashLoopBackOff": true}
+	pullFailures  = map[string]bool{"ErrImagePull": true, "ImagePullBackOff": true, "InvalidImageName": true, "ErrImageNeverPull": true, "ImageInspectError": true}
+	startFailures = map[string]bool{
+		"CreateContainerConfigError": true, "CreateContainerError": true, "RunContainerError": true, "CrashLoopBackOff": true,
+		"PreStartHookError": true, "PostStartHookError": true,
+	}
 )
 
-// Start creates the session's NetworkPolicy and Pod, waits on the
+// Start creates the session's NetworkPolicy, the ConfigMap of its skills
+// (skills.go) and its Pod, waits on the
 // runtime's watch until the Pod's container runs, then opens the agent
 // stream: pods/exec of sandbox.ProxyCommand, retried until the agent
 // answers a ping on it (its socket exists a moment after the container
@@ -40,9 +45,6 @@ func (r *Runtime) Start(ctx context.Context, spec sandbox.Spec) (_ io.ReadWriteC
 	if err := r.CheckOptions(spec.Options); err != nil {
 		return nil, err
 	}
-	if len(spec.Skills) > 0 {
-		return nil, unsupported("skills (host skill folders)", "the cluster's nodes do not have the daemon's skill folders")
-	}
 	if err := r.CheckRuntime(ctx, spec.Options.Runtime); err != nil {
 		return nil, err
 	}
@@ -52,6 +54,13 @@ func (r *Runtime) Start(ctx context.Context, spec sandbox.Spec) (_ io.ReadWriteC
 	)
 	if len(spec.Options.AllowHosts) > 0 {
 		if egress, hosts, err = r.resolveEgress(ctx, spec.Options.AllowHosts); err != nil {
+			return nil, err
+		}
+	}
+	var skills []byte
+	if len(spec.Skills) > 0 {
+		if skills, _, err = packSkills(spec.Skills); err != nil {
+			r.log.Warn("skills refused at create", "session", id, "err", err)
 			return nil, err
 		}
 	}
@@ -82,6 +91,11 @@ func (r *Runtime) Start(ctx context.Context, spec sandbox.Spec) (_ io.ReadWriteC
 	if err != nil {
 		return nil, fmt.Errorf("session %s: creating its NetworkPolicy: %w", id, err)
 	}
+	if skills != nil {
+		if err := r.createSkills(ctx, id, skills); err != nil {
+			return nil, err
+		}
+	}
 	cctx, cancel = r.call(ctx)
 	created, err := r.cli.CoreV1().Pods(r.cfg.Namespace).Create(cctx, pod, metav1.CreateOptions{})
 	cancel()
@@ -104,9 +118,12 @@ func (r *Runtime) Start(ctx context.Context, spec sandbox.Spec) (_ io.ReadWriteC
 }
 
 // waitRunning waits until the Pod's container runs, on the runtime's
-// watch (first is the Pod as created; changed wakes on each change). A Pod
-// that failed, or a container the kubelet cannot create or whose image it
-// cannot pull, ends the wait at once; so does ctx, naming the Pod's state.
+// watch (first is the Pod as created; changed wakes on each change of the
+// Pod and each Warning Event about it). A Pod that failed, an init
+// container that failed, a container the kubelet cannot create or whose
+// image it cannot pull, or a terminal Event (a sandbox the node's runtime
+// cannot create) ends the wait at once; so does ctx, naming the Pod's
+// state and its last Warning Event.
 func (r *Runtime) waitRunning(ctx context.Context, first *corev1.Pod, changed <-chan struct{}) error {
 	pod := first
 	for {
@@ -116,10 +133,18 @@ func (r *Runtime) waitRunning(ctx context.Context, first *corev1.Pod, changed <-
 		if err := runState(pod); err != nil || statusOf(pod).Running {
 			return err
 		}
+		ev, evOK := r.w.lastEvent(first.Name, first.UID)
+		if evOK && ev.terminal() {
+			return fmt.Errorf("its Pod %s cannot run: %s", pod.Name, ev)
+		}
 		select {
 		case <-changed:
 		case <-ctx.Done():
-			return fmt.Errorf("its Pod %s did not run (%s): %w", pod.Name, pendingState(pod), ctx.Err())
+			state := pendingState(pod)
+			if evOK {
+				state += "; last event " + ev.String()
+			}
+			return fmt.Errorf("its Pod %s did not run (%s): %w", pod.Name, state, ctx.Err())
 		}
 	}
 }
@@ -127,10 +152,38 @@ func (r *Runtime) waitRunning(ctx context.Context, first *corev1.Pod, changed <-
 // runState is the error that ends a start at a Pod's state; nil while it
 // may still run.
 func runState(pod *corev1.Pod) error {
+	if err := initState(pod); err != nil {
+		return err
+	}
 	if why := podEnded(pod); why != "" {
 		return fmt.Errorf("its Pod %s ended before it ran: %s", pod.Name, sandboxStatus(pod))
 	}
-	cs := containerStatus(pod)
+	return waitingState(containerStatus(pod), "its container")
+}
+
+// initState is the error of an init container that failed or cannot
+// start (the agent's copy, the skills' unpacking), naming it and what it
+// said.
+func initState(pod *corev1.Pod) error {
+	for i := range pod.Status.InitContainerStatuses {
+		cs := &pod.Status.InitContainerStatuses[i]
+		if t := cs.State.Terminated; t != nil && t.ExitCode != 0 {
+			msg := strings.TrimSpace(t.Message)
+			if msg == "" {
+				msg = t.Reason
+			}
+			return fmt.Errorf("its init container %s failed with exit code %d: %s", cs.Name, t.ExitCode, msg)
+		}
+		if err := waitingState(cs, "its init container "+cs.Name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// waitingState is the error of a container (what names it) waiting for
+// what the kubelet would only retry with a back-off.
+func waitingState(cs *corev1.ContainerStatus, what string) error {
 	if cs == nil || cs.State.Waiting == nil {
 		return nil
 	}
@@ -139,7 +192,7 @@ func runState(pod *corev1.Pod) error {
 	case pullFailures[w.Reason]:
 		return fmt.Errorf("%w: the cluster could not pull %s (%s: %s)", sandbox.ErrImageNotFound, cs.Image, w.Reason, w.Message)
 	case startFailures[w.Reason]:
-		return fmt.Errorf("its container could not start (%s: %s)", w.Reason, w.Message)
+		return fmt.Errorf("%s could not start (%s: %s)", what, w.Reason, w.Message)
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package kubernetes
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"sync"
 
@@ -16,7 +17,8 @@ import (
 )
 
 // watcher is the runtime's one watch on the Pods of its scope (an
-// informer: list, then watch, relisting when the watch breaks). It wakes
+// informer: list, then watch, relisting when the watch breaks), with a
+// second one on the Warning Events about Pods (events.go). It wakes
 // Starts waiting for their Pod to run, and ends the agent streams of a
 // session whose Pod failed or went away: the manager then inspects the
 // sandbox and fails the session with the reason Inspect gives (evicted for
@@ -25,16 +27,19 @@ import (
 type watcher struct {
 	r      *Runtime
 	inf    cache.SharedIndexInformer
+	ctx    context.Context // the informers' (stop cancels it)
 	cancel context.CancelFunc
 	done   chan struct{}
+	evDone chan struct{} // nil without the Events informer (events.go)
 
 	mu      sync.Mutex
 	waiters map[string]map[chan struct{}]struct{} // Pod name → Starts waiting on it
+	events  map[string]podEvent                   // Pod name → its last Warning Event, while a Start waits on it
 	streams map[string]map[*stream]struct{}       // session → its open agent streams
 }
 
 func newWatcher(r *Runtime) *watcher {
-	return &watcher{r: r, waiters: map[string]map[chan struct{}]struct{}{}, streams: map[string]map[*stream]struct{}{}}
+	return &watcher{r: r, waiters: map[string]map[chan struct{}]struct{}{}, events: map[string]podEvent{}, streams: map[string]map[*stream]struct{}{}}
 }
 
 // start runs the informer until stop and waits for its first list.
@@ -69,7 +74,7 @@ func (w *watcher) start(ctx context.Context) error {
 		return err
 	}
 	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	w.cancel, w.done = cancel, make(chan struct{})
+	w.ctx, w.cancel, w.done = rctx, cancel, make(chan struct{})
 	go func() {
 		defer close(w.done)
 		w.inf.RunWithContext(rctx)
@@ -83,6 +88,10 @@ func (w *watcher) start(ctx context.Context) error {
 		}
 		return errors.New("the first list of Pods did not come within the call timeout")
 	}
+	if err := w.startEvents(ctx); err != nil {
+		w.stop()
+		return fmt.Errorf("watching the Events of Pods: %w", err)
+	}
 	return nil
 }
 
@@ -93,6 +102,9 @@ func (w *watcher) stop() {
 	}
 	w.cancel()
 	<-w.done
+	if w.evDone != nil {
+		<-w.evDone
+	}
 }
 
 // changed wakes the Starts waiting on the Pod and, when it failed, ends
@@ -145,6 +157,7 @@ func (w *watcher) wait(name string) (ch chan struct{}, done func()) {
 		delete(w.waiters[name], ch)
 		if len(w.waiters[name]) == 0 {
 			delete(w.waiters, name)
+			delete(w.events, name)
 		}
 		w.mu.Unlock()
 	}

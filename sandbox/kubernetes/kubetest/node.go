@@ -1,6 +1,7 @@
 package kubetest
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -67,6 +69,14 @@ type NodeConfig struct {
 	// BindUnscheduled binds Pods that have no node to this one (there is
 	// no scheduler). Off: the runtime pins its Pods (Config.Node).
 	BindUnscheduled bool
+	// RuntimeHandlers are the RuntimeClass handlers this node's container
+	// runtime has. nil: a Pod's runtimeClassName is not realized (every
+	// Pod runs with Docker's runc). Else a Pod whose RuntimeClass's handler
+	// is not here does not run, as on a kubelet over containerd: a Warning
+	// Event FailedCreatePodSandBox (`no runtime for "<handler>" is
+	// configured`) on the Pod, which stays Pending with its container
+	// waiting in ContainerCreating.
+	RuntimeHandlers map[string]bool
 	// Log receives what the node does; nil discards it.
 	Log *slog.Logger
 }
@@ -377,6 +387,17 @@ func (n *Node) handle(ctx context.Context, pod *corev1.Pod) {
 // reports why it cannot run.
 func (n *Node) run(ctx context.Context, pod *corev1.Pod) {
 	log := n.log.With("pod", pod.Name)
+	if msg := n.sandboxFailure(ctx, pod); msg != "" {
+		log.Warn("kubetest: pod sandbox not created", "why", msg)
+		n.warn(ctx, pod, "FailedCreatePodSandBox", msg)
+		n.setStatus(ctx, pod, func(st *corev1.PodStatus) {
+			st.Phase = corev1.PodPending
+			st.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()}}
+			st.ContainerStatuses = []corev1.ContainerStatus{{Name: pod.Spec.Containers[0].Name, Image: pod.Spec.Containers[0].Image,
+				State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}}}}
+		})
+		return
+	}
 	spec, err := n.containerSpec(ctx, pod)
 	if err != nil {
 		log.Warn("kubetest: pod not runnable", "err", err)
@@ -395,6 +416,23 @@ func (n *Node) run(ctx context.Context, pod *corev1.Pod) {
 		return // deleted meanwhile
 	}
 	name := fmt.Sprintf("kubetest-%s-%s-%s", pod.Namespace, pod.Name, string(pod.UID)[:min(8, len(pod.UID))])
+	for _, ic := range spec.inits {
+		st, err := n.runInit(ctx, name, ic)
+		spec.initStatuses = append(spec.initStatuses, st)
+		if err != nil || st.State.Terminated.ExitCode != 0 {
+			if err != nil {
+				log.Warn("kubetest: init container", "init", ic.ctr.Name, "err", err)
+				st.State.Terminated.Message = err.Error()
+			}
+			n.setStatus(ctx, pod, func(ps *corev1.PodStatus) {
+				ps.Phase = corev1.PodFailed
+				ps.InitContainerStatuses = spec.initStatuses
+				ps.ContainerStatuses = []corev1.ContainerStatus{{Name: spec.ctr.Name, Image: spec.ctr.Image,
+					State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "PodInitializing"}}}}
+			})
+			return
+		}
+	}
 	created, err := n.cfg.Docker.ContainerCreate(ctx, spec.config, spec.host, nil, nil, name)
 	if err != nil {
 		log.Warn("kubetest: creating container", "err", err)
@@ -450,6 +488,91 @@ func (n *Node) run(ctx context.Context, pod *corev1.Pod) {
 		}}
 	})
 	log.Debug("kubetest: pod running", "container", created.ID[:12])
+}
+
+// sandboxFailure is why the node's container runtime cannot create the
+// Pod's sandbox, in containerd's words; "" when it can (see
+// NodeConfig.RuntimeHandlers).
+func (n *Node) sandboxFailure(ctx context.Context, pod *corev1.Pod) string {
+	rc := pod.Spec.RuntimeClassName
+	if n.cfg.RuntimeHandlers == nil || rc == nil || *rc == "" {
+		return ""
+	}
+	cls, err := n.cfg.Client.NodeV1().RuntimeClasses().Get(ctx, *rc, metav1.GetOptions{})
+	if err != nil {
+		return "Failed to create pod sandbox: " + err.Error()
+	}
+	if n.cfg.RuntimeHandlers[cls.Handler] {
+		return ""
+	}
+	return fmt.Sprintf("Failed to create pod sandbox: rpc error: code = Unknown desc = failed to get sandbox runtime: no runtime for %q is configured", cls.Handler)
+}
+
+// warn records a Warning Event about a Pod, as the kubelet does.
+func (n *Node) warn(ctx context.Context, pod *corev1.Pod, reason, msg string) {
+	now := metav1.Now()
+	_, err := n.cfg.Client.CoreV1().Events(pod.Namespace).Create(ctx, &corev1.Event{
+		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s.%x", pod.Name, now.UnixNano()), Namespace: pod.Namespace},
+		InvolvedObject: corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID,
+			ResourceVersion: pod.ResourceVersion},
+		Reason: reason, Message: msg, Type: corev1.EventTypeWarning, Count: 1, FirstTimestamp: now, LastTimestamp: now,
+		Source: corev1.EventSource{Component: "kubelet", Host: n.cfg.Name}, ReportingController: "kubelet", ReportingInstance: n.cfg.Name,
+	}, metav1.CreateOptions{})
+	if err != nil {
+		n.log.Warn("kubetest: recording an event", "pod", pod.Name, "reason", reason, "err", err)
+	}
+}
+
+// runInit runs an init container to its exit and removes it: its status
+// says how it ended (a failure's message is the tail of its output, as
+// the kubelet's FallbackToLogsOnError would have it).
+func (n *Node) runInit(ctx context.Context, pod string, ic initSpec) (corev1.ContainerStatus, error) {
+	st := corev1.ContainerStatus{Name: ic.ctr.Name, Image: ic.ctr.Image,
+		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "Error", ExitCode: -1}}}
+	created, err := n.cfg.Docker.ContainerCreate(ctx, ic.config, ic.host, nil, nil, pod+"-init-"+ic.ctr.Name)
+	if err != nil {
+		return st, err
+	}
+	defer func() {
+		_ = n.cfg.Docker.ContainerRemove(context.WithoutCancel(ctx), created.ID, container.RemoveOptions{Force: true})
+	}()
+	started := metav1.Now()
+	wait, werr := n.cfg.Docker.ContainerWait(ctx, created.ID, container.WaitConditionNextExit)
+	if err := n.cfg.Docker.ContainerStart(ctx, created.ID, container.StartOptions{}); err != nil {
+		return st, err
+	}
+	select {
+	case res := <-wait:
+		t := st.State.Terminated
+		t.ExitCode, t.StartedAt, t.FinishedAt = int32(res.StatusCode), started, metav1.Now()
+		if res.StatusCode == 0 {
+			t.Reason = "Completed"
+			st.Ready = true
+			return st, nil
+		}
+		t.Message = n.logTail(ctx, created.ID)
+		return st, nil
+	case err := <-werr:
+		return st, err
+	case <-ctx.Done():
+		return st, ctx.Err()
+	}
+}
+
+// logTail is the last KiB of a container's output.
+func (n *Node) logTail(ctx context.Context, id string) string {
+	rc, err := n.cfg.Docker.ContainerLogs(ctx, id, container.LogsOptions{ShowStdout: true, ShowStderr: true, Tail: "20"})
+	if err != nil {
+		return ""
+	}
+	defer rc.Close()
+	var out, errb bytes.Buffer
+	_, _ = stdcopy.StdCopy(&out, &errb, io.LimitReader(rc, 64<<10))
+	s := strings.TrimSpace(out.String() + errb.String())
+	if len(s) > 1024 {
+		s = s[len(s)-1024:]
+	}
+	return s
 }
 
 func runningConditions(at metav1.Time) []corev1.PodCondition {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -15,21 +16,41 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// dockerSpec is a Pod as one Docker container.
+// dockerSpec is a Pod as one Docker container, with the init containers
+// it runs first.
 type dockerSpec struct {
 	config       *container.Config
 	host         *container.HostConfig
 	ctr          corev1.Container
 	dirs         string // host folder of the disk emptyDirs ("" if none)
 	initStatuses []corev1.ContainerStatus
+	// inits are the init containers run for real, in order, before the
+	// Pod's container (all but the agent image's copy).
+	inits []initSpec
+}
+
+// initSpec is one init container as a Docker container.
+type initSpec struct {
+	ctr    corev1.Container
+	config *container.Config
+	host   *container.HostConfig
+}
+
+// podVolumes is what the containers of one Pod mount.
+type podVolumes struct {
+	byName    map[string]corev1.Volume
+	agent     map[string]bool   // volumes that are the agent binary
+	configMap map[string]string // host folders of the configMap volumes made so far
 }
 
 // containerSpec maps a Pod to a Docker container, as far as Docker can
 // and a test needs; what it cannot map is an error (the Pod fails with
 // reason KubetestUnsupported), never silently dropped:
 //
-//   - one container; init containers only the agent image's copy, which
-//     is not run (its emptyDir becomes the agent bind, below);
+//   - one container; init containers of the agent image are its copy,
+//     which is not run (its emptyDir becomes the agent bind, below); any
+//     other init container is run for real, in order, before the Pod's
+//     container, each to its exit (a failure fails the Pod);
 //   - image, command, args, env (plain values), workingDir, hostname,
 //     hostAliases;
 //   - user and group (pod, then container security context), fsGroup and
@@ -39,11 +60,14 @@ type dockerSpec struct {
 //     RuntimeDefault (Docker's default profile) or Unconfined;
 //   - limits of cpu and memory (no swap); ephemeral-storage is not
 //     enforced (a kubelet evicts; this node does not);
-//   - volumes: an emptyDir of medium Memory is a tmpfs of its sizeLimit;
-//     a disk emptyDir is a host folder (mode 0777 as the kubelet makes
-//     it, its sizeLimit not enforced) removed with the Pod; the agent
-//     image volume, or the emptyDir its init container fills, is the
-//     host binary bound read-only at <mountPath>/sandboxd;
+//   - volumes: an emptyDir of medium Memory is a tmpfs of its sizeLimit
+//     (the Pod's containers do not share it); a disk emptyDir is a host
+//     folder (mode 0777 as the kubelet makes it, its sizeLimit not
+//     enforced) removed with the Pod; a configMap volume (no items) is a
+//     host folder of its keys as files of its defaultMode, read from the
+//     API when the Pod starts, bound read-only; the agent image volume, or
+//     the emptyDir its init container fills, is the host binary bound
+//     read-only at <mountPath>/sandboxd;
 //   - no network: the Pod runs with Docker's "none" network, whatever
 //     NetworkPolicy says; hostUsers, runtimeClassName and a Localhost
 //     seccomp profile are not realized.
@@ -56,39 +80,59 @@ func (n *Node) containerSpec(ctx context.Context, pod *corev1.Pod) (*dockerSpec,
 	if c.Image == "" {
 		return nil, errors.New("the container has no image")
 	}
-	agentVols := map[string]bool{}
-	var inits []corev1.ContainerStatus
+	pv := podVolumes{byName: map[string]corev1.Volume{}, agent: map[string]bool{}, configMap: map[string]string{}}
 	for _, v := range ps.Volumes {
+		pv.byName[v.Name] = v
 		if v.Image != nil {
 			if n.cfg.AgentImage == "" || v.Image.Reference != n.cfg.AgentImage {
 				return nil, fmt.Errorf("image volume %q of %q: kubetest maps only the agent image %q", v.Name, v.Image.Reference, n.cfg.AgentImage)
 			}
-			agentVols[v.Name] = true
+			pv.agent[v.Name] = true
 		}
 	}
+	spec := &dockerSpec{ctr: c}
+	var run []corev1.Container
 	for _, ic := range ps.InitContainers {
 		if n.cfg.AgentImage == "" || ic.Image != n.cfg.AgentImage {
-			return nil, fmt.Errorf("init container %q: kubetest runs only the agent image's copy, not %q", ic.Name, ic.Image)
+			run = append(run, ic)
+			continue
 		}
 		for _, m := range ic.VolumeMounts {
-			agentVols[m.Name] = true
+			pv.agent[m.Name] = true
 		}
 		now := metav1.Now()
-		inits = append(inits, corev1.ContainerStatus{Name: ic.Name, Image: ic.Image, Ready: true,
+		spec.initStatuses = append(spec.initStatuses, corev1.ContainerStatus{Name: ic.Name, Image: ic.Image, Ready: true,
 			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
 				Reason: "Completed", Message: "kubetest: the agent is the host binary, bound read-only", StartedAt: now, FinishedAt: now,
 			}}})
 	}
+	for _, ic := range run {
+		config, host, err := n.mapContainer(ctx, pod, ic, &pv, spec)
+		if err != nil {
+			return nil, fmt.Errorf("init container %q: %w", ic.Name, err)
+		}
+		spec.inits = append(spec.inits, initSpec{ctr: ic, config: config, host: host})
+	}
+	config, host, err := n.mapContainer(ctx, pod, c, &pv, spec)
+	if err != nil {
+		return nil, err
+	}
+	spec.config, spec.host = config, host
+	return spec, nil
+}
 
+// mapContainer maps one container of a Pod (see containerSpec).
+func (n *Node) mapContainer(ctx context.Context, pod *corev1.Pod, c corev1.Container, pv *podVolumes, spec *dockerSpec) (*container.Config, *container.HostConfig, error) {
+	ps := pod.Spec
 	env := make([]string, 0, len(c.Env))
 	for _, e := range c.Env {
 		if e.ValueFrom != nil {
-			return nil, fmt.Errorf("env %s: valueFrom is not supported by kubetest", e.Name)
+			return nil, nil, fmt.Errorf("env %s: valueFrom is not supported by kubetest", e.Name)
 		}
 		env = append(env, e.Name+"="+e.Value)
 	}
 	if len(c.EnvFrom) > 0 {
-		return nil, errors.New("envFrom is not supported by kubetest")
+		return nil, nil, errors.New("envFrom is not supported by kubetest")
 	}
 
 	sec := effectiveSecurity(ps.SecurityContext, c.SecurityContext)
@@ -101,7 +145,7 @@ func (n *Node) containerSpec(ctx context.Context, pod *corev1.Pod) (*dockerSpec,
 	}
 	if sec.nonRoot {
 		if err := n.checkNonRoot(ctx, c.Image, sec.uid); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	var groups []string
@@ -127,7 +171,7 @@ func (n *Node) containerSpec(ctx context.Context, pod *corev1.Pod) (*dockerSpec,
 		Tmpfs:          map[string]string{},
 	}
 	if sec.privileged {
-		return nil, errors.New("privileged containers are not run by kubetest")
+		return nil, nil, errors.New("privileged containers are not run by kubetest")
 	}
 	if sec.noNewPrivs {
 		host.SecurityOpt = append(host.SecurityOpt, "no-new-privileges")
@@ -137,7 +181,7 @@ func (n *Node) containerSpec(ctx context.Context, pod *corev1.Pod) (*dockerSpec,
 	case corev1.SeccompProfileTypeUnconfined:
 		host.SecurityOpt = append(host.SecurityOpt, "seccomp=unconfined")
 	default:
-		return nil, fmt.Errorf("seccomp profile %s is not realized by kubetest", sec.seccomp)
+		return nil, nil, fmt.Errorf("seccomp profile %s is not realized by kubetest", sec.seccomp)
 	}
 	if q, ok := c.Resources.Limits[corev1.ResourceMemory]; ok {
 		host.Memory, host.MemorySwap = q.Value(), q.Value()
@@ -151,21 +195,16 @@ func (n *Node) containerSpec(ctx context.Context, pod *corev1.Pod) (*dockerSpec,
 		}
 	}
 
-	vols := map[string]corev1.Volume{}
-	for _, v := range ps.Volumes {
-		vols[v.Name] = v
-	}
-	spec := &dockerSpec{ctr: c, initStatuses: inits}
 	for _, m := range c.VolumeMounts {
 		if m.SubPath != "" || m.SubPathExpr != "" {
-			return nil, fmt.Errorf("volume mount %q: subPath is not supported by kubetest", m.Name)
+			return nil, nil, fmt.Errorf("volume mount %q: subPath is not supported by kubetest", m.Name)
 		}
-		v, ok := vols[m.Name]
+		v, ok := pv.byName[m.Name]
 		if !ok {
-			return nil, fmt.Errorf("volume mount %q: no such volume", m.Name)
+			return nil, nil, fmt.Errorf("volume mount %q: no such volume", m.Name)
 		}
 		switch {
-		case agentVols[m.Name]:
+		case pv.agent[m.Name]:
 			host.Mounts = append(host.Mounts, mount.Mount{Type: mount.TypeBind, Source: n.cfg.AgentBinary,
 				Target: strings.TrimSuffix(m.MountPath, "/") + "/sandboxd", ReadOnly: true})
 		case v.EmptyDir != nil && v.EmptyDir.Medium == corev1.StorageMediumMemory:
@@ -178,21 +217,23 @@ func (n *Node) containerSpec(ctx context.Context, pod *corev1.Pod) (*dockerSpec,
 			}
 			host.Tmpfs[m.MountPath] = strings.Join(opts, ",")
 		case v.EmptyDir != nil:
-			spec.dirs = n.dirOf(pod)
-			dir := filepath.Join(spec.dirs, m.Name)
-			if err := os.MkdirAll(dir, 0o700); err != nil {
-				return nil, err
+			dir, err := n.podDir(pod, spec, m.Name)
+			if err != nil {
+				return nil, nil, err
 			}
 			// The kubelet makes an emptyDir 0777 (umask aside).
-			if err := os.Chmod(spec.dirs, 0o755); err != nil {
-				return nil, err
-			}
 			if err := os.Chmod(dir, 0o777); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			host.Mounts = append(host.Mounts, mount.Mount{Type: mount.TypeBind, Source: dir, Target: m.MountPath, ReadOnly: m.ReadOnly})
+		case v.ConfigMap != nil:
+			dir, err := n.configMapDir(ctx, pod, spec, pv, v)
+			if err != nil {
+				return nil, nil, fmt.Errorf("volume %q: %w", m.Name, err)
+			}
+			host.Mounts = append(host.Mounts, mount.Mount{Type: mount.TypeBind, Source: dir, Target: m.MountPath, ReadOnly: true})
 		default:
-			return nil, fmt.Errorf("volume %q: only emptyDir and the agent image are supported by kubetest", m.Name)
+			return nil, nil, fmt.Errorf("volume %q: only emptyDir, configMap and the agent image are supported by kubetest", m.Name)
 		}
 	}
 
@@ -200,7 +241,7 @@ func (n *Node) containerSpec(ctx context.Context, pod *corev1.Pod) (*dockerSpec,
 	if ps.Hostname != "" {
 		hostname = ps.Hostname
 	}
-	spec.config = &container.Config{
+	config := &container.Config{
 		Image:      c.Image,
 		Cmd:        c.Args,
 		Env:        env,
@@ -212,10 +253,68 @@ func (n *Node) containerSpec(ctx context.Context, pod *corev1.Pod) (*dockerSpec,
 		StdinOnce:  c.StdinOnce,
 	}
 	if len(c.Command) > 0 {
-		spec.config.Entrypoint = c.Command
+		config.Entrypoint = c.Command
 	}
-	spec.host = host
-	return spec, nil
+	return config, host, nil
+}
+
+// podDir is the host folder name of the Pod's folders (made once).
+func (n *Node) podDir(pod *corev1.Pod, spec *dockerSpec, name string) (string, error) {
+	spec.dirs = n.dirOf(pod)
+	dir := filepath.Join(spec.dirs, name)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", err
+	}
+	if err := os.Chmod(spec.dirs, 0o755); err != nil {
+		return "", err
+	}
+	return dir, nil
+}
+
+// configMapDir writes a configMap volume's keys as files of its
+// defaultMode into a host folder, once per Pod.
+func (n *Node) configMapDir(ctx context.Context, pod *corev1.Pod, spec *dockerSpec, pv *podVolumes, v corev1.Volume) (string, error) {
+	if dir, ok := pv.configMap[v.Name]; ok {
+		return dir, nil
+	}
+	src := v.ConfigMap
+	if len(src.Items) > 0 {
+		return "", errors.New("configMap items are not supported by kubetest")
+	}
+	cm, err := n.cfg.Client.CoreV1().ConfigMaps(pod.Namespace).Get(ctx, src.Name, metav1.GetOptions{})
+	if err != nil {
+		return "", fmt.Errorf("configMap %s: %w", src.Name, err)
+	}
+	dir, err := n.podDir(pod, spec, "configmap-"+v.Name)
+	if err != nil {
+		return "", err
+	}
+	mode := os.FileMode(0o644)
+	if src.DefaultMode != nil {
+		mode = os.FileMode(*src.DefaultMode) & 0o777
+	}
+	files := map[string][]byte{}
+	for k, val := range cm.Data {
+		files[k] = []byte(val)
+	}
+	maps.Copy(files, cm.BinaryData)
+	for k, b := range files {
+		if strings.ContainsAny(k, "/\\") || k == "." || k == ".." {
+			return "", fmt.Errorf("configMap %s: key %q", src.Name, k)
+		}
+		p := filepath.Join(dir, k)
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			return "", err
+		}
+		if err := os.Chmod(p, mode); err != nil {
+			return "", err
+		}
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return "", err
+	}
+	pv.configMap[v.Name] = dir
+	return dir, nil
 }
 
 // security is a container's effective security context.
