@@ -146,6 +146,7 @@ for _ in $(seq 50); do
   sleep 0.2
 done
 left=$(kubectl -n $sessions get pods,networkpolicies -o name 2>/dev/null)
+left="$left$(kubectl -n $sessions get configmaps -l sandboxd.managed=true -o name 2>/dev/null)"
 [ -z "$left" ] || fail "left after the session closed: $left"
 ok "nothing left in $sessions after the session closed"
 echo "smoke: passed"

@@ -3,7 +3,9 @@ package kubernetes
 import (
 	"context"
 	"log/slog"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"k8s.io/klog/v2"
 )
@@ -18,8 +20,47 @@ import (
 // Config.Logger (the last runtime made wins; until then slog.Default()).
 var klogSink atomic.Pointer[slog.Logger]
 
+// klogLimit bounds klog's warnings (decision 0048).
+var klogLimit = &limiter{now: time.Now, every: time.Minute, seen: map[string]time.Time{}}
+
 func init() {
 	klog.SetSlogLogger(slog.New(klogHandler{}))
+}
+
+// limiter lets a message through at its level once per period; its
+// repeats within it go at debug level. Every cut exec stream makes
+// client-go log the same four lines ("Copying stdin failed", ...):
+// the first say what happens, the thousandth adds nothing.
+type limiter struct {
+	now   func() time.Time
+	every time.Duration
+	mu    sync.Mutex
+	seen  map[string]time.Time // message → when it last went through
+}
+
+// maxSeen bounds limiter.seen: past it the map starts again.
+const maxSeen = 256
+
+// reset forgets every message (tests).
+func (l *limiter) reset() {
+	l.mu.Lock()
+	clear(l.seen)
+	l.mu.Unlock()
+}
+
+// pass says whether msg goes through at its level now.
+func (l *limiter) pass(msg string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.now()
+	if last, ok := l.seen[msg]; ok && now.Sub(last) < l.every {
+		return false
+	}
+	if len(l.seen) >= maxSeen {
+		clear(l.seen)
+	}
+	l.seen[msg] = now
+	return true
 }
 
 // routeKlog sends klog's records to log, with component=client-go.
@@ -29,7 +70,8 @@ func routeKlog(log *slog.Logger) { klogSink.Store(log.With("component", "client-
 // lower: klog's errors are client-go's complaints about streams that ended
 // (the error that matters reaches the runtime as a return value, and is
 // logged or answered there), so they are warnings; its info lines
-// (reflectors starting, and the like) are debug.
+// (reflectors starting, and the like) are debug. A message above debug
+// goes at its level once a minute (klogLimit), its repeats at debug.
 type klogHandler struct {
 	ops []func(slog.Handler) slog.Handler // WithAttrs and WithGroup, in order
 }
@@ -62,6 +104,9 @@ func (k klogHandler) Enabled(ctx context.Context, l slog.Level) bool {
 
 func (k klogHandler) Handle(ctx context.Context, r slog.Record) error {
 	r.Level = demote(r.Level)
+	if r.Level > slog.LevelDebug && !klogLimit.pass(r.Message) {
+		r.Level = slog.LevelDebug
+	}
 	h := k.sink()
 	if !h.Enabled(ctx, r.Level) {
 		return nil

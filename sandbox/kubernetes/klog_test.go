@@ -2,6 +2,7 @@ package kubernetes
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -81,6 +82,7 @@ func TestCutStreamLogsThroughSlog(t *testing.T) {
 	rs := &records{got: make(chan struct{}, 1)}
 	before := klogSink.Load()
 	routeKlog(slog.New(recordHandler{records: rs}))
+	klogLimit.reset() // earlier tests' cut streams said it already
 	t.Cleanup(func() { klogSink.Store(before) })
 	stderr := os.Stderr
 	pr, pw, err := os.Pipe()
@@ -130,6 +132,22 @@ func TestCutStreamLogsThroughSlog(t *testing.T) {
 	assert.Equal(t, "client-go", attrOf(rec, "component"))
 	assert.NotEmpty(t, attrOf(rec, "err"))
 	assert.Empty(t, string(<-raw), "nothing reached stderr")
+}
+
+// A message goes at its level once per period; its repeats within the
+// period at debug; the map of messages is bounded.
+func TestKlogLimiter(t *testing.T) {
+	now := time.Unix(0, 0)
+	l := &limiter{now: func() time.Time { return now }, every: time.Minute, seen: map[string]time.Time{}}
+	assert.True(t, l.pass("Copying stdin failed"))
+	assert.False(t, l.pass("Copying stdin failed"), "a repeat within the minute")
+	assert.True(t, l.pass("Copying stdout failed"), "another message")
+	now = now.Add(time.Minute)
+	assert.True(t, l.pass("Copying stdin failed"), "a minute later")
+	for i := range 2 * maxSeen {
+		l.pass(fmt.Sprint(i))
+	}
+	assert.LessOrEqual(t, len(l.seen), maxSeen)
 }
 
 func TestKlogLevels(t *testing.T) {

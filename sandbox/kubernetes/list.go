@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/sandboxd/sandboxd/sandbox"
@@ -27,7 +28,12 @@ func (r *Runtime) List(ctx context.Context) ([]sandbox.Resource, error) {
 		return nil, fmt.Errorf("listing NetworkPolicies: %w", err)
 	}
 	cms, err := r.cli.CoreV1().ConfigMaps(r.cfg.Namespace).List(cctx, sel)
-	if err != nil {
+	switch {
+	case apierrors.IsForbidden(err):
+		// A Role from before skills: no session could have made one.
+		r.log.Warn("cannot list ConfigMaps: sessions with skills cannot start; grant configmaps create, list and delete (deploy/kubernetes/rbac.yaml)", "err", err)
+		cms = &corev1.ConfigMapList{}
+	case err != nil:
 		return nil, fmt.Errorf("listing ConfigMaps: %w", err)
 	}
 	out := make([]sandbox.Resource, 0, len(pods.Items)+len(nps.Items)+len(cms.Items))

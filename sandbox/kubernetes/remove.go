@@ -30,8 +30,9 @@ func (r *Runtime) Remove(ctx context.Context, sessionID string) error {
 	if err != nil && !apierrors.IsNotFound(err) {
 		errs = append(errs, fmt.Errorf("deleting NetworkPolicy %s: %w", name, err))
 	}
+	// Forbidden: a Role from before skills, which could not have made one.
 	err = r.cli.CoreV1().ConfigMaps(r.cfg.Namespace).Delete(cctx, name, metav1.DeleteOptions{})
-	if err != nil && !apierrors.IsNotFound(err) {
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsForbidden(err) {
 		errs = append(errs, fmt.Errorf("deleting ConfigMap %s: %w", name, err))
 	}
 	if len(errs) > 0 {

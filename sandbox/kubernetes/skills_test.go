@@ -3,6 +3,7 @@ package kubernetes
 import (
 	"bytes"
 	"crypto/rand"
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -10,7 +11,11 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/sandboxd/sandboxd/sandbox"
 	"github.com/sandboxd/sandboxd/sandbox/kubernetes/skilltar"
@@ -108,4 +113,25 @@ func TestSkillsRefused(t *testing.T) {
 			assert.Len(t, cs.Actions(), before, "Start made API calls: %v", cs.Actions()[before:])
 		})
 	}
+}
+
+// TestOldRoleWithoutConfigMaps: a Role from before skills (no configmaps
+// verbs) still lists and removes sessions: the ConfigMaps it could not
+// have made are not looked for.
+func TestOldRoleWithoutConfigMaps(t *testing.T) {
+	cs := newClientset()
+	for _, verb := range []string{"list", "delete"} {
+		cs.PrependReactor(verb, "configmaps", func(a k8stesting.Action) (bool, runtime.Object, error) {
+			return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "configmaps"}, "", errors.New("RBAC: not allowed"))
+		})
+	}
+	runPods(t, cs)
+	r := newTestRuntime(t, cs, &fakeAgent{}, nil)
+	rwc, err := r.Start(t.Context(), testSpec(t, testSession, sandbox.SessionOptions{}, ""))
+	require.NoError(t, err)
+	res, err := r.List(t.Context())
+	require.NoError(t, err)
+	assert.Len(t, res, 2)
+	require.NoError(t, rwc.Close())
+	require.NoError(t, r.Remove(t.Context(), testSession))
 }
