@@ -53,6 +53,9 @@ type env struct {
 	cs   *fake.Clientset
 	node *kubetest.Node
 	m    *sandbox.Manager
+	// daemon makes another runtime and manager on the same cluster and
+	// node (a daemon started again).
+	daemon func() *sandbox.Manager
 }
 
 // newEnv makes a test's cluster. refuseWebSocket makes the API-server
@@ -76,29 +79,35 @@ func newEnvWith(t *testing.T, refuseWebSocket bool, agentVolume string, skillSou
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, node.Stop(context.Background())) })
 	node.Exec().SetRefuseWebSocket(refuseWebSocket)
-	exec, err := skube.NewExec(node.Exec().RESTConfig())
-	require.NoError(t, err)
-	rt, err := skube.New(ctx, skube.Config{
-		Client: cs, Exec: exec, Namespace: namespace, AgentImage: agentImage, AgentVolume: agentVolume,
-		Labels: map[string]string{labelRun: runID, labelTest: unsafeLabel.ReplaceAllString(t.Name(), "_")},
-		Node:   node.Name(),
-		// The node gives Pods no network at all: a deny-all policy holds.
-		NetworkPolicyEnforced: true,
-		Logger:                logger(),
-	})
-	require.NoError(t, err)
-	t.Cleanup(func() { assert.NoError(t, rt.Close()) })
-	m, err := sandbox.NewManager(ctx, rt, sandbox.ManagerOptions{
-		Defaults: sandbox.SessionOptions{Image: testImage}, ReapInterval: 100 * time.Millisecond, Logger: logger(),
-		Skills: skillSource,
-	})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		assert.NoError(t, m.Shutdown(ctx, false))
-	})
-	return &env{cs: cs, node: node, m: m}
+	e := &env{cs: cs, node: node}
+	e.daemon = func() *sandbox.Manager {
+		t.Helper()
+		exec, err := skube.NewExec(node.Exec().RESTConfig())
+		require.NoError(t, err)
+		rt, err := skube.New(ctx, skube.Config{
+			Client: cs, Exec: exec, Namespace: namespace, AgentImage: agentImage, AgentVolume: agentVolume,
+			Labels: map[string]string{labelRun: runID, labelTest: unsafeLabel.ReplaceAllString(t.Name(), "_")},
+			Node:   node.Name(),
+			// The node gives Pods no network at all: a deny-all policy holds.
+			NetworkPolicyEnforced: true,
+			Logger:                logger(),
+		})
+		require.NoError(t, err)
+		t.Cleanup(func() { assert.NoError(t, rt.Close()) })
+		m, err := sandbox.NewManager(ctx, rt, sandbox.ManagerOptions{
+			Defaults: sandbox.SessionOptions{Image: testImage}, ReapInterval: 100 * time.Millisecond, Logger: logger(),
+			Skills: skillSource,
+		})
+		require.NoError(t, err)
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			assert.NoError(t, m.Shutdown(ctx, false))
+		})
+		return m
+	}
+	e.m = e.daemon()
+	return e
 }
 
 // checkProtocol asserts which protocol carried every exec of the test.

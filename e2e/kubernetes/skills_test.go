@@ -2,12 +2,14 @@ package kubernetes
 
 import (
 	"encoding/json"
+	"maps"
 	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -126,4 +128,40 @@ func TestSkillsInPod(t *testing.T) {
 			assert.True(t, apierrors.IsNotFound(err), "the ConfigMap goes with the session: %v", err)
 		})
 	}
+}
+
+// TestSkillsAdopted: a daemon that stops keeping its sessions, and starts
+// again, adopts a session with skills as it is (the copy is in the Pod:
+// the skill tool works, its installer does not run again), and removes
+// the ConfigMap of a session whose Pod is gone (a crash between the two).
+func TestSkillsAdopted(t *testing.T) {
+	t.Parallel()
+	lib := skills.NewLibrary(skills.Root{Dir: skillRoot(t)})
+	e := newEnvWith(t, false, "", daemon.Skills{Lib: lib, Log: logger()})
+	s, err := e.m.Create(ctxT(t), sandbox.SessionOptions{Skills: []string{"greet"}})
+	require.NoError(t, err)
+	obs, err := s.Call(ctxT(t), "greet", json.RawMessage(`{"name":"before"}`), nil)
+	require.NoError(t, err)
+	require.False(t, obs.IsError, obs.Text())
+	assert.Contains(t, obs.Text(), "hello, before (installs: 1)")
+	require.NoError(t, e.m.Shutdown(ctxT(t), true)) // as if the daemon stopped
+
+	orphan := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: skube.PodName("0rphan"), Namespace: namespace, Labels: map[string]string{}}}
+	cm, err := e.cs.CoreV1().ConfigMaps(namespace).Get(ctxT(t), skube.PodName(s.ID()), metav1.GetOptions{})
+	require.NoError(t, err)
+	maps.Copy(orphan.Labels, cm.Labels)
+	orphan.Labels[sandbox.LabelSession] = "0rphan"
+	_, err = e.cs.CoreV1().ConfigMaps(namespace).Create(ctxT(t), orphan, metav1.CreateOptions{})
+	require.NoError(t, err)
+
+	m2 := e.daemon()
+	adopted, err := m2.Get(s.ID())
+	require.NoError(t, err, "adopted")
+	obs, err = adopted.Call(ctxT(t), "greet", json.RawMessage(`{"name":"after"}`), nil)
+	require.NoError(t, err)
+	require.False(t, obs.IsError, obs.Text())
+	assert.Contains(t, obs.Text(), "hello, after (installs: 1)", "the skill is there, and installed once")
+	_, err = e.cs.CoreV1().ConfigMaps(namespace).Get(ctxT(t), orphan.Name, metav1.GetOptions{})
+	assert.True(t, apierrors.IsNotFound(err), "the orphan ConfigMap was reclaimed: %v", err)
+	require.NoError(t, adopted.Close(ctxT(t)))
 }
