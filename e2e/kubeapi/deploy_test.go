@@ -240,7 +240,11 @@ func kubeBinary(t *testing.T) string {
 	root, err := testenv.RepoRoot()
 	require.NoError(t, err)
 	out := filepath.Join(t.TempDir(), "sandboxd-kubernetes")
-	cmd := exec.CommandContext(testContext(t), "go", "build", "-tags", "kubernetes", "-trimpath", "-o", out, "./cmd/sandboxd")
+	// A cold build of client-go under load took over 2 min: only a hang
+	// should fail this bound.
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "go", "build", "-tags", "kubernetes", "-trimpath", "-o", out, "./cmd/sandboxd")
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	b, err := cmd.CombinedOutput()
