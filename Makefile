@@ -97,7 +97,7 @@ clean: ## remove build outputs
 # 2-core machine. Minimizing a new input is capped (10 runs): by default
 # it may take 60 s, more than the whole budget.
 FUZZTIME     ?= 5000x
-FUZZ_TARGETS := ./agent/proto:FuzzReadFrame ./agent:FuzzExtractTar ./server:FuzzJSONRPC ./skills:FuzzParse ./sandbox/kubernetes/skilltar:FuzzUnpack
+FUZZ_TARGETS := ./agent/proto:FuzzReadFrame ./agent:FuzzExtractTar ./server:FuzzJSONRPC ./skills:FuzzParse ./sandbox/kubernetes/skilltar:FuzzUnpack ./sandbox/egress:FuzzHost ./sandbox/egress:FuzzClientHello
 
 fuzz: ## run each fuzz target for FUZZTIME executions (default 5000x) past its seed corpus
 	@set -e; for t in $(FUZZ_TARGETS); do \
