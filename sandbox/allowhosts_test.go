@@ -12,19 +12,25 @@ import (
 
 func TestParseAllowHost(t *testing.T) {
 	for in, want := range map[string]AllowHost{
-		"pypi.org":               {Name: "pypi.org"},
-		"Files.PythonHosted.org": {Name: "files.pythonhosted.org"},
-		"localhost":              {Name: "localhost"},
-		"xn--bcher-kva.example":  {Name: "xn--bcher-kva.example"},
-		"192.0.2.7":              {Prefix: netip.MustParsePrefix("192.0.2.7/32")},
-		"2001:db8::1":            {Prefix: netip.MustParsePrefix("2001:db8::1/128")},
-		"192.0.2.77/24":          {Prefix: netip.MustParsePrefix("192.0.2.0/24")},
-		"2001:db8::/32":          {Prefix: netip.MustParsePrefix("2001:db8::/32")},
+		"pypi.org":                {Name: "pypi.org"},
+		"Files.PythonHosted.org":  {Name: "files.pythonhosted.org"},
+		"localhost":               {Name: "localhost"},
+		"xn--bcher-kva.example":   {Name: "xn--bcher-kva.example"},
+		"192.0.2.7":               {Prefix: netip.MustParsePrefix("192.0.2.7/32")},
+		"2001:db8::1":             {Prefix: netip.MustParsePrefix("2001:db8::1/128")},
+		"192.0.2.77/24":           {Prefix: netip.MustParsePrefix("192.0.2.0/24")},
+		"2001:db8::/32":           {Prefix: netip.MustParsePrefix("2001:db8::/32")},
+		"*.GitHubUserContent.com": {Name: "githubusercontent.com", Wildcard: true},
+		"*.a.b.example":           {Name: "a.b.example", Wildcard: true},
 	} {
 		got, err := ParseAllowHost(in)
 		require.NoError(t, err, in)
 		assert.Equal(t, want, got, in)
 	}
+	w, _ := ParseAllowHost("*.Example.com")
+	assert.Equal(t, "*.example.com", w.String())
+	assert.True(t, HasHostNames([]string{"192.0.2.1", "*.example.com"}))
+	assert.False(t, HasHostNames([]string{"192.0.2.1", "10.0.0.0/8", "not a host"}))
 	for in, msg := range map[string]string{
 		"":                                "is empty",
 		"0.0.0.0/0":                       "allows every address",
@@ -38,6 +44,12 @@ func TestParseAllowHost(t *testing.T) {
 		"pypi.org:443":                    "neither an IP address",
 		"192.0.2.300":                     "cannot end in a number",
 		strings.Repeat("a.", 130) + "com": "longer than a host name",
+		"*.com":                           "a whole top-level domain",
+		"*":                               "only a leading",
+		"*.*.example.com":                 "only a leading",
+		"a.*.example.com":                 "only a leading",
+		"*example.com":                    "only a leading",
+		"*.192.0.2.1":                     "cannot end in a number",
 	} {
 		_, err := ParseAllowHost(in)
 		require.Error(t, err, in)
@@ -67,6 +79,9 @@ func TestValidateAllowHosts(t *testing.T) {
 	o := base
 	o.AllowHosts = []string{"pypi.org", "PyPI.org"}
 	bad(o, `"PyPI.org" is listed twice`)
+	o.AllowHosts = []string{"*.example.com", "example.com"}
+	_, err = o.Resolve(SessionOptions{})
+	require.NoError(t, err, "a wildcard and its apex are two entries")
 	o.AllowHosts = []string{"ok.example", "not a host"}
 	bad(o, `allow_hosts: [1]: "not a host" is neither`)
 	o.AllowHosts = nil

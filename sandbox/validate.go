@@ -538,16 +538,44 @@ func validateAllowHosts(p *problems, field, network string, hosts []string) {
 }
 
 // AllowHost is one parsed entry of SessionOptions.AllowHosts: a host name
-// (Name set) or an address or prefix (Prefix valid; an address is a
+// (Name set), a wildcard (Name is the suffix, Wildcard set: "*.x.com" is
+// Name "x.com"), or an address or prefix (Prefix valid; an address is a
 // single-address prefix).
 type AllowHost struct {
-	Name   string
-	Prefix netip.Prefix
+	Name     string
+	Wildcard bool
+	Prefix   netip.Prefix
+}
+
+// String is the entry as written in allow_hosts, normalized.
+func (a AllowHost) String() string {
+	switch {
+	case a.Wildcard:
+		return "*." + a.Name
+	case a.Name != "":
+		return a.Name
+	}
+	return a.Prefix.String()
+}
+
+// HasHostNames reports whether allow_hosts has a name or wildcard entry
+// (which only an egress proxy enforces); entries that do not parse are
+// not counted.
+func HasHostNames(hosts []string) bool {
+	for _, h := range hosts {
+		if a, err := ParseAllowHost(h); err == nil && a.Name != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // ParseAllowHost parses an entry of SessionOptions.AllowHosts: an IP
 // address, a CIDR prefix ("10.1.2.0/24"; host bits are ignored, /0 is
-// refused) or a DNS host name.
+// refused), a DNS host name, or a wildcard "*.example.com", which matches
+// every name under example.com (a.example.com, a.b.example.com) but not
+// example.com itself: list both for both. A wildcard needs at least two
+// labels after "*." ("*.com" is refused).
 func ParseAllowHost(s string) (AllowHost, error) {
 	if s == "" {
 		return AllowHost{}, fmt.Errorf("is empty")
@@ -571,19 +599,26 @@ func ParseAllowHost(s string) (AllowHost, error) {
 		}
 		return AllowHost{Prefix: netip.PrefixFrom(a, a.BitLen())}, nil
 	}
-	if len(s) > 253 {
+	name, wild := strings.CutPrefix(s, "*.")
+	if strings.Contains(name, "*") {
+		return AllowHost{}, fmt.Errorf("%q: a wildcard is only a leading \"*.\" (e.g. *.example.com)", s)
+	}
+	if len(name) > 253 {
 		return AllowHost{}, fmt.Errorf("%q is longer than a host name may be (253)", s[:32]+"...")
 	}
-	labels := strings.Split(s, ".")
+	labels := strings.Split(name, ".")
 	for _, l := range labels {
 		if !hostLabelRe.MatchString(l) {
-			return AllowHost{}, fmt.Errorf("%q is neither an IP address, a CIDR prefix nor a host name (letters, digits and -, dot-separated)", s)
+			return AllowHost{}, fmt.Errorf("%q is neither an IP address, a CIDR prefix, a host name (letters, digits and -, dot-separated) nor a wildcard (*.example.com)", s)
 		}
 	}
 	if _, err := strconv.Atoi(labels[len(labels)-1]); err == nil {
 		return AllowHost{}, fmt.Errorf("%q is not an IP address, and a host name cannot end in a number", s)
 	}
-	return AllowHost{Name: strings.ToLower(s)}, nil
+	if wild && len(labels) < 2 {
+		return AllowHost{}, fmt.Errorf("%q would allow a whole top-level domain: a wildcard needs two labels or more after \"*.\"", s)
+	}
+	return AllowHost{Name: strings.ToLower(name), Wildcard: wild}, nil
 }
 
 func (o SessionOptions) validateLabels(p *problems) {

@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -51,6 +50,10 @@ import (
 const (
 	ChainInput   = "SANDBOXD-INPUT"
 	ChainForward = "SANDBOXD-FORWARD"
+	// ChainNAT, in the nat table of iptables and jumped to first from
+	// PREROUTING, sends a proxied session's ports 80 and 443 and its DNS
+	// to its egress proxy (firewall_egress.go).
+	ChainNAT = "SANDBOXD-PREROUTING"
 	// LabelEgress on a session's network lists the prefixes its allow_hosts
 	// resolved to when it started (comma-separated; absent: unrestricted),
 	// so that the rules can be rebuilt after a restart exactly as they were.
@@ -62,8 +65,6 @@ const (
 	// linkLocal4 is never reachable from a bridge session without
 	// allow_hosts: cloud metadata services live there.
 	linkLocal4 = "169.254.0.0/16"
-	// maxAddrsPerName bounds the addresses one allowed name may add.
-	maxAddrsPerName = 16
 )
 
 // bridgeName is the Linux bridge of a session's private network: "sbx-"
@@ -100,6 +101,12 @@ type netRules struct {
 	// internal: an internal network; Docker gives it no egress, so only
 	// the host is closed.
 	internal bool
+	// proxy: the session's egress proxy (its gateway and egress.Port)
+	// when allow_hosts names hosts, else invalid. Its port is open on
+	// the gateway, and the session's TCP 80 and 443 and UDP 53 are
+	// redirected to it, but to the prefixes of egress (IPv4: the
+	// session's network has no IPv6).
+	proxy netip.AddrPort
 }
 
 // rules returns the rule specs (arguments after "-A") of r for one address
@@ -114,13 +121,16 @@ func (r netRules) rules(scope string, v6 bool) [][]string {
 	}
 	out := [][]string{
 		append(rule(ChainInput, "-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED"), "-j", "RETURN"),
+	}
+	out = append(out, r.proxyInput(rule, v6)...)
+	out = append(out,
 		reject(ChainInput),
 		// Within its own bridge (a session and its sidecars) as Docker
 		// decides; never into another of sandboxd's bridges, nor, from an
 		// internal one, anywhere: Docker's isolation chains say the same,
 		// but are skipped while the engine re-files its jumps (setup).
 		append(rule(ChainForward, "-o", r.iface), "-j", "RETURN"),
-	}
+	)
 	if r.internal {
 		return append(out, reject(ChainForward))
 	}
@@ -136,7 +146,7 @@ func (r netRules) rules(scope string, v6 bool) [][]string {
 	case !v6:
 		out = append(out, reject(ChainForward, "-d", linkLocal4))
 	}
-	return out
+	return append(out, r.proxyNAT(rule, v6)...)
 }
 
 // firewall runs iptables and ip6tables. Nil when the host firewall is not
@@ -153,7 +163,7 @@ func runIPTables(ctx context.Context, cmd string, args ...string) (string, error
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	var out, errb bytes.Buffer
-	c := exec.CommandContext(ctx, cmd, append([]string{"-w", "-t", "filter"}, args...)...)
+	c := exec.CommandContext(ctx, cmd, append([]string{"-w", "-t", tableOf(args)}, args...)...)
 	c.Stdout, c.Stderr = &out, &errb
 	if err := c.Run(); err != nil {
 		msg := strings.TrimSpace(errb.String())
@@ -163,6 +173,24 @@ func runIPTables(ctx context.Context, cmd string, args ...string) (string, error
 		return out.String(), fmt.Errorf("%s %s: %s", cmd, strings.Join(args, " "), msg)
 	}
 	return out.String(), nil
+}
+
+// tableOf is the table of an iptables command: nat for sandboxd's nat
+// chain and the PREROUTING that jumps to it, else filter.
+func tableOf(args []string) string {
+	if len(args) > 1 && (args[1] == ChainNAT || args[1] == "PREROUTING") {
+		return "nat"
+	}
+	return "filter"
+}
+
+// chainsOf are sandboxd's chains in cmd's tables: the nat chain in
+// iptables only (a session's network has no IPv6 to redirect).
+func chainsOf(cmd string) []string {
+	if cmd == "iptables" {
+		return []string{ChainInput, ChainForward, ChainNAT}
+	}
+	return []string{ChainInput, ChainForward}
 }
 
 // newFirewall checks that sandboxd can manage the host firewall of the
@@ -210,7 +238,7 @@ func (f *firewall) setup(ctx context.Context) error {
 	setupMu.Lock()
 	defer setupMu.Unlock()
 	for _, c := range f.cmds {
-		for _, chain := range []string{ChainInput, ChainForward} {
+		for _, chain := range chainsOf(c) {
 			if _, err := f.run(ctx, c, "-S", chain); err != nil {
 				if _, nerr := f.run(ctx, c, "-N", chain); nerr != nil {
 					if _, err := f.run(ctx, c, "-S", chain); err != nil {
@@ -219,7 +247,11 @@ func (f *firewall) setup(ctx context.Context) error {
 				}
 			}
 		}
-		for _, j := range [][2]string{{"INPUT", ChainInput}, {"DOCKER-USER", ChainForward}} {
+		jumps := [][2]string{{"INPUT", ChainInput}, {"DOCKER-USER", ChainForward}}
+		if c == "iptables" {
+			jumps = append(jumps, [2]string{"PREROUTING", ChainNAT})
+		}
+		for _, j := range jumps {
 			if j[0] == "DOCKER-USER" {
 				if _, err := f.run(ctx, c, "-S", j[0]); err != nil {
 					continue // an engine without DOCKER-USER: FORWARD's jump below
@@ -330,7 +362,7 @@ type listed struct {
 func (f *firewall) list(ctx context.Context) ([]listed, error) {
 	var out []listed
 	for _, c := range f.cmds {
-		for _, chain := range []string{ChainInput, ChainForward} {
+		for _, chain := range chainsOf(c) {
 			text, err := f.run(ctx, c, "-S", chain)
 			if err != nil {
 				return nil, err
@@ -490,7 +522,7 @@ type FirewallRule struct {
 func FirewallRules(ctx context.Context) []FirewallRule {
 	var out []FirewallRule
 	for _, c := range []string{"iptables", "ip6tables"} {
-		for _, chain := range []string{ChainInput, ChainForward} {
+		for _, chain := range chainsOf(c) {
 			text, err := runIPTables(ctx, c, "-S", chain)
 			if err != nil {
 				continue
@@ -513,63 +545,6 @@ func (r FirewallRule) Delete(ctx context.Context) error {
 }
 
 func (r FirewallRule) String() string { return r.Cmd + " " + strings.Join(r.Args, " ") }
-
-// resolveEgress turns a bridge session's allow_hosts into the prefixes its
-// rules allow and the /etc/hosts lines that pin each name to the addresses
-// allowed for it. Names resolve to IPv4 only: a session's network has no
-// IPv6 unless the engine's is configured for it.
-func (r *Runtime) resolveEgress(ctx context.Context, hosts []string) ([]netip.Prefix, []string, error) {
-	var (
-		prefixes []netip.Prefix
-		pins     []string
-		problems []string
-	)
-	for _, h := range hosts {
-		ah, err := sandbox.ParseAllowHost(h)
-		if err != nil {
-			problems = append(problems, fmt.Sprintf("allow_hosts: %v", err))
-			continue
-		}
-		if ah.Name == "" {
-			prefixes = append(prefixes, ah.Prefix)
-			continue
-		}
-		cctx, cancel := r.call(ctx)
-		addrs, err := r.opts.LookupHost(cctx, ah.Name)
-		cancel()
-		var v4 []netip.Addr
-		for _, a := range addrs {
-			if a = a.Unmap(); a.Is4() && len(v4) < maxAddrsPerName {
-				v4 = append(v4, a)
-			}
-		}
-		switch {
-		case err != nil:
-			problems = append(problems, fmt.Sprintf("allow_hosts: %q does not resolve on the host: %v", h, err))
-		case len(v4) == 0:
-			problems = append(problems, fmt.Sprintf("allow_hosts: %q has no IPv4 address", h))
-		}
-		for _, a := range v4 {
-			prefixes = append(prefixes, netip.PrefixFrom(a, 32))
-			pins = append(pins, ah.Name+":"+a.String())
-		}
-	}
-	if len(problems) > 0 {
-		return nil, nil, &sandbox.OptionsError{Problems: problems}
-	}
-	slices.SortFunc(prefixes, func(a, b netip.Prefix) int {
-		if c := a.Addr().Compare(b.Addr()); c != 0 {
-			return c
-		}
-		return a.Bits() - b.Bits()
-	})
-	return slices.Compact(prefixes), pins, nil
-}
-
-// lookupIPv4 is the default Options.LookupHost: the host's resolver.
-func lookupIPv4(ctx context.Context, host string) ([]netip.Addr, error) {
-	return net.DefaultResolver.LookupNetIP(ctx, "ip4", host)
-}
 
 // formatEgress and parseEgress are the LabelEgress value.
 func formatEgress(p []netip.Prefix) string {
@@ -627,18 +602,28 @@ func rulesOf(n network.Summary) (netRules, bool, error) {
 		}
 		r.egress = p
 	}
+	if n.Labels[LabelEgressNames] != "" {
+		gw, ok := gatewayOf(n.IPAM.Config)
+		if !ok {
+			return netRules{}, false, fmt.Errorf("network %s: names in %s, but no IPv4 gateway for their proxy", n.Name, LabelEgressNames)
+		}
+		r.proxy = netip.AddrPortFrom(gw, 0) // the port is the runtime's (networkRules)
+	}
 	return r, true, nil
 }
 
 // syncFirewall brings the firewall in line with this runtime's networks
 // (see firewall.sync).
 func (r *Runtime) syncFirewall(ctx context.Context) error {
-	want, err := r.networkRules(ctx)
+	want, nets, err := r.networkRules(ctx)
 	if err != nil {
 		return err
 	}
+	// The proxies first: a redirect to a port nobody listens on would
+	// refuse what the proxy allows.
+	r.restartProxies(ctx, nets)
 	return r.fw.sync(ctx, want, func(ctx context.Context) (map[string]bool, error) {
-		now, err := r.networkRules(ctx)
+		now, _, err := r.networkRules(ctx)
 		if err != nil {
 			return nil, err
 		}
@@ -651,24 +636,27 @@ func (r *Runtime) syncFirewall(ctx context.Context) error {
 }
 
 // networkRules lists the scope's networks and the rules each should have.
-func (r *Runtime) networkRules(ctx context.Context) ([]netRules, error) {
+func (r *Runtime) networkRules(ctx context.Context) ([]netRules, []network.Summary, error) {
 	cctx, cancel := r.call(ctx)
 	defer cancel()
 	nets, err := r.cli.NetworkList(cctx, network.ListOptions{Filters: r.filter("")})
 	if err != nil {
-		return nil, fmt.Errorf("listing networks: %w", err)
+		return nil, nil, fmt.Errorf("listing networks: %w", err)
 	}
 	var want []netRules
 	for _, n := range nets {
 		nr, ok, err := rulesOf(n)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if ok {
+			if nr.proxy.IsValid() && r.egress != nil {
+				nr.proxy = netip.AddrPortFrom(nr.proxy.Addr(), uint16(r.egress.Port()))
+			}
 			want = append(want, nr)
 		}
 	}
-	return want, nil
+	return want, nets, nil
 }
 
 // HostFirewall says whether sandboxd guards the host from sessions on

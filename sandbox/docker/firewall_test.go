@@ -3,12 +3,12 @@ package docker
 import (
 	"context"
 	"errors"
+	"net"
 	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/docker/docker/api/types/network"
 	"github.com/stretchr/testify/assert"
@@ -51,6 +51,23 @@ func TestRules(t *testing.T) {
 		assert.Equal(t, append(slices.Clone(input), "SANDBOXD-FORWARD -i sbx-1 "+tag+" -j REJECT"), joined(internal.rules("sc", v6)),
 			"internal: nothing leaves the bridge (Docker says so too, but its chains have gaps)")
 	}
+
+	proxied := netRules{sessionID: "s1", iface: "sbx-1", egress: []netip.Prefix{netip.MustParsePrefix("192.0.2.7/32")},
+		proxy: netip.MustParseAddrPort("172.20.0.1:13128")}
+	assert.Equal(t, []string{
+		input[0],
+		"SANDBOXD-INPUT -i sbx-1 -d 172.20.0.1/32 -p tcp --dport 13128 " + tag + " -j ACCEPT",
+		"SANDBOXD-INPUT -i sbx-1 -d 172.20.0.1/32 -p udp --dport 13128 " + tag + " -j ACCEPT",
+		input[1], input[2], cross,
+		"SANDBOXD-FORWARD -i sbx-1 -d 192.0.2.7/32 " + tag + " -j RETURN",
+		"SANDBOXD-FORWARD -i sbx-1 " + tag + " -j REJECT",
+		"SANDBOXD-PREROUTING -i sbx-1 -d 192.0.2.7/32 " + tag + " -j RETURN",
+		"SANDBOXD-PREROUTING -i sbx-1 -p tcp -m multiport --dports 80,443 " + tag + " -j REDIRECT --to-ports 13128",
+		"SANDBOXD-PREROUTING -i sbx-1 -p udp --dport 53 " + tag + " -j REDIRECT --to-ports 13128",
+	}, joined(proxied.rules("sc", false)),
+		"names: the proxy's port open on the gateway, 80, 443 and DNS redirected to it but for the IP entries, which alone pass FORWARD")
+	assert.Equal(t, append(slices.Clone(input), cross, "SANDBOXD-FORWARD -i sbx-1 "+tag+" -j REJECT"), joined(proxied.rules("sc", true)),
+		"IPv6: no proxy (the network has no IPv6), everything but the v6 entries rejected")
 
 	allow := netRules{sessionID: "s1", iface: "sbx-1", egress: []netip.Prefix{
 		netip.MustParsePrefix("192.0.2.7/32"), netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("2001:db8::/32")}}
@@ -109,6 +126,16 @@ func TestRulesOf(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, ok)
 	assert.Equal(t, netRules{sessionID: "s1", iface: "sbx-x", egress: []netip.Prefix{netip.MustParsePrefix("192.0.2.7/32")}}, r)
+
+	n.Labels[LabelEgressNames] = "pypi.org,*.pythonhosted.org"
+	_, _, err = rulesOf(n)
+	require.ErrorContains(t, err, "no IPv4 gateway for their proxy")
+	n.IPAM.Config = []network.IPAMConfig{{Subnet: "172.20.0.0/16", Gateway: "172.20.0.1"}}
+	r, ok, err = rulesOf(n)
+	require.NoError(t, err)
+	require.True(t, ok)
+	assert.Equal(t, netip.MustParseAddrPort("172.20.0.1:0"), r.proxy, "names: a proxy on the gateway (the port is the runtime's)")
+	delete(n.Labels, LabelEgressNames)
 
 	n.Options = nil
 	delete(n.Labels, LabelEgress)
@@ -204,7 +231,7 @@ func (f *fakeTables) run(_ context.Context, cmd string, args ...string) (string,
 
 func TestFirewallLifecycle(t *testing.T) {
 	ctx := context.Background()
-	ft := &fakeTables{chains: map[string][]string{"INPUT": {"-j ACCEPT"}, "DOCKER-USER": {"-j RETURN"}, "FORWARD": {"-j DOCKER-USER"}}}
+	ft := &fakeTables{chains: map[string][]string{"INPUT": {"-j ACCEPT"}, "DOCKER-USER": {"-j RETURN"}, "FORWARD": {"-j DOCKER-USER"}, "PREROUTING": {"-m addrtype --dst-type LOCAL -j DOCKER"}}}
 	fw := &firewall{scope: "sc", cmds: []string{"iptables"}, run: ft.run}
 	require.NoError(t, fw.setup(ctx))
 	require.NoError(t, fw.setup(ctx), "idempotent")
@@ -221,6 +248,7 @@ func TestFirewallLifecycle(t *testing.T) {
 	assert.Equal(t, []string{"SANDBOXD-INPUT", "ACCEPT"}, jumps("INPUT"), "the jump comes first, once")
 	assert.Equal(t, []string{"SANDBOXD-FORWARD", "RETURN"}, jumps("DOCKER-USER"))
 	assert.Equal(t, []string{"SANDBOXD-FORWARD", "DOCKER-USER"}, jumps("FORWARD"), "FORWARD jumps to sandboxd's chain itself")
+	assert.Equal(t, []string{"SANDBOXD-PREROUTING", "DOCKER"}, jumps("PREROUTING"), "nat PREROUTING jumps to sandboxd's nat chain first")
 
 	// The engine re-files its jump to DOCKER-USER and inserts a new
 	// network's rules above sandboxd's; once a session's network is made,
@@ -271,6 +299,17 @@ func TestFirewallLifecycle(t *testing.T) {
 	for _, c := range ft.calls[n:] {
 		assert.NotRegexp(t, ` -[AD] `, c, "nothing changes when the rules are in place")
 	}
+
+	// A proxied session's nat rules are listed, synced and removed with
+	// the rest.
+	px := netRules{sessionID: "px", iface: "sbx-px", egress: []netip.Prefix{}, proxy: netip.MustParseAddrPort("172.20.0.1:13128")}
+	require.NoError(t, fw.install(ctx, px))
+	assert.Len(t, ft.chains[ChainNAT], 2)
+	ft.chains[ChainNAT] = ft.chains[ChainNAT][1:] // a flush lost one
+	require.NoError(t, fw.sync(ctx, []netRules{b, px}, nil))
+	assert.Len(t, ft.chains[ChainNAT], 2, "put back at a restart")
+	require.NoError(t, fw.remove(ctx, "px"))
+	assert.Empty(t, ft.chains[ChainNAT])
 
 	// A session's sidecar egress rules go with the session, and alone by
 	// their key; another session whose id the first's prefixes keeps its.
@@ -335,24 +374,46 @@ func TestNoFirewallRefuses(t *testing.T) {
 	assert.Contains(t, err.Error(), "--insecure-bridge-host-access")
 }
 
-func TestResolveEgress(t *testing.T) {
-	r := testRuntime(false)
-	r.opts.CallTimeout = time.Second
-	r.opts.LookupHost = func(_ context.Context, host string) ([]netip.Addr, error) {
-		switch host {
-		case "pkgs.test":
-			return []netip.Addr{netip.MustParseAddr("192.0.2.9"), netip.MustParseAddr("2001:db8::9"), netip.MustParseAddr("192.0.2.8")}, nil
-		case "v6only.test":
-			return []netip.Addr{netip.MustParseAddr("2001:db8::1")}, nil
-		}
-		return nil, errors.New("no such host")
-	}
-	p, pins, err := r.resolveEgress(context.Background(), []string{"pkgs.test", "192.0.2.8", "10.0.0.0/8"})
+func TestPlanEgress(t *testing.T) {
+	p, err := planEgress([]string{"Pkgs.test", "192.0.2.8", "10.0.0.0/8", "*.cdn.test", "192.0.2.8/32"})
 	require.NoError(t, err)
-	assert.Equal(t, "10.0.0.0/8,192.0.2.8/32,192.0.2.9/32", formatEgress(p), "sorted, duplicates once, IPv4 of names")
-	assert.Equal(t, []string{"pkgs.test:192.0.2.9", "pkgs.test:192.0.2.8"}, pins)
-	_, _, err = r.resolveEgress(context.Background(), []string{"gone.test", "v6only.test"})
+	assert.Equal(t, "10.0.0.0/8,192.0.2.8/32", formatEgress(p.prefixes), "sorted, duplicates once, names never resolved")
+	assert.Equal(t, []string{"pkgs.test", "*.cdn.test"}, p.names)
+	assert.Equal(t, []string{"pkgs.test"}, p.policy.Names)
+	assert.Equal(t, []string{".cdn.test"}, p.policy.Suffixes)
+	assert.True(t, p.policy.Allows("a.cdn.test"))
+	assert.False(t, p.policy.Allows("cdn.test"))
+	assert.True(t, p.policy.Allows("10.1.2.3"))
+
+	p, err = planEgress([]string{"192.0.2.8"})
+	require.NoError(t, err)
+	assert.False(t, p.policy.HasNames(), "IP entries alone need no proxy")
+	_, err = planEgress([]string{"not a host"})
 	require.ErrorIs(t, err, sandbox.ErrInvalidOptions)
-	assert.Contains(t, err.Error(), `"gone.test" does not resolve on the host: no such host`)
-	assert.Contains(t, err.Error(), `"v6only.test" has no IPv4 address`)
+}
+
+func TestWithProxy(t *testing.T) {
+	proxy := netip.MustParseAddrPort("172.20.0.1:13128")
+	env := withProxy([]string{"A=1", "HTTP_PROXY=http://elsewhere:1", "no_proxy=*"}, proxy)
+	assert.Equal(t, []string{"A=1",
+		"HTTP_PROXY=http://172.20.0.1:13128", "HTTPS_PROXY=http://172.20.0.1:13128",
+		"http_proxy=http://172.20.0.1:13128", "https_proxy=http://172.20.0.1:13128",
+		"NO_PROXY=localhost,127.0.0.1,::1", "no_proxy=localhost,127.0.0.1,::1"}, env,
+		"the proxy's variables win over the session's own")
+	assert.Equal(t, []string{"A=1"}, withProxy([]string{"A=1"}, netip.AddrPort{}))
+}
+
+func TestRefuseAddr(t *testing.T) {
+	for _, a := range []string{"127.0.0.1", "::1", "169.254.169.254", "0.0.0.0", "224.0.0.1", "fe80::1"} {
+		assert.True(t, refuseAddr(netip.MustParseAddr(a)), a)
+	}
+	addrs, err := net.InterfaceAddrs()
+	require.NoError(t, err)
+	for _, ad := range addrs {
+		if ipn, ok := ad.(*net.IPNet); ok {
+			a, _ := netip.AddrFromSlice(ipn.IP)
+			assert.True(t, refuseAddr(a.Unmap()), "the host's own %s", a)
+		}
+	}
+	assert.False(t, refuseAddr(netip.MustParseAddr("192.0.2.1")), "TEST-NET-1 is on no interface here")
 }

@@ -87,6 +87,9 @@ func (r *Runtime) Remove(ctx context.Context, sessionID string) error {
 				errs = append(errs, fmt.Errorf("removing firewall rules: %w", err))
 			}
 		}
+		if r.egress != nil {
+			r.egress.StopSession(sessionID) // its egress proxies, its sidecars' too
+		}
 		for _, n := range nets {
 			if err := r.cli.NetworkRemove(cctx, n.ID); err != nil && !isNotFound(err) {
 				errs = append(errs, fmt.Errorf("removing network %s: %w", n.Name, err))

@@ -32,6 +32,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/internal/loglimit"
 	"github.com/sandboxd/sandboxd/sandbox"
+	"github.com/sandboxd/sandboxd/sandbox/egress"
 )
 
 // Defaults of Options.
@@ -80,10 +81,19 @@ type Options struct {
 	// listens on beyond loopback. Without it they are refused there.
 	// allow_hosts is refused there either way.
 	InsecureBridge bool
-	// LookupHost resolves the host names of allow_hosts when a session
-	// starts; nil is the host's resolver (IPv4 addresses). Tests map names
-	// to addresses they control with it.
+	// LookupHost resolves the host names of allow_hosts for the egress
+	// proxy, at each connection; nil is the host's resolver. Tests map
+	// names to addresses they control with it. Unused when Egress is set
+	// (its own Options.Resolve is).
 	LookupHost func(ctx context.Context, host string) ([]netip.Addr, error)
+	// Egress runs the egress proxies of sessions whose allow_hosts name
+	// hosts (firewall_egress.go); nil: the runtime makes its own with
+	// LookupHost, refusing the host's addresses and the engine's bridges.
+	Egress *egress.Server
+	// EgressInterceptor, when set, gives a session's proxy the
+	// Interceptor of its options (secret injection); nil or a nil result:
+	// none.
+	EgressInterceptor func(o sandbox.SessionOptions) egress.Interceptor
 	// DiskDir holds the sparse files behind quota-bound volumes
 	// (sandbox.Limits.DiskQuota), in a folder per scope; empty: this
 	// runtime makes no quota-bound volumes. DiskQuota says whether it can.
@@ -111,9 +121,13 @@ type Runtime struct {
 	agent     *agentBinary
 	// fw manages the host firewall rules of private networks (firewall.go);
 	// nil when it cannot, fwErr says why.
-	fw    *firewall
-	fwErr error
-	quota quota
+	fw *firewall
+	// egress runs the sessions' egress proxies (Options.Egress, or the
+	// runtime's own: ownEgress).
+	egress    *egress.Server
+	ownEgress bool
+	fwErr     error
+	quota     quota
 	// runtimes are the engine's OCI runtimes (runtimes.go).
 	runtimes engineRuntimes
 
@@ -190,7 +204,12 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 		r.opts.CopyAgent = true
 	}
 	if r.opts.LookupHost == nil {
-		r.opts.LookupHost = lookupIPv4
+		r.opts.LookupHost = lookupHost
+	}
+	r.egress = r.opts.Egress
+	if r.egress == nil {
+		r.egress = egress.New(egress.Options{Resolve: r.opts.LookupHost, Refuse: refuseAddr, Logger: r.log})
+		r.ownEgress = true
 	}
 	r.setupDirect(strings.HasPrefix(r.cli.DaemonHost(), "unix://"))
 	r.fw, r.fwErr = newFirewall(ctx, ScopeOf(opts.Labels), strings.HasPrefix(r.cli.DaemonHost(), "unix://"))
@@ -236,6 +255,10 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 	return r, nil
 }
 
+// Egress is the server of the runtime's egress proxies (Options.Egress or
+// its own): Denials lists a session's.
+func (r *Runtime) Egress() *egress.Server { return r.egress }
+
 // Client is the engine client (for tests and tools built on the runtime).
 func (r *Runtime) Client() *client.Client { return r.cli }
 
@@ -243,6 +266,9 @@ func (r *Runtime) Client() *client.Client { return r.cli }
 // (pruneAtClose) and releases the engine client if the runtime made it.
 // Sandboxes are left alone.
 func (r *Runtime) Close() error {
+	if r.ownEgress && r.egress != nil {
+		r.egress.Close()
+	}
 	r.pruneAtClose()
 	if r.ownClient {
 		return r.cli.Close()

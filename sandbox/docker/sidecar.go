@@ -6,6 +6,7 @@ import (
 	"io"
 	"maps"
 	"net"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -121,10 +122,10 @@ func (r *Runtime) StartSidecar(ctx context.Context, spec sandbox.SidecarSpec) (_
 // sidecarNets are the networks of a sidecar: mode is its container's
 // network mode (none, the session's sidecar network, or its egress
 // network for a stdio one), egress its egress network ("" without one),
-// pins the /etc/hosts entries of its allow_hosts.
+// proxy its egress proxy when its allow_hosts name hosts.
 type sidecarNets struct {
 	mode, egress string
-	pins         []string
+	proxy        netip.AddrPort
 }
 
 // sidecarNetworks makes what networks srv needs: the session's internal
@@ -149,7 +150,7 @@ func (r *Runtime) sidecarNetworks(ctx context.Context, id string, srv sandbox.MC
 	egLabels := maps.Clone(resLabels)
 	egLabels[sandbox.LabelSidecar] = srv.Name
 	var err error
-	if n.pins, err = r.makeBridge(ctx, sidecarEgressKey(id, srv.Name), n.egress, sandbox.NetworkBridge, srv.AllowHosts, egLabels); err != nil {
+	if n.proxy, err = r.makeBridge(ctx, sidecarEgressKey(id, srv.Name), n.egress, sandbox.NetworkBridge, srv.AllowHosts, nil, egLabels); err != nil {
 		return n, fmt.Errorf("sidecar %s: %w", srv.Name, err)
 	}
 	if stdio {
@@ -174,6 +175,7 @@ func sidecarContainer(spec sandbox.SidecarSpec, labels map[string]string, nets s
 		env = append(env, k+"="+v)
 	}
 	slices.Sort(env)
+	env = withProxy(env, nets.proxy)
 	secOpts, err := securityOpts()
 	if err != nil {
 		return nil, nil, err
@@ -197,7 +199,6 @@ func sidecarContainer(spec sandbox.SidecarSpec, labels map[string]string, nets s
 	}
 	host := &container.HostConfig{
 		NetworkMode:    container.NetworkMode(nets.mode),
-		ExtraHosts:     nets.pins,
 		ReadonlyRootfs: true,
 		CapDrop:        []string{"ALL"},
 		SecurityOpt:    secOpts,
@@ -297,6 +298,9 @@ func (r *Runtime) connectSidecar(ctx context.Context, id string, srv sandbox.MCP
 // sidecar (its container already gone) and its firewall rules, if any.
 func (r *Runtime) removeSidecarEgress(ctx context.Context, id, server string) error {
 	name := sidecarEgressName(id, server)
+	if r.egress != nil {
+		r.egress.Stop(sidecarEgressKey(id, server))
+	}
 	if r.fw != nil {
 		if err := r.fw.removeKey(ctx, sidecarEgressKey(id, server)); err != nil {
 			return fmt.Errorf("removing the firewall rules of %s: %w", name, err)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -18,6 +19,7 @@ import (
 	"github.com/docker/docker/api/types/volume"
 
 	"github.com/sandboxd/sandboxd/sandbox"
+	"github.com/sandboxd/sandboxd/sandbox/egress"
 )
 
 // Start creates the session's network (if it asks for a private one), its
@@ -69,7 +71,7 @@ func (r *Runtime) Start(ctx context.Context, spec sandbox.Spec) (_ io.ReadWriteC
 		return nil, err
 	}
 
-	netName, pins, err := r.createNetwork(ctx, id, spec.Options, resLabels)
+	netName, proxy, err := r.createNetwork(ctx, id, spec.Options, resLabels)
 	if err != nil {
 		return nil, err
 	}
@@ -108,7 +110,7 @@ func (r *Runtime) Start(ctx context.Context, spec sandbox.Spec) (_ io.ReadWriteC
 		skills = append(skills, direct...)
 	}
 	if cerr == nil {
-		created, cerr = r.createContainer(ctx, spec, netName, pins, l, skills)
+		created, cerr = r.createContainer(ctx, spec, netName, proxy, l, skills)
 	}
 	if herr := <-helperErr; herr != nil || cerr != nil {
 		if removeHelper != nil {
@@ -193,12 +195,15 @@ func (r *Runtime) createVolumes(ctx context.Context, o sandbox.SessionOptions, l
 
 // createContainer creates the session's container (not started) and
 // returns its id.
-func (r *Runtime) createContainer(ctx context.Context, spec sandbox.Spec, netName string, pins []string, l layout, extra []mount.Mount) (string, error) {
+func (r *Runtime) createContainer(ctx context.Context, spec sandbox.Spec, netName string, proxy netip.AddrPort, l layout, extra []mount.Mount) (string, error) {
 	cs, err := r.buildContainer(spec, netName, l, extra...)
 	if err != nil {
 		return "", err
 	}
-	cs.host.ExtraHosts = pins
+	if proxy.IsValid() { // allow_hosts names hosts: the egress proxy (firewall_egress.go)
+		cs.config.Env = withProxy(cs.config.Env, proxy)
+		cs.host.DNS = []string{proxy.Addr().String()}
+	}
 	// The create is not cancelled with ctx: an engine finishes a create
 	// whose caller gave up, and the rollback would then miss the container
 	// (which re-creates its volumes, unlabelled, once they are removed).
@@ -235,13 +240,13 @@ func (r *Runtime) createContainer(ctx context.Context, spec sandbox.Spec, netNam
 // internal modes, with its host firewall rules (firewall.go), or checks
 // that a network the operator listed is what its name says
 // (checkJoinable; it gets no firewall rules), and returns the network
-// mode for the container and, for allow_hosts, the "name:address" pins
-// of its /etc/hosts.
-func (r *Runtime) createNetwork(ctx context.Context, id string, o sandbox.SessionOptions, labels map[string]string) (string, []string, error) {
+// mode for the container and, when allow_hosts names hosts, the address
+// of its egress proxy.
+func (r *Runtime) createNetwork(ctx context.Context, id string, o sandbox.SessionOptions, labels map[string]string) (string, netip.AddrPort, error) {
 	mode := o.Network
 	switch mode {
 	case sandbox.NetworkNone:
-		return "none", nil, nil
+		return "none", netip.AddrPort{}, nil
 	case sandbox.NetworkBridge, sandbox.NetworkInternal:
 	default: // a network the operator listed (sandbox.ManagerOptions.Networks)
 		cctx, cancel := r.call(ctx)
@@ -249,23 +254,27 @@ func (r *Runtime) createNetwork(ctx context.Context, id string, o sandbox.Sessio
 		n, err := r.cli.NetworkInspect(cctx, mode, network.InspectOptions{})
 		if err != nil {
 			if cerrdefs.IsNotFound(err) {
-				return "", nil, &sandbox.OptionsError{Problems: []string{fmt.Sprintf(
+				return "", netip.AddrPort{}, &sandbox.OptionsError{Problems: []string{fmt.Sprintf(
 					"network: the engine has no network named %q (the operator allows it, but it does not exist); use %q, %q or %q",
 					mode, sandbox.NetworkNone, sandbox.NetworkBridge, sandbox.NetworkInternal)}}
 			}
-			return "", nil, fmt.Errorf("inspecting network %s: %w", mode, err)
+			return "", netip.AddrPort{}, fmt.Errorf("inspecting network %s: %w", mode, err)
 		}
 		if err := checkJoinable(mode, n); err != nil {
-			return "", nil, err
+			return "", netip.AddrPort{}, err
 		}
-		return mode, nil, nil
+		return mode, netip.AddrPort{}, nil
 	}
 	name := networkName(id)
-	pins, err := r.makeBridge(ctx, id, name, o.Network, o.AllowHosts, labels)
-	if err != nil {
-		return "", nil, err
+	var ic egress.Interceptor
+	if r.opts.EgressInterceptor != nil && len(o.AllowHosts) > 0 {
+		ic = r.opts.EgressInterceptor(o)
 	}
-	return name, pins, nil
+	proxy, err := r.makeBridge(ctx, id, name, o.Network, o.AllowHosts, ic, labels)
+	if err != nil {
+		return "", netip.AddrPort{}, err
+	}
+	return name, proxy, nil
 }
 
 // predefinedNetworks are the engine's own networks (default is an alias of
@@ -298,43 +307,55 @@ func checkJoinable(name string, n network.Inspect) error {
 
 // makeBridge makes a private network, name, in mode NetworkBridge or
 // NetworkInternal (allowHosts narrowing a bridge's egress), with its host
-// firewall rules keyed by key (a session's id, or sidecarEgressKey), and
-// returns the "name:address" pins of allowHosts for /etc/hosts. A
-// session's network and a sidecar's egress network are made the same way.
-func (r *Runtime) makeBridge(ctx context.Context, key, name, mode string, allowHosts []string, labels map[string]string) ([]string, error) {
+// firewall rules keyed by key (a session's id, or sidecarEgressKey), and,
+// when allowHosts names hosts, its egress proxy (with ic, nil for none),
+// whose address it returns. A session's network and a sidecar's egress
+// network are made the same way.
+func (r *Runtime) makeBridge(ctx context.Context, key, name, mode string, allowHosts []string, ic egress.Interceptor, labels map[string]string) (netip.AddrPort, error) {
 	if r.fw == nil && (!r.opts.InsecureBridge || len(allowHosts) > 0) {
-		return nil, r.errNoFirewall(sandbox.SessionOptions{Network: mode, AllowHosts: allowHosts})
+		return netip.AddrPort{}, r.errNoFirewall(sandbox.SessionOptions{Network: mode, AllowHosts: allowHosts})
 	}
 	rules := netRules{sessionID: key, iface: bridgeName(key), internal: mode == sandbox.NetworkInternal}
-	var pins []string
+	var plan egressPlan
 	if len(allowHosts) > 0 {
 		var err error
-		if rules.egress, pins, err = r.resolveEgress(ctx, allowHosts); err != nil {
-			return nil, err
+		if plan, err = planEgress(allowHosts); err != nil {
+			return netip.AddrPort{}, err
 		}
+		rules.egress = plan.prefixes
 		labels = maps.Clone(labels)
 		labels[LabelEgress] = formatEgress(rules.egress)
+		if len(plan.names) > 0 {
+			labels[LabelEgressNames] = strings.Join(plan.names, ",")
+		}
 	}
 	cctx, cancel := r.call(ctx)
 	defer cancel()
-	_, err := r.cli.NetworkCreate(cctx, name, network.CreateOptions{
+	created, err := r.cli.NetworkCreate(cctx, name, network.CreateOptions{
 		Driver:   "bridge",
 		Internal: mode == sandbox.NetworkInternal,
 		Labels:   labels,
 		Options:  map[string]string{bridgeNameOption: rules.iface},
 	})
 	if err != nil {
-		return nil, fmt.Errorf("creating network %s: %w", name, err)
+		return netip.AddrPort{}, fmt.Errorf("creating network %s: %w", name, err)
+	}
+	if plan.policy.HasNames() {
+		// The proxy listens before the rules send anything to it.
+		plan.policy.Interceptor = ic
+		if rules.proxy, err = r.startProxy(ctx, key, created.ID, plan.policy); err != nil {
+			return netip.AddrPort{}, err
+		}
 	}
 	if r.fw != nil {
 		if err := r.fw.install(ctx, rules); err != nil {
-			return nil, err
+			return netip.AddrPort{}, err
 		}
 		if err := r.fw.keepOnTop(ctx); err != nil {
-			return nil, err
+			return netip.AddrPort{}, err
 		}
 	}
-	return pins, nil
+	return rules.proxy, nil
 }
 
 // errdefsMessage is an engine error's message without the client's

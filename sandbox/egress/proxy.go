@@ -12,6 +12,7 @@ import (
 	"net/http/httputil"
 	"net/netip"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -170,6 +171,22 @@ func (s *Server) Stop(key string) {
 	}
 }
 
+// StopSession stops the proxies of a session and of its sidecars'
+// networks (keys "<id>/...").
+func (s *Server) StopSession(sessionID string) {
+	s.mu.Lock()
+	var keys []string
+	for k := range s.sessions {
+		if k == sessionID || strings.HasPrefix(k, sessionID+"/") {
+			keys = append(keys, k)
+		}
+	}
+	s.mu.Unlock()
+	for _, k := range keys {
+		s.Stop(k)
+	}
+}
+
 // Close stops every proxy.
 func (s *Server) Close() {
 	s.mu.Lock()
@@ -187,7 +204,7 @@ func (s *Server) Denials(sessionID string) []Denial {
 	s.mu.Lock()
 	var out []Denial
 	for k, ss := range s.sessions {
-		if k == sessionID || len(k) > len(sessionID) && k[:len(sessionID)+1] == sessionID+"/" {
+		if k == sessionID || strings.HasPrefix(k, sessionID+"/") {
 			out = append(out, ss.denials.list()...)
 		}
 	}
@@ -230,13 +247,14 @@ func (s *Server) serve(key string, gw netip.Addr, p Policy, ln net.Listener, pc 
 		conns: map[*trackedConn]struct{}{},
 	}
 	ss.denials.init(s.o.Logger.With("session", key), s.o.Now, s.o.OnDenial)
+	// No upstream connection outlives its request: each is resolved and
+	// checked when it opens, so a name that moves is followed at the next
+	// request, and nothing of one request's upstream serves another's.
 	ss.tr = &http.Transport{
-		Proxy:                 nil, // never the daemon's own proxy settings
-		DialContext:           ss.dialAddr,
-		MaxIdleConnsPerHost:   4,
-		IdleConnTimeout:       90 * time.Second,
-		ResponseHeaderTimeout: 0,
-		DisableCompression:    true,
+		Proxy:              nil, // never the daemon's own proxy settings
+		DialContext:        ss.dialAddr,
+		DisableKeepAlives:  true,
+		DisableCompression: true,
 	}
 	ss.rp = &httputil.ReverseProxy{
 		Rewrite:      func(*httputil.ProxyRequest) {}, // the target is set by ServeHTTP

@@ -34,7 +34,7 @@ var podShapes = []struct {
 	{name: "default", opts: sandbox.SessionOptions{}},
 	{name: "pooled", opts: sandbox.SessionOptions{Image: "python:3.12-slim"}, pool: "py/" + `{"image":"python:3.12-slim"}`},
 	{name: "bridge", opts: sandbox.SessionOptions{Network: sandbox.NetworkBridge, Limits: sandbox.Limits{Memory: 2 << 30, CPUs: 2}}},
-	{name: "allow-hosts", opts: sandbox.SessionOptions{Network: sandbox.NetworkBridge, AllowHosts: []string{"pypi.org", "10.1.2.0/24"}}},
+	{name: "allow-hosts", opts: sandbox.SessionOptions{Network: sandbox.NetworkBridge, AllowHosts: []string{"192.0.2.7", "10.1.2.0/24"}}},
 	{name: "tmpfs-disk", opts: sandbox.SessionOptions{Limits: sandbox.Limits{Memory: 2 << 30, Disk: 256 << 20}, Env: map[string]string{"HOME": "/home/dev", "LANG": "C.UTF-8"}}},
 	{name: "gvisor-writable", opts: sandbox.SessionOptions{Runtime: "gvisor", WritableRootfs: true, Cwd: "/workspace/src", User: "1234:1234",
 		Labels: map[string]string{"team": "evals", "note": "a value with spaces: not a label"}}},

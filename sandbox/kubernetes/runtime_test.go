@@ -326,6 +326,7 @@ func TestUnsupportedRefused(t *testing.T) {
 		{name: "entrypoint", opts: sandbox.SessionOptions{Entrypoint: sandbox.EntrypointImage}, enforced: true, feature: "entrypoint"},
 		{name: "internal network", opts: sandbox.SessionOptions{Network: sandbox.NetworkInternal}, enforced: true, feature: "network: internal"},
 		{name: "network none, not enforced", opts: sandbox.SessionOptions{}, feature: "network: none"},
+		{name: "allow_hosts by name", opts: sandbox.SessionOptions{Network: sandbox.NetworkBridge, AllowHosts: []string{"10.0.0.1", "*.pypi.org"}}, enforced: true, feature: "allow_hosts by host name"},
 		{name: "allow_hosts, not enforced", opts: sandbox.SessionOptions{Network: sandbox.NetworkBridge, AllowHosts: []string{"10.0.0.1"}}, feature: "network: bridge with allow_hosts"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
