@@ -218,6 +218,15 @@ func (s *Session) ToolsList(ctx context.Context, format string) ([]json.RawMessa
 	return r.Tools, err
 }
 
+// EgressDenials lists the session's recent egress denials: the hosts its
+// egress proxy refused because allow_hosts does not name them, oldest
+// first.
+func (s *Session) EgressDenials(ctx context.Context) ([]wsproto.EgressDenial, error) {
+	var r wsproto.EgressResult
+	err := s.c.call(ctx, wsproto.MethodSessionEgress, s.ref(), &r)
+	return r.Denials, err
+}
+
 // Upload unpacks a tar stream into destDir in the sandbox, in chunks.
 func (s *Session) Upload(ctx context.Context, destDir string, tar io.Reader) error {
 	size := s.c.opts.ChunkSize

@@ -267,3 +267,19 @@ func refuseAddr(a netip.Addr) bool {
 func lookupHost(ctx context.Context, host string) ([]netip.Addr, error) {
 	return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
 }
+
+// EgressDenials implements sandbox.EgressRuntime.
+func (r *Runtime) EgressDenials(sessionID string) []egress.Denial {
+	if r.egress == nil {
+		return nil
+	}
+	return r.egress.Denials(sessionID)
+}
+
+// EgressDenialCounts implements sandbox.EgressRuntime.
+func (r *Runtime) EgressDenialCounts() map[string]uint64 {
+	if r.egress == nil {
+		return nil
+	}
+	return r.egress.Counts()
+}

@@ -222,6 +222,9 @@ func sidecarContainer(spec sandbox.SidecarSpec, labels map[string]string, nets s
 		},
 		Tmpfs: map[string]string{"/tmp": "rw,nosuid,nodev,mode=1777,size=" + strconv.Itoa(sandbox.SidecarTmpfs)},
 	}
+	if nets.proxy.IsValid() { // allow_hosts names hosts: its egress proxy answers its DNS
+		host.DNS = []string{nets.proxy.Addr().String()}
+	}
 	return cfg, host, nil
 }
 

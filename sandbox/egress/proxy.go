@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -15,6 +16,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/sandboxd/sandboxd/internal/loglimit"
 )
 
 // Defaults of Options.
@@ -74,6 +77,7 @@ type Server struct {
 	o        Options
 	mu       sync.Mutex
 	sessions map[string]*session
+	counts   map[string]uint64 // denials by Via, every session's
 }
 
 // New returns a Server without sessions.
@@ -120,7 +124,25 @@ func New(o Options) *Server {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	return &Server{o: o, sessions: map[string]*session{}}
+	return &Server{o: o, sessions: map[string]*session{}, counts: map[string]uint64{ViaHTTP: 0, ViaConnect: 0, ViaTLS: 0, ViaLimit: 0}}
+}
+
+// Counts counts the denials of every session since the server started, by
+// Denial.Via.
+func (s *Server) Counts() map[string]uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.counts)
+}
+
+// counted is OnDenial after the server's own count.
+func (s *Server) counted(via string) {
+	s.mu.Lock()
+	s.counts[via]++
+	s.mu.Unlock()
+	if s.o.OnDenial != nil {
+		s.o.OnDenial(via)
+	}
 }
 
 // Port is the port of every session's proxy.
@@ -246,7 +268,9 @@ func (s *Server) serve(key string, gw netip.Addr, p Policy, ln net.Listener, pc 
 		sem:   make(chan struct{}, s.o.MaxConns),
 		conns: map[*trackedConn]struct{}{},
 	}
-	ss.denials.init(s.o.Logger.With("session", key), s.o.Now, s.o.OnDenial)
+	// Denials are logged once per name, through a rate limit of the
+	// session's own: the names come from the sandbox.
+	ss.denials.init(loglimit.NewLogger(s.o.Logger.With("session", key), loglimit.Options{}), s.o.Now, s.counted)
 	// No upstream connection outlives its request: each is resolved and
 	// checked when it opens, so a name that moves is followed at the next
 	// request, and nothing of one request's upstream serves another's.

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/sandbox"
+	"github.com/sandboxd/sandboxd/sandbox/egress"
 	"github.com/sandboxd/sandboxd/server/auth"
 	"github.com/sandboxd/sandboxd/server/internal/apierr"
 	"github.com/sandboxd/sandboxd/server/internal/core"
@@ -44,6 +45,8 @@ var (
 //   - terminal {command}: "echo X" prints X; "exit N" exits N (as
 //     structured exit_code); anything else echoes the command.
 type FakeBackend struct {
+	egressCounts map[string]uint64 // SetEgressCounts
+
 	mu       sync.Mutex
 	sessions map[string]*FakeSandbox
 	created  atomic.Int64
@@ -150,9 +153,19 @@ func (m *FakeBackend) List() []core.Sandbox {
 // Live counts live sessions.
 func (m *FakeBackend) Live() int { return len(m.List()) }
 
-// Stats counts live sessions.
+// SetEgressCounts sets the egress denials Stats reports.
+func (m *FakeBackend) SetEgressCounts(c map[string]uint64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.egressCounts = c
+}
+
+// Stats counts live sessions, and the egress denials of SetEgressCounts.
 func (m *FakeBackend) Stats() metrics.Stats {
-	return metrics.Stats{SessionsByState: map[string]int{"ready": m.Live()}, PoolSize: 0}
+	m.mu.Lock()
+	eg := maps.Clone(m.egressCounts)
+	m.mu.Unlock()
+	return metrics.Stats{SessionsByState: map[string]int{"ready": m.Live()}, PoolSize: 0, EgressDenials: eg}
 }
 
 // Shutdown closes every session.
@@ -185,6 +198,21 @@ type FakeSandbox struct {
 	err      error
 	wake     chan struct{} // closed by Wake, then replaced
 	ptys     []*FakePTY
+	egress   []egress.Denial
+}
+
+// SetEgress sets the sandbox's egress denials (EgressDenials).
+func (s *FakeSandbox) SetEgress(ds []egress.Denial) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.egress = ds
+}
+
+// EgressDenials returns what SetEgress set.
+func (s *FakeSandbox) EgressDenials() []egress.Denial {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.egress
 }
 
 // Sleeping counts the sleep calls in progress.

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"sync"
 
+	"github.com/sandboxd/sandboxd/sandbox/egress"
 	"github.com/sandboxd/sandboxd/server/auth"
 	"github.com/sandboxd/sandboxd/server/internal/apierr"
 	"github.com/sandboxd/sandboxd/tools"
@@ -59,6 +60,15 @@ func (s *Session) Done() <-chan struct{} { return s.sb.Done() }
 // Tools lists the session's tools.
 func (s *Session) Tools(ctx context.Context) ([]tools.Definition, error) {
 	return s.sb.Tools(ctx)
+}
+
+// EgressDenials lists the sandbox's recent egress denials (none when its
+// runtime runs no egress proxy).
+func (s *Session) EgressDenials() []egress.Denial {
+	if e, ok := s.sb.(interface{ EgressDenials() []egress.Denial }); ok {
+		return e.EgressDenials()
+	}
+	return nil
 }
 
 // WatchTools calls fn (which must not block) whenever the sandbox's tool

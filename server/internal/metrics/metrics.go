@@ -23,6 +23,9 @@ type Stats struct {
 	SessionsByState map[string]int
 	PoolSize        int // warm containers ready to become sessions
 	PoolTarget      int // what the pools aim at now (between their min and max)
+	// EgressDenials counts the connections the sessions' egress proxies
+	// refused, by way (http, connect, tls, limit).
+	EgressDenials map[string]uint64
 }
 
 // Metrics is the set of sandboxd's metrics.
@@ -101,6 +104,7 @@ var (
 	sessionsDesc = prometheus.NewDesc("sandboxd_sessions", "Sessions by state.", []string{"state"}, nil)
 	poolDesc     = prometheus.NewDesc("sandboxd_pool_size", "Warm containers ready to become sessions.", nil, nil)
 	targetDesc   = prometheus.NewDesc("sandboxd_pool_target", "Warm containers the pools aim at now: min, more while creates drain them, at most max.", nil, nil)
+	egressDesc   = prometheus.NewDesc("sandboxd_egress_denials_total", "Connections the sessions' egress proxies refused (allow_hosts), by way: http and connect (answered 403), tls (closed), limit (past the session's connection bound).", []string{"via"}, nil)
 )
 
 // statsCollector asks the manager at scrape time, so the numbers are never
@@ -111,6 +115,7 @@ func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- sessionsDesc
 	ch <- poolDesc
 	ch <- targetDesc
+	ch <- egressDesc
 }
 
 func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
@@ -120,4 +125,7 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(poolDesc, prometheus.GaugeValue, float64(s.PoolSize))
 	ch <- prometheus.MustNewConstMetric(targetDesc, prometheus.GaugeValue, float64(s.PoolTarget))
+	for via, n := range s.EgressDenials {
+		ch <- prometheus.MustNewConstMetric(egressDesc, prometheus.CounterValue, float64(n), via)
+	}
 }

@@ -70,6 +70,7 @@ func (a *Backend) Stats() metrics.Stats {
 		st.PoolSize += p.Ready
 		st.PoolTarget += p.Size
 	}
+	st.EgressDenials = a.m.EgressDenialCounts()
 	return st
 }
 

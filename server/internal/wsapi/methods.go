@@ -34,6 +34,7 @@ func init() {
 		wsproto.MethodSessionPause:  sessionPause,
 		wsproto.MethodSessionResume: sessionResume,
 		wsproto.MethodToolsList:     toolsList,
+		wsproto.MethodSessionEgress: sessionEgress,
 		wsproto.MethodToolsCall:     toolsCall,
 		wsproto.MethodToolsCancel:   toolsCancel,
 		wsproto.MethodFilesUpload:   filesUpload,
@@ -175,6 +176,23 @@ func sessionList(c *conn, req *wsproto.Request) (any, error) {
 		res.Sessions = append(res.Sessions, wsproto.SessionInfo{
 			SessionID: s.ID(), State: info.State, Image: info.Image, API: s.API(), Labels: info.Labels,
 		})
+	}
+	return res, nil
+}
+
+// sessionEgress lists a session's recent egress denials.
+func sessionEgress(c *conn, req *wsproto.Request) (any, error) {
+	var p wsproto.SessionRef
+	if err := decode(req, &p); err != nil {
+		return nil, err
+	}
+	s, err := c.session(p)
+	if err != nil {
+		return nil, err
+	}
+	res := &wsproto.EgressResult{Denials: []wsproto.EgressDenial{}}
+	for _, d := range s.EgressDenials() {
+		res.Denials = append(res.Denials, wsproto.EgressDenial{Time: d.Time, Host: d.Host, Port: d.Port, Via: d.Via, Reason: d.Reason, Count: d.Count})
 	}
 	return res, nil
 }
