@@ -224,12 +224,13 @@ type SessionOptions struct {
 	// (ManagerOptions.Networks; see CheckNetworkName).
 	Network string `json:"network,omitempty"`
 	// AllowHosts, with NetworkBridge only, limits the session's egress to
-	// these hosts: names (resolved to IPv4 addresses on the host when the
-	// session starts, and pinned in the sandbox's /etc/hosts; a later DNS
-	// change is not followed), IP addresses and CIDR prefixes. Everything
-	// else, DNS to the outside included, is refused. Empty: any egress
-	// (the host itself is never reachable from a bridge session either
-	// way). At most MaxAllowHosts entries.
+	// these hosts: names and "*.suffix" wildcards (not covering the apex),
+	// over HTTP and TLS through the session's egress proxy, which
+	// resolves them at each connection (decision 0050; HTTP(S)_PROXY set,
+	// ports 80 and 443 and DNS redirected to it), and IP addresses and
+	// CIDR prefixes, any port, by firewall rules. Everything else is
+	// refused. Empty: any egress (the host itself is never reachable from
+	// a bridge session either way). At most MaxAllowHosts entries.
 	AllowHosts []string `json:"allow_hosts,omitempty"`
 	// IdleTimeout closes the session when no call was made for that long.
 	// Default 30 minutes; NoIdleTimeout keeps it until closed.

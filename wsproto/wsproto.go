@@ -231,7 +231,8 @@ type CreateParams struct {
 	Limits        *Limits  `json:"limits,omitempty"`
 	Network       string   `json:"network,omitempty"` // "none" (default), "bridge", "internal" or a network's name
 	// AllowHosts limits a "bridge" session's egress to these host names
-	// (resolved when the session starts), IP addresses and CIDR prefixes.
+	// and "*.suffix" wildcards (HTTP and TLS, through its egress proxy),
+	// IP addresses and CIDR prefixes (any port).
 	AllowHosts []string `json:"allow_hosts,omitempty"`
 	// Runtime is the engine's OCI runtime for the sandbox ("runsc": gVisor);
 	// empty: the server's default (serve --runtime), else the engine's.

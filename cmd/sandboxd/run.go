@@ -132,7 +132,7 @@ func runRun(ctx context.Context, std stdio, args []string) error {
 	fs.StringVar(&profile, "profile", "", "session profile of the server (serve --config) to start the sandbox from; the flags below override its fields (default: the server's default profile)")
 	fs.StringVar(&image, "image", "", "image of the sandbox (default: the profile's, else the server's)")
 	fs.StringVar(&network, "network", "", "network of the sandbox: none (default), bridge, internal, or an engine network the server allows (serve --allow-network NAME)")
-	fs.Var(&allowHosts, "allow-hosts", "with --network bridge: the only host names, IP addresses or CIDR prefixes the sandbox may reach, repeatable or comma-separated")
+	fs.Var(&allowHosts, "allow-hosts", "with --network bridge: the only host names (HTTP and TLS, through the server's egress proxy), *.suffix wildcards, IP addresses or CIDR prefixes the sandbox may reach, repeatable or comma-separated")
 	fs.StringVar(&cwd, "cwd", "", "working directory (default: the image's WORKDIR unless it is /, else /workspace; one under /workspace is created if missing)")
 	fs.Var(env, "env", "KEY=VALUE for the command's environment, repeatable")
 	fs.DurationVar(&timeout, "timeout", 0, "give up (Ctrl-C the command, exit 124) after this long; 0: never")
