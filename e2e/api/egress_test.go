@@ -2,6 +2,11 @@ package api
 
 import (
 	"context"
+	"fmt"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sandboxd/sandboxd/client"
+	"github.com/sandboxd/sandboxd/server/daemon"
 )
 
 // Through the real daemon: a bridge session whose allow_hosts name a host
@@ -50,4 +56,57 @@ func TestEgressDenialListedAndCounted(t *testing.T) {
 	v, err := metricValue(ctx, s.base, s.token, `sandboxd_egress_denials_total{via="http"}`)
 	require.NoError(t, err)
 	assert.Equal(t, "1", strings.TrimSpace(v))
+}
+
+// An MCP sidecar with network: bridge and names in its allow_hosts goes
+// through the same kind of proxy (issue 26 §4): its command asks for a
+// denied name over a bare socket (busybox nc, the name resolved by the
+// proxy's DNS) and logs the 403 it reads, and the session's
+// session.egress lists the sidecar's denial with the session's own.
+func TestEgressSidecarByName(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	ensureSidecarImages(ctx, t)
+	config := filepath.Join(t.TempDir(), "config.yaml")
+	src := fmt.Sprintf(`profiles:
+  egress:
+    image: %[1]s
+    network: bridge
+    allow_hosts: [allowed.sandboxd.test]
+    mcp_servers:
+      - name: fetch
+        image: %[2]s
+        network: bridge
+        allow_hosts: ["*.allowed.sandboxd.test"]
+        command: ["/bin/sh", "-c", "printf 'GET /s HTTP/1.1\\r\\nHost: sidecar-denied.sandboxd.test\\r\\nConnection: close\\r\\n\\r\\n' | nc -w 20 sidecar-denied.sandboxd.test 80 >&2; env | grep ^HTTP_PROXY= >&2; exec /usr/local/bin/memory"]
+`, testImage, memoryImage)
+	require.NoError(t, os.WriteFile(config, []byte(src), 0o600))
+	d := newDaemon(t, func(c *daemon.Config) { c.ConfigPath = config })
+	hs := httptest.NewServer(d.Handler())
+	t.Cleanup(func() {
+		sctx, scancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer scancel()
+		assert.NoError(t, d.Shutdown(sctx))
+		hs.CloseClientConnections()
+		hs.Close()
+	})
+	c, err := client.Dial(ctx, "ws"+strings.TrimPrefix(hs.URL, "http")+"/v1/ws", d.Token, client.Options{})
+	require.NoError(t, err)
+	defer c.Close()
+	sess, err := c.CreateSession(ctx, client.CreateOptions{Profile: "egress"})
+	require.NoError(t, err)
+	defer sess.Close(ctx)
+	obs, err := sess.Call(ctx, "fetch__read_graph", map[string]any{}, nil)
+	require.NoError(t, err)
+	require.False(t, obs.IsError, obs.Text())
+
+	logs, err := exec.CommandContext(ctx, "docker", "logs", "sandboxd-"+sess.ID+"-mcp-fetch").CombinedOutput()
+	require.NoError(t, err, "%s", logs)
+	assert.Contains(t, string(logs), "blocked by sandbox policy: sidecar-denied.sandboxd.test is not in allow_hosts")
+	assert.Contains(t, string(logs), "HTTP_PROXY=http://")
+
+	ds, err := sess.EgressDenials(ctx)
+	require.NoError(t, err)
+	require.Len(t, ds, 1, "%v", ds)
+	assert.Equal(t, "sidecar-denied.sandboxd.test", ds[0].Host)
 }
