@@ -22,7 +22,7 @@ import (
 // asks for another one over a bare socket (bash's /dev/tcp: no proxy
 // variables, the name resolved by the proxy's DNS, port 80 redirected to
 // the proxy) and reads the 403 an agent understands; session.egress lists
-// the denial and /metrics counts it. Nothing leaves the machine: the
+// the denial (so does `sandboxd egress`) and /metrics counts it. Nothing leaves the machine: the
 // denied name is refused before any lookup, the allowed one is never
 // asked for.
 func TestEgressDenialListedAndCounted(t *testing.T) {
@@ -56,6 +56,13 @@ func TestEgressDenialListedAndCounted(t *testing.T) {
 	v, err := metricValue(ctx, s.base, s.token, `sandboxd_egress_denials_total{via="http"}`)
 	require.NoError(t, err)
 	assert.Equal(t, "1", strings.TrimSpace(v))
+
+	// The CLI lists the same.
+	cmd := exec.CommandContext(ctx, binary, "egress", "--server", s.ws, sess.ID)
+	cmd.Env = append(os.Environ(), "SANDBOXD_SESSION_TOKEN="+sess.Token)
+	cli, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", cli)
+	assert.Contains(t, string(cli), "http     denied.sandboxd.test:80  x1  denied.sandboxd.test is not in allow_hosts")
 }
 
 // An MCP sidecar with network: bridge and names in its allow_hosts goes
