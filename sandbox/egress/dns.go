@@ -19,11 +19,10 @@ func serveDNS(pc net.PacketConn, gw netip.Addr) {
 	for {
 		n, from, err := pc.ReadFrom(buf)
 		if err != nil {
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
+			if errors.Is(err, net.ErrClosed) {
+				return
 			}
-			return
+			continue // a transient error of one datagram
 		}
 		if out := dnsAnswer(buf[:n], gw); out != nil {
 			_, _ = pc.WriteTo(out, from)

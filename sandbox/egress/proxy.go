@@ -327,11 +327,17 @@ func (ss *session) accept() {
 	for {
 		c, err := ss.ln.Accept()
 		if err != nil {
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
+			if errors.Is(err, net.ErrClosed) || ss.ctx.Err() != nil {
+				return
 			}
-			return
+			// Out of file descriptors and the like: the proxy must not
+			// stop for good, but must not spin either.
+			select {
+			case <-ss.ctx.Done():
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			continue
 		}
 		select {
 		case ss.sem <- struct{}{}:
