@@ -88,7 +88,7 @@ func newEgressNet(t *testing.T) *egressNet {
 	certPEM, keyPEM := testCert(t)
 	cert, err := tls.X509KeyPair(certPEM, keyPEM)
 	require.NoError(t, err)
-	en := &egressNet{a: addr(2).String(), b: addr(3).String(), c: addr(4).String(), v6: v6NS, caPEM: string(certPEM)}
+	en := &egressNet{a: addr(2).String(), b: addr(3).String(), c: addr(4).String(), v6: netip.MustParseAddr(v6NS).String(), caPEM: string(certPEM)}
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		local := r.Context().Value(http.LocalAddrContextKey).(net.Addr).String()
 		host, _, _ := net.SplitHostPort(local)
