@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sandboxd/sandboxd/client"
+	"github.com/sandboxd/sandboxd/server/auth"
 	"github.com/sandboxd/sandboxd/server/daemon"
 )
 
@@ -116,4 +117,42 @@ func TestEgressSidecarByName(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, ds, 1, "%v", ds)
 	assert.Equal(t, "sidecar-denied.sandboxd.test", ds[0].Host)
+}
+
+// The real serve with --keep-sessions: after a restart the adopted
+// session's egress proxy is back (started again from its network's
+// labels), so its denied names still get the 403 and its allowed ones
+// still go through the proxy, never around it.
+func TestEgressProxyOverRestart(t *testing.T) {
+	state := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	first := startServe(t, state, "--keep-sessions")
+	token, err := auth.ReadTokenFile(filepath.Join(state, auth.TokenFileName))
+	require.NoError(t, err)
+	c, err := client.Dial(ctx, first.url, token, client.Options{})
+	require.NoError(t, err)
+	s, err := c.CreateSession(ctx, client.CreateOptions{Network: "bridge", AllowHosts: []string{"allowed.sandboxd.test"}})
+	require.NoError(t, err)
+	ask := `exec 3<>/dev/tcp/denied.sandboxd.test/80 && printf 'GET / HTTP/1.1\r\nHost: denied.sandboxd.test\r\nConnection: close\r\n\r\n' >&3 && timeout 60 cat <&3`
+	obs, err := s.Call(ctx, "terminal", map[string]any{"command": ask}, nil)
+	require.NoError(t, err)
+	require.Contains(t, obs.Text(), "blocked by sandbox policy: denied.sandboxd.test is not in allow_hosts")
+	c.Close()
+	first.stop(t)
+
+	second := startServe(t, state)
+	defer second.stop(t) // without --keep-sessions: removes the session
+	c2, err := client.Dial(ctx, second.url, s.Token, client.Options{})
+	require.NoError(t, err)
+	defer c2.Close()
+	s2, err := c2.Attach(ctx, s.ID, s.Token, 0)
+	require.NoError(t, err, "attach after restart\n%s", second.logs())
+	obs, err = s2.Call(ctx, "terminal", map[string]any{"command": ask}, nil)
+	require.NoError(t, err)
+	assert.Contains(t, obs.Text(), "blocked by sandbox policy: denied.sandboxd.test is not in allow_hosts", "the proxy is back\n%s", second.logs())
+	ds, err := s2.EgressDenials(ctx)
+	require.NoError(t, err)
+	require.Len(t, ds, 1, "the new server's record")
+	assert.Equal(t, "denied.sandboxd.test", ds[0].Host)
 }
