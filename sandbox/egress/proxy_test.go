@@ -140,6 +140,18 @@ func TestProxyHTTPAndConnect(t *testing.T) {
 	assert.Equal(t, http.StatusOK, code)
 	assert.Equal(t, "secure example.com", body)
 
+	// An absolute-form request is routed by its URL, and the upstream sees
+	// that host, never a Host header that names another (RFC 9112 §3.2.2).
+	raw, err := net.Dial("tcp", h.addr)
+	require.NoError(t, err)
+	fmt.Fprint(raw, "GET http://allowed.test/f HTTP/1.1\r\nHost: denied.test\r\nConnection: close\r\n\r\n")
+	resp0, err := http.ReadResponse(bufio.NewReader(raw), nil)
+	require.NoError(t, err)
+	b0, _ := io.ReadAll(resp0.Body)
+	resp0.Body.Close()
+	raw.Close()
+	assert.Equal(t, "plain allowed.test /f", string(b0))
+
 	// CONNECT to a denied name: the 403 and its text.
 	conn, err := net.Dial("tcp", h.addr)
 	require.NoError(t, err)
