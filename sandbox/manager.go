@@ -101,6 +101,10 @@ type ManagerOptions struct {
 	Secrets func(name string) (string, bool)
 	// Dial wraps agent streams in clients; nil is DialAgent. For tests.
 	Dial DialFunc
+	// SnapshotRetention is how long a snapshot is kept when its request
+	// names no retention: 0 is DefaultSnapshotRetention, negative never
+	// (decision 0052).
+	SnapshotRetention time.Duration
 
 	// warmUp is the call a pool makes on each sandbox it started before
 	// pooling it; nil is defaultWarmUp (tests set their own).
@@ -149,6 +153,7 @@ func (o *ManagerOptions) setDefaults() error {
 		o.Dial = DialAgent
 	}
 	o.warmUp = cmp.Or(o.warmUp, defaultWarmUp)
+	o.SnapshotRetention = cmp.Or(o.SnapshotRetention, DefaultSnapshotRetention)
 	for name, d := range map[string]time.Duration{
 		"start_timeout": o.StartTimeout, "shutdown_grace": o.ShutdownGrace, "remove_timeout": o.RemoveTimeout,
 		"reap_interval": o.ReapInterval, "probe_timeout": o.ProbeTimeout, "health_timeout": o.HealthTimeout,
@@ -228,6 +233,8 @@ type Manager struct {
 	// startCost is a moving average of a start's time once it had a slot
 	// (nanoseconds): what a busy create's retry time is estimated from.
 	startCost atomic.Int64
+	// snaps are the snapshots in the making (snapshot.go).
+	snaps snapshots
 }
 
 // NewManager validates opts, reclaims what a previous daemon left in the
@@ -267,7 +274,9 @@ func NewManager(ctx context.Context, rt Runtime, opts ManagerOptions) (*Manager,
 		m.cancel()
 		return nil, fmt.Errorf("sandbox: reclaiming resources of a previous run: %w", err)
 	}
+	m.reclaimSnapshots(ctx)
 	m.goBackground(m.reaper)
+	m.goBackground(m.sweepSnapshots)
 	m.goBackground(m.runClaims)
 	for _, p := range m.pools {
 		m.goBackground(p.run)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/api/types/volume"
 	"github.com/docker/docker/client"
@@ -86,8 +87,8 @@ func EnsureTestImage(ctx context.Context, cli *client.Client) (string, error) {
 	return img, nil
 }
 
-// Leftovers lists, and removes, every container, volume and network that
-// carries the label key=value, and sandboxd's host firewall rules of their
+// Leftovers lists, and removes, every container, volume, network and image
+// (snapshots, decision 0052) that carries the label key=value, and sandboxd's host firewall rules of their
 // sessions or of sessions without a network: what a run left behind.
 func Leftovers(ctx context.Context, cli *client.Client, key, value string) []string {
 	f := filters.NewArgs(filters.Arg("label", key+"="+value))
@@ -115,6 +116,14 @@ func Leftovers(ctx context.Context, cli *client.Client, key, value string) []str
 		}
 	} else {
 		left = append(left, "listing networks: "+err.Error())
+	}
+	if imgs, err := cli.ImageList(ctx, image.ListOptions{All: true, Filters: f}); err == nil {
+		for _, img := range imgs {
+			left = append(left, "image "+img.ID+" "+strings.Join(img.RepoTags, ","))
+			_, _ = cli.ImageRemove(ctx, img.ID, image.RemoveOptions{Force: true, PruneChildren: true})
+		}
+	} else {
+		left = append(left, "listing images: "+err.Error())
 	}
 	return left
 }

@@ -119,6 +119,9 @@ type Runtime struct {
 	opts      Options
 	log       *slog.Logger
 	agent     *agentBinary
+	// snapshotting holds the ids of the snapshots in the making, which
+	// PruneSnapshots leaves alone (snapshot.go).
+	snapshotting sync.Map
 	// fw manages the host firewall rules of private networks (firewall.go);
 	// nil when it cannot, fwErr says why.
 	fw *firewall
