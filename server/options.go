@@ -90,6 +90,12 @@ type Options struct {
 	// /mcp) serves the harness tools upload and download (the config's
 	// `transfer_tools`). nil: none does.
 	MCPTransferTools func(profile string) bool
+	// MCPSnapshotTools says whether a profile's MCP endpoint serves the
+	// harness tools snapshot, fork, restore and snapshot_list (the
+	// config's `snapshot_tools`). nil: none does.
+	MCPSnapshotTools func(profile string) bool
+	// SnapshotRetention is each profile's `snapshot_retention` by name.
+	SnapshotRetention map[string]time.Duration
 	// MCPSessionTimeout ends an MCP session (and its sandbox), and closes a
 	// sandbox a 2026-07-28 client opened by handle, after this long without
 	// a request (a tool call, for a handle).

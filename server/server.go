@@ -64,6 +64,7 @@ func New(opts Options) (*Server, error) {
 		AllowedImages:     opts.AllowedImages,
 		MaxSessions:       opts.MaxSessions,
 		Profiles:          opts.Profiles,
+		SnapshotRetention: opts.SnapshotRetention,
 		MCPDefault:        sandbox.SessionOptions{Image: opts.MCPImage},
 		RingBytes:         opts.RingBytes,
 		DrainTransferIdle: opts.DrainTransferIdle,
@@ -92,6 +93,7 @@ func New(opts Options) (*Server, error) {
 		Tools:          opts.MCPTools,
 		ToolsVersion:   opts.MCPToolsVersion,
 		TransferTools:  opts.MCPTransferTools,
+		SnapshotTools:  opts.MCPSnapshotTools,
 		MaxBodyBytes:   opts.MaxMessageBytes,
 		Version:        opts.Version,
 	})

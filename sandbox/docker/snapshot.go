@@ -12,6 +12,7 @@ import (
 	"maps"
 	"os"
 	"path"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -46,6 +47,15 @@ const snapshotTimeout = 15 * time.Minute
 // whOpaque is the marker of an opaque folder in a layer (AUFS form, as
 // the engine's own layers carry it).
 const whOpaqueMarker = ".wh..wh..opq"
+
+// SnapshotTmpDir is where the runtime of scope writes a snapshot's volumes
+// layer before the engine loads it (<id>.tar, removed after; what a
+// killed daemon left is removed by the next one's PruneSnapshots).
+func SnapshotTmpDir(scope string) string {
+	return filepath.Join(os.TempDir(), "sandboxd-snapshot-"+scope)
+}
+
+func (r *Runtime) snapshotTmpDir() string { return SnapshotTmpDir(ScopeOf(r.opts.Labels)) }
 
 // snapshotRef is the reference of a complete snapshot's image.
 func (r *Runtime) snapshotRef(id string) string {
@@ -90,7 +100,11 @@ func (r *Runtime) Snapshot(ctx context.Context, spec sandbox.SnapshotSpec) (_ sa
 	}
 	labels := r.labels(spec.Labels)
 	// A layer of its own first, so what is cut off here is found.
-	f, err := os.CreateTemp("", "sandboxd-snapshot-*.tar")
+	dir := r.snapshotTmpDir()
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return sandbox.Snapshot{}, err
+	}
+	f, err := os.OpenFile(filepath.Join(dir, spec.ID+".tar"), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return sandbox.Snapshot{}, err
 	}
@@ -481,6 +495,15 @@ func (r *Runtime) PruneSnapshots(ctx context.Context) error {
 		return fmt.Errorf("listing snapshot images: %w", err)
 	}
 	var errs []error
+	if ents, err := os.ReadDir(r.snapshotTmpDir()); err == nil {
+		for _, e := range ents {
+			if _, busy := r.snapshotting.Load(strings.TrimSuffix(e.Name(), ".tar")); !busy {
+				if err := os.Remove(filepath.Join(r.snapshotTmpDir(), e.Name())); err != nil {
+					errs = append(errs, err)
+				}
+			}
+		}
+	}
 	for _, img := range imgs {
 		if _, ok := r.snapshotOf(img.RepoTags, img.Labels, img.Size); ok {
 			continue

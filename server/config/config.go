@@ -96,6 +96,14 @@ type Profile struct {
 	// which move files in and out whole and byte-exact. Off by default:
 	// they are for a harness, not for the model (docs/harness.md).
 	TransferTools bool
+	// SnapshotTools is `snapshot_tools`: the profile's MCP endpoint serves
+	// the harness's snapshot, fork, restore and snapshot_list tools
+	// (docs/snapshots.md). Off by default: for a harness, not the model.
+	SnapshotTools bool
+	// SnapshotRetention is `snapshot_retention`: how long a snapshot of
+	// the profile's sessions is kept unless its request says; 0: the
+	// server's (--snapshot-retention).
+	SnapshotRetention time.Duration
 
 	// pos is where each option was written: "" is the profile's name,
 	// "image", "limits", "limits.memory", ...
@@ -417,7 +425,7 @@ func (p *parser) profiles(cfg *File, n *yaml.Node) {
 }
 
 // profileKeys are the keys of a profile that are not session options.
-var profileKeys = []string{"pool", "transfer_tools"}
+var profileKeys = []string{"pool", "transfer_tools", "snapshot_tools", "snapshot_retention"}
 
 func (p *parser) profile(prof *Profile, n *yaml.Node, path string) {
 	fields := sessionFields(&prof.Options)
@@ -433,6 +441,10 @@ func (p *parser) profile(prof *Profile, n *yaml.Node, path string) {
 			p.pool(prof, v, kpath)
 		case "transfer_tools":
 			boolean(&prof.TransferTools)(p, v, kpath, nil, key)
+		case "snapshot_tools":
+			boolean(&prof.SnapshotTools)(p, v, kpath, nil, key)
+		case "snapshot_retention":
+			duration(&prof.SnapshotRetention)(p, v, kpath, nil, key)
 		default:
 			p.unknown(k, path, key, append(slices.Collect(maps.Keys(fields)), profileKeys...)...)
 		}

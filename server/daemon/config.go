@@ -57,6 +57,7 @@ type Config struct {
 	Direct, KeepSessions              bool
 	DrainTimeout, ShutdownTimeout     time.Duration
 	MaxStartWait                      time.Duration // --max-start-wait (sandbox.ManagerOptions.MaxStartWait)
+	SnapshotRetention                 time.Duration // --snapshot-retention (sandbox.ManagerOptions.SnapshotRetention)
 	LogLevel, LogFormat               string
 	ConfigPath                        string
 	SkillsDirs                        Paths
@@ -88,24 +89,25 @@ type Config struct {
 // Defaults is serve's configuration without flags.
 func Defaults() Config {
 	return Config{
-		Listen:          server.DefaultListen,
-		Image:           sandbox.DefaultImage,
-		MCPImage:        server.DefaultMCPImage,
-		MCPIdle:         30 * time.Minute,
-		Labels:          KeyValues{},
-		DiskQuota:       DefaultDiskQuota,
-		DiskBackend:     DiskAuto,
-		MaxStarts:       sandbox.DefaultMaxConcurrentStarts,
-		MaxStartWait:    sandbox.DefaultMaxStartWait,
-		MaxSessions:     server.DefaultMaxSessions,
-		MaxMessage:      server.DefaultMaxMessageBytes,
-		Direct:          true,
-		DrainTimeout:    server.DefaultDrainTimeout,
-		ShutdownTimeout: 60 * time.Second,
-		LogLevel:        "info",
-		LogFormat:       "text",
-		Backend:         BackendDocker,
-		Kube:            kubeDefaults(),
+		Listen:            server.DefaultListen,
+		Image:             sandbox.DefaultImage,
+		MCPImage:          server.DefaultMCPImage,
+		MCPIdle:           30 * time.Minute,
+		Labels:            KeyValues{},
+		DiskQuota:         DefaultDiskQuota,
+		DiskBackend:       DiskAuto,
+		MaxStarts:         sandbox.DefaultMaxConcurrentStarts,
+		MaxStartWait:      sandbox.DefaultMaxStartWait,
+		SnapshotRetention: sandbox.DefaultSnapshotRetention,
+		MaxSessions:       server.DefaultMaxSessions,
+		MaxMessage:        server.DefaultMaxMessageBytes,
+		Direct:            true,
+		DrainTimeout:      server.DefaultDrainTimeout,
+		ShutdownTimeout:   60 * time.Second,
+		LogLevel:          "info",
+		LogFormat:         "text",
+		Backend:           BackendDocker,
+		Kube:              kubeDefaults(),
 	}
 }
 
@@ -152,6 +154,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"sandboxes being started at once (client creates go before pool refills); on 2 cores 4 gave the best ready latency")
 	fs.DurationVar(&c.MaxStartWait, "max-start-wait", c.MaxStartWait,
 		"how long a create may wait for one of the --max-concurrent-starts slots; past it the create fails with \"busy, retry after N s\" (code -32029, data.retry_after)")
+	fs.DurationVar(&c.SnapshotRetention, "snapshot-retention", c.SnapshotRetention,
+		"how long a session's snapshot is kept unless its request or its profile (snapshot_retention) says otherwise; negative: until deleted (docs/snapshots.md)")
 	fs.IntVar(&c.MaxSessions, "max-sessions", c.MaxSessions, "cap on live sessions, WebSocket and MCP together (-1: none)")
 	fs.Int64Var(&c.MaxMessage, "max-message-bytes", c.MaxMessage, "largest WebSocket message or MCP request body accepted")
 	fs.BoolVar(&c.Direct, "direct", c.Direct, "reach the agent of each sandbox over a unix socket of this server's (under <state-dir>/direct, "+

@@ -165,7 +165,8 @@ func New(ctx context.Context, c Config) (d *Daemon, err error) {
 		return nil, err
 	}
 	mopts := sandbox.ManagerOptions{Defaults: defaults, MaxConcurrentStarts: c.MaxStarts, MaxStartWait: c.MaxStartWait, Logger: log,
-		Pools: profilePools(file, c, log), Skills: skillSrc, Secrets: secrets, Networks: file.AllowNetworks}
+		SnapshotRetention: c.SnapshotRetention,
+		Pools:             profilePools(file, c, log), Skills: skillSrc, Secrets: secrets, Networks: file.AllowNetworks}
 	if len(file.AllowNetworks) > 0 {
 		log.Info("sessions may join these engine networks, which sandboxd does not firewall", "networks", strings.Join(file.AllowNetworks, ", "))
 	}
@@ -188,9 +189,11 @@ func New(ctx context.Context, c Config) (d *Daemon, err error) {
 			defs := append(mcpapi.BuiltinTools(profile, o), skillSrc.Definitions(o.Skills)...)
 			return append(defs, m.SidecarTools(o.MCPServers)...)
 		},
-		MCPToolsVersion:  m.SidecarToolsVersion,
-		MCPTransferTools: transferTools(file),
-		KeepSessions:     c.KeepSessions, DrainTimeout: c.DrainTimeout,
+		MCPToolsVersion:   m.SidecarToolsVersion,
+		MCPTransferTools:  transferTools(file),
+		MCPSnapshotTools:  snapshotTools(file),
+		SnapshotRetention: snapshotRetention(file),
+		KeepSessions:      c.KeepSessions, DrainTimeout: c.DrainTimeout,
 		Logger: log, Version: c.Version,
 	}
 	if c.ServerHook != nil {

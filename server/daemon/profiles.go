@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/sandboxd/sandboxd/sandbox"
 	"github.com/sandboxd/sandboxd/server"
@@ -67,6 +68,29 @@ func transferTools(file *config.File) func(profile string) bool {
 		p, ok := file.Profiles[profile]
 		return ok && p.TransferTools
 	}
+}
+
+// snapshotTools says whether a profile's MCP endpoint serves the harness
+// tools of snapshots (`snapshot_tools`); "" is /mcp.
+func snapshotTools(file *config.File) func(profile string) bool {
+	return func(profile string) bool {
+		if profile == "" {
+			profile = config.DefaultProfile
+		}
+		p, ok := file.Profiles[profile]
+		return ok && p.SnapshotTools
+	}
+}
+
+// snapshotRetention is each profile's `snapshot_retention` that is set.
+func snapshotRetention(file *config.File) map[string]time.Duration {
+	out := map[string]time.Duration{}
+	for name, p := range file.Profiles {
+		if p.SnapshotRetention != 0 {
+			out[name] = p.SnapshotRetention
+		}
+	}
+	return out
 }
 
 // profilePools are the warm pools: each profile's pool of its options, and

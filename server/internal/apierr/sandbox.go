@@ -18,6 +18,7 @@ var sandboxSentinels = []struct {
 }{
 	{sandbox.ErrInvalidOptions, InvalidParams},
 	{sandbox.ErrNotFound, NotFound},
+	{sandbox.ErrSnapshotNotFound, NotFound},
 	{sandbox.ErrNotReady, Unavailable},
 	{sandbox.ErrClosed, Unavailable},
 	{sandbox.ErrFailed, Unavailable},

@@ -78,6 +78,10 @@ type Options struct {
 	// Profiles has no default (serve --mcp-image); a WebSocket create then
 	// has the manager's defaults alone.
 	MCPDefault sandbox.SessionOptions
+	// SnapshotRetention is a profile's snapshot_retention by name: the
+	// retention of a snapshot of its sessions that names none (absent:
+	// the manager's, serve --snapshot-retention).
+	SnapshotRetention map[string]time.Duration
 
 	RingBytes    int
 	RingChunks   int
@@ -558,6 +562,11 @@ func (c *Core) create(ctx context.Context, api string, opts sandbox.SessionOptio
 	}
 	token := auth.NewToken()
 	s, err := c.register(sb, auth.DigestOf(token), api)
+	if err == nil {
+		c.mu.Lock()
+		s.profile = co.Profile
+		c.mu.Unlock()
+	}
 	if err != nil {
 		closeCtx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()

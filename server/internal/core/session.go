@@ -16,14 +16,17 @@ import (
 // Session is a session as the API layers use it: the backend's Sandbox plus
 // its capability, output stream, idempotency cache, calls and transfers.
 type Session struct {
-	c      *Core
-	sb     Sandbox
-	id     string
-	token  auth.Digest
-	api    string
-	stream *stream
-	idem   *idempotency
-	xfers  transfers
+	c     *Core
+	sb    Sandbox
+	id    string
+	token auth.Digest
+	api   string
+	// profile is the profile it was created with ("" adopted, or none):
+	// its snapshots' retention (Options.SnapshotRetention).
+	profile string
+	stream  *stream
+	idem    *idempotency
+	xfers   transfers
 
 	mu    sync.Mutex
 	calls map[string]*runningCall // running calls by call id, for Cancel

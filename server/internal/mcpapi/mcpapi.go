@@ -98,6 +98,10 @@ type Options struct {
 	// and download tools (transfer.go): profile is the endpoint's ("" for
 	// /mcp), as the config's `transfer_tools` says. nil: none does.
 	TransferTools func(profile string) bool
+	// SnapshotTools says whether an endpoint serves the harness's
+	// snapshot tools (snapshot.go), as the config's `snapshot_tools` says.
+	// nil: none does.
+	SnapshotTools func(profile string) bool
 }
 
 // Handler is the http.Handler of /mcp and /mcp/NAME. The server's
@@ -142,6 +146,8 @@ type endpoint struct {
 	// within these limits.
 	transfer       bool
 	transferLimits transfer.Limits
+	// snapshotTools: the endpoint serves the snapshot tools (snapshot.go).
+	snapshotTools bool
 }
 
 // BuiltinTools are the built-in tools that a profile's options select:
@@ -204,6 +210,7 @@ func New(c *core.Core, opts Options) *Handler {
 func (h *Handler) newEndpoint(profile string) *endpoint {
 	e := &endpoint{h: h, profile: profile, path: Path}
 	e.initTransfer()
+	e.initSnapshotTools()
 	of := ""
 	if profile != "" {
 		e.path += "/" + profile
@@ -607,6 +614,9 @@ func (h *Handler) callTool(ctx context.Context, e *endpoint, ss *mcp.ServerSessi
 	}
 	if e.transfer && transfer.IsName(req.Params.Name) {
 		return e.callTransfer(ctx, s, req.Params.Name, req.Params.Arguments)
+	}
+	if e.snapshotTools && isSnapshotTool(req.Params.Name) {
+		return e.callSnapshotTool(ctx, s, req.Params.Name, req.Params.Arguments)
 	}
 	var sink tools.StreamFunc
 	if token := req.Params.GetProgressToken(); token != nil {

@@ -249,6 +249,9 @@ func (e *endpoint) modernCall(ctx context.Context, req *mcp.CallToolRequest) (*m
 	if e.transfer && transfer.IsName(name) {
 		return e.callTransfer(ctx, s, name, args)
 	}
+	if e.snapshotTools && isSnapshotTool(name) {
+		return e.callSnapshotTool(ctx, s, name, args)
+	}
 	var sink tools.StreamFunc
 	if token := req.Params.GetProgressToken(); token != nil {
 		p := newProgress(ctx, req.Session, token)

@@ -40,6 +40,7 @@ func (e *endpoint) initTransfer() {
 // them. A sandbox tool of the same name (a skill called upload) is left
 // out of the list: the name is the harness's on this endpoint.
 func (e *endpoint) withTransfer(defs []tools.Definition) []tools.Definition {
+	defs = e.withSnapshotTools(defs) // the harness's tools of this endpoint, together
 	if !e.transfer {
 		return defs
 	}

@@ -42,6 +42,12 @@ func init() {
 		wsproto.MethodStreamRead:    streamRead,
 		wsproto.MethodPTYOpen:       ptyOpen,
 		wsproto.MethodPTYClose:      ptyClose,
+		// Snapshots, forks and restore (snapshot.go).
+		wsproto.MethodSessionSnapshot: sessionSnapshot,
+		wsproto.MethodSessionFork:     sessionFork,
+		wsproto.MethodSessionRestore:  sessionRestore,
+		wsproto.MethodSnapshotList:    snapshotList,
+		wsproto.MethodSnapshotDelete:  snapshotDelete,
 	}
 }
 
