@@ -36,6 +36,13 @@ const (
 	snapshotSweep = time.Minute
 )
 
+// SnapshotRepo is the repository of snapshot images: a runtime names a
+// snapshot's image SnapshotRepo/<scope>:<id>.
+const SnapshotRepo = "sandboxd-snapshot"
+
+// IsSnapshotImage reports whether an image reference is a snapshot's.
+func IsSnapshotImage(ref string) bool { return strings.HasPrefix(ref, SnapshotRepo+"/") }
+
 // ErrSnapshotNotFound: no complete snapshot with that id or name.
 var ErrSnapshotNotFound = errors.New("snapshot not found")
 

@@ -150,9 +150,14 @@ func (m *Manager) takeSlot(ctx, sctx context.Context, s *Session, urgent bool) e
 
 // startDeadline bounds a start once it has its slot: StartTimeout, plus
 // SeedAllowance for each editable path, which the runtime seeds from the
-// image before the container starts (decision 0041).
+// image before the container starts (decision 0041), and one more for a
+// fork, whose workspace the runtime seeds from its snapshot (0052).
 func (m *Manager) startDeadline(o SessionOptions) time.Duration {
-	return m.opts.StartTimeout + time.Duration(len(o.EditablePaths))*m.opts.SeedAllowance
+	seeded := len(o.EditablePaths)
+	if IsSnapshotImage(o.Image) {
+		seeded++
+	}
+	return m.opts.StartTimeout + time.Duration(seeded)*m.opts.SeedAllowance
 }
 
 // avgStartCost is the moving average of a start's time once it had a slot.

@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -40,7 +41,8 @@ func cli(t *testing.T, ctx context.Context, p *serveProc, state string, env []st
 	cmd.Env = append(append(os.Environ(), "SANDBOXD_URL="+p.url, "SANDBOXD_STATE_DIR="+state), env...)
 	out, err := cmd.Output()
 	var stderr string
-	if ee, ok := err.(*exec.ExitError); ok {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
 		stderr = string(ee.Stderr)
 	}
 	require.NoError(t, err, "sandboxd %v: %s", args, stderr)
@@ -172,9 +174,9 @@ func TestSnapshotDaemonKilledMidway(t *testing.T) {
 		return false
 	})
 	require.NoError(t, first.cmd.Process.Kill())
-	<-first.exited
+	t.Logf("serve killed: %v", <-first.exited)
 	first.stopped = true
-	<-done
+	t.Logf("the snapshot's call: %v", <-done)
 	c.Close()
 
 	second := startServe(t, state)

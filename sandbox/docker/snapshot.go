@@ -39,7 +39,7 @@ import (
 // that image: its volumes are seeded from it like any image's.
 
 // snapshotRepo is the repository of snapshot images; the tag is the id.
-const snapshotRepo = "sandboxd-snapshot"
+const snapshotRepo = sandbox.SnapshotRepo
 
 // snapshotTimeout bounds one snapshot (a 1 GB workspace streams twice).
 const snapshotTimeout = 15 * time.Minute

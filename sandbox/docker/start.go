@@ -208,6 +208,13 @@ func (r *Runtime) createContainer(ctx context.Context, spec sandbox.Spec, netNam
 	// whose caller gave up, and the rollback would then miss the container
 	// (which re-creates its volumes, unlabelled, once they are removed).
 	nctx, ncancel := r.call(context.WithoutCancel(ctx))
+	if sandbox.IsSnapshotImage(spec.Options.Image) {
+		// The engine copies a fork's workspace out of its snapshot in the
+		// create (copy-up): a gigabyte, eight forks at once, outlasts an
+		// engine call's bound (decision 0052).
+		ncancel()
+		nctx, ncancel = context.WithTimeout(context.WithoutCancel(ctx), seedTimeout)
+	}
 	defer ncancel()
 	created, err := r.cli.ContainerCreate(nctx, cs.config, cs.host, cs.network, nil, cs.name)
 	switch {

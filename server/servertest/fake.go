@@ -53,8 +53,9 @@ type FakeBackend struct {
 	shut     bool
 	// CreateDelay is how long Create takes.
 	CreateDelay time.Duration
-	gate        chan struct{} // see HoldCreates
-	held        atomic.Int64  // creates waiting at the gate
+	gate        chan struct{}        // see HoldCreates
+	held        atomic.Int64         // creates waiting at the gate
+	snaps       map[string]*fakeSnap // snapshot.go
 }
 
 // HoldCreates makes every Create wait (or end with its ctx) until the
@@ -113,6 +114,9 @@ func (m *FakeBackend) Create(ctx context.Context, o sandbox.SessionOptions, co s
 	s := &FakeSandbox{id: "fake-" + auth.NewToken()[:12], opts: o, co: co, done: make(chan struct{}), wake: make(chan struct{}), files: map[string][]byte{}}
 	m.sessions[s.id] = s
 	m.created.Add(1)
+	m.mu.Unlock()
+	m.forked(s) // a session of a snapshot's image has its files
+	m.mu.Lock()
 	return s, nil
 }
 
