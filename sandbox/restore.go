@@ -52,6 +52,8 @@ func (s *Session) takeForRestore(snapID string) (AgentClient, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {
+	case s.state == StatePaused:
+		return nil, fmt.Errorf("session %s: %w: resume it first (session.resume, sandboxd resume)", s.id, ErrPaused)
 	case s.state != StateReady:
 		return nil, fmt.Errorf("session %s: %w", s.id, ErrNotReady)
 	case s.lost != nil:
