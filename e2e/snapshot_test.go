@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -154,4 +155,48 @@ func TestSnapshotForkRestore(t *testing.T) {
 	imgs, err := docker.ImageList(ctx, image.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", labelRun+"="+runID))})
 	require.NoError(t, err)
 	assert.Empty(t, imgs, "no image of the snapshot is left")
+}
+
+// TestSnapshotKeepsDeletions: files of the image's own HOME and workspace
+// that the session deleted stay deleted in forks and after a restore (the
+// snapshot's folders are opaque over the image's).
+func TestSnapshotKeepsDeletions(t *testing.T) {
+	ctx := ctxT(t)
+	img := "sandboxd-e2e-snapshot:" + runID
+	build := exec.CommandContext(ctx, "docker", "build", "-q", "-t", img, "--label", labelRun+"="+runID, "-")
+	build.Stdin = strings.NewReader("FROM " + testImage + "\nUSER root\n" +
+		"RUN echo image > /home/agent/.from-image && echo image > /workspace/from-image && chown 1000:1000 /home/agent/.from-image /workspace/from-image\nUSER 1000:1000\n")
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	t.Cleanup(func() { _, _ = docker.ImageRemove(context.Background(), img, image.RemoveOptions{Force: true}) })
+
+	m := newManager(t, newRuntime(t), sandbox.ManagerOptions{})
+	// The image's user: HOME and workspace by the engine's copy-up;
+	// another user: by sandboxd (an overlay of the layers where the host
+	// allows, else a copy).
+	for _, user := range []string{"", "1001:1001"} {
+		t.Run("user="+user, func(t *testing.T) { checkDeletions(t, m, img, user) })
+	}
+}
+
+func checkDeletions(t *testing.T, m *sandbox.Manager, img, user string) {
+	ctx := ctxT(t)
+	s, err := m.Create(ctx, sandbox.SessionOptions{Image: img, User: user})
+	require.NoError(t, err)
+	require.Equal(t, "image\nimage", shOut(t, s, "cat ~/.from-image /workspace/from-image"))
+	sh(t, s, "rm ~/.from-image /workspace/from-image && echo mine > ~/mine")
+	tree := shOut(t, s, treeCmd)
+	snap, err := m.Snapshot(ctx, s.ID(), sandbox.SnapshotRequest{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = m.DeleteSnapshot(context.Background(), snap.ID) })
+
+	f := forkN(t, m, snap, 1)[0]
+	assert.Equal(t, tree, shOut(t, f, treeCmd), "the image's deleted files are not back in a fork")
+	sh(t, f, "echo again > ~/.from-image")
+	_, err = m.Restore(ctx, f.ID(), snap.ID)
+	require.NoError(t, err)
+	assert.Equal(t, tree, shOut(t, f, treeCmd), "nor after a restore")
+	require.NoError(t, f.Close(ctx))
+	require.NoError(t, s.Close(ctx))
+	require.NoError(t, m.DeleteSnapshot(ctx, snap.ID))
 }

@@ -108,7 +108,11 @@ func (r *Runtime) Snapshot(ctx context.Context, spec sandbox.SnapshotSpec) (_ sa
 	if err != nil {
 		return sandbox.Snapshot{}, err
 	}
-	defer func() { _ = f.Close(); _ = os.Remove(f.Name()) }()
+	defer func() {
+		_ = f.Close()
+		_ = os.Remove(f.Name())
+		_ = os.Remove(dir) // when no other snapshot is in the making
+	}()
 	h := sha256.New()
 	n, err := r.writeVolumesLayer(ctx, ctrID, info, spec.Options, io.MultiWriter(f, h))
 	if err != nil {
