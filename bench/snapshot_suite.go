@@ -122,6 +122,13 @@ func runSnapshotSuite(ctx context.Context, e *env) (_ []row, err error) {
 			}
 			rows = append(rows, r)
 		}
+		if mb == 100 {
+			r, err := warmForks(ctx, e, c, snap.SnapshotID, 8)
+			if err != nil {
+				return nil, err
+			}
+			rows = append(rows, r)
+		}
 		if err := parent.Close(ctx); err != nil {
 			return nil, err
 		}
@@ -193,4 +200,41 @@ func forkDisk(ctx context.Context, scope *runScope, id string) (int64, error) {
 		}
 	}
 	return total, nil
+}
+
+// warmForks times n forks handed out of the snapshot's warm pool of n
+// (snapshot.warm), once it is ready.
+func warmForks(ctx context.Context, e *env, c *client.Client, snap string, n int) (row, error) {
+	if err := c.WarmSnapshot(ctx, snap, n); err != nil {
+		return row{}, err
+	}
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		all, err := c.Snapshots(ctx)
+		if err != nil {
+			return row{}, err
+		}
+		if len(all) > 0 && all[0].WarmReady == n {
+			break
+		}
+		if time.Now().After(deadline) {
+			return row{}, fmt.Errorf("the warm pool of %s did not fill in 5 min", snap)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	start := time.Now()
+	f, err := c.Fork(ctx, client.ForkOptions{Snapshot: snap, Count: n})
+	if err != nil {
+		return row{}, err
+	}
+	took := time.Since(start)
+	closeAll(ctx, f.Sessions)
+	if err := f.Err(); err != nil {
+		return row{}, err
+	}
+	if err := c.WarmSnapshot(ctx, snap, 0); err != nil {
+		return row{}, err
+	}
+	e.logf("fork x%d out of a warm pool: %v", n, took.Round(time.Millisecond))
+	return row{scenario: fmt.Sprintf("session.fork x%d out of the snapshot's warm pool (snapshot.warm %d)", n, n), s: sampleOfDurations([]time.Duration{took})}, nil
 }

@@ -104,3 +104,11 @@ func (c *Client) Snapshots(ctx context.Context) ([]wsproto.SnapshotInfo, error) 
 func (c *Client) DeleteSnapshot(ctx context.Context, snapshot string) error {
 	return c.call(ctx, wsproto.MethodSnapshotDelete, wsproto.SnapshotDeleteParams{Snapshot: snapshot}, nil)
 }
+
+// WarmSnapshot keeps size forks of a snapshot (id or name) started and
+// ready for the next Fork of it without Options (operator token); 0
+// removes the pool. The pool lives until the snapshot is deleted or the
+// server stops.
+func (c *Client) WarmSnapshot(ctx context.Context, snapshot string, size int) error {
+	return c.call(ctx, wsproto.MethodSnapshotWarm, wsproto.SnapshotWarmParams{Snapshot: snapshot, Size: size}, nil)
+}

@@ -85,6 +85,11 @@ func TestSnapshotForkRestore(t *testing.T) {
 	require.NoError(t, err)
 	assert.Len(t, mine, 2, "a session token lists its own session's")
 
+	require.NoError(t, c.WarmSnapshot(ctx(t), "turn-1", 4))
+	assert.Equal(t, 4, ts.Backend.WarmSize(snap.SnapshotID))
+	require.ErrorAs(t, sc.WarmSnapshot(ctx(t), "turn-1", 1), &werr)
+	assert.Equal(t, wsproto.CodePermission, werr.Code, "a session token cannot warm")
+
 	all, err := c.Snapshots(ctx(t))
 	require.NoError(t, err)
 	assert.Len(t, all, 3)

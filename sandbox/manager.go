@@ -343,6 +343,9 @@ func (m *Manager) CreateWith(ctx context.Context, o SessionOptions, co CreateOpt
 	key := r.Key()
 	own := poolID(co.Profile, false, key)
 	p := m.poolFor(own, key)
+	if p == nil && IsSnapshotImage(r.Image) {
+		p = m.snapshotPool(key) // a warm pool of the snapshot (snapshot_pool.go)
+	}
 	// A kept start still under way is waited for only when no pooled
 	// sandbox is ready (it then expires unused, as any kept start may).
 	if s, ok, err := m.retake(ctx, own, co, p == nil || !p.hasReady()); ok {
@@ -452,6 +455,7 @@ func (m *Manager) Shutdown(ctx context.Context, keepSessions bool) error {
 	for _, p := range m.pools {
 		toClose = append(toClose, p.drain()...)
 	}
+	toClose = append(toClose, m.stopSnapPools("")...)
 	kept := 0
 	for _, s := range sessions {
 		if keepSessions && s.State() != StateStarting {

@@ -433,6 +433,7 @@ func (m *Manager) dropPooled(s *Session) {
 			return
 		}
 	}
+	m.dropSnapPooled(s)
 }
 
 // closeInBackground closes a session as tracked background work.

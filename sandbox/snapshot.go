@@ -70,6 +70,9 @@ type Snapshot struct {
 	// Size is the image's size in bytes as the runtime reports it (the
 	// layers it shares with its base image included).
 	Size int64
+	// Warm and WarmReady are its warm pool's size and ready forks
+	// (WarmSnapshot); zero without one.
+	Warm, WarmReady int
 }
 
 // SnapshotSpec is what a runtime needs to take one snapshot.
@@ -124,7 +127,8 @@ func runtimeName(rt Runtime) string {
 // taken by a snapshot not yet listed.
 type snapshots struct {
 	mu      sync.Mutex
-	pending map[string]bool // names
+	pending map[string]bool      // names
+	pools   map[string]*snapPool // warm pools by pool id (snapshot_pool.go)
 }
 
 // SnapshotRequest is what a snapshot asks for.
@@ -228,6 +232,16 @@ func (m *Manager) Snapshots(ctx context.Context) ([]Snapshot, error) {
 		return nil, err
 	}
 	slices.SortFunc(all, func(a, b Snapshot) int { return a.Created.Compare(b.Created) })
+	m.snaps.mu.Lock()
+	for _, sp := range m.snaps.pools {
+		for i := range all {
+			if all[i].ID == sp.snap {
+				st := sp.p.stat()
+				all[i].Warm, all[i].WarmReady = st.Min, st.Ready
+			}
+		}
+	}
+	m.snaps.mu.Unlock()
 	return all, nil
 }
 
@@ -255,6 +269,7 @@ func (m *Manager) DeleteSnapshot(ctx context.Context, ref string) error {
 		return err
 	}
 	sr, _ := m.snapshotRuntime()
+	m.closeSnapPools(ctx, snap.ID) // its sandboxes run its image
 	if err := sr.DeleteSnapshot(ctx, snap.ID); err != nil {
 		return fmt.Errorf("snapshot %s: deleting: %w", snap.ID, err)
 	}
@@ -304,6 +319,7 @@ func (m *Manager) sweepOnce(ctx context.Context, sr SnapshotRuntime, now time.Ti
 		if s.Expires.IsZero() || now.Before(s.Expires) {
 			continue
 		}
+		m.closeSnapPools(cctx, s.ID)
 		if err := sr.DeleteSnapshot(cctx, s.ID); err != nil {
 			m.log.Warn("deleting an expired snapshot", "snapshot", s.ID, "err", err)
 			continue

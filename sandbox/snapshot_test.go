@@ -13,7 +13,7 @@ import (
 )
 
 // fakeSnapRuntime is a fakeRuntime with snapshots kept in memory; a
-// snapshot's image is "snap:<id>", and a fork from it starts like any
+// snapshot's image is SnapshotRepo/test:<id>, and a fork from it starts like any
 // session.
 type fakeSnapRuntime struct {
 	*fakeRuntime
@@ -31,7 +31,7 @@ func (f *fakeSnapRuntime) Snapshot(ctx context.Context, spec SnapshotSpec) (Snap
 	if _, err := f.box(spec.SessionID); err != nil {
 		return Snapshot{}, err
 	}
-	s := Snapshot{ID: spec.ID, Name: spec.Labels[LabelSnapshotName], SessionID: spec.SessionID, Image: "snap:" + spec.ID, Options: spec.Options}
+	s := Snapshot{ID: spec.ID, Name: spec.Labels[LabelSnapshotName], SessionID: spec.SessionID, Image: SnapshotRepo + "/test:" + spec.ID, Options: spec.Options}
 	s.Options.Image = s.Image
 	s.Created, _ = time.Parse(time.RFC3339Nano, spec.Labels[LabelSnapshotCreated])
 	s.Expires, _ = time.Parse(time.RFC3339Nano, spec.Labels[LabelSnapshotExpires])
@@ -168,5 +168,47 @@ func TestRestoreInPlace(t *testing.T) {
 		<-s.Done()
 		require.ErrorIs(t, s.Err(), ErrFailed)
 		assert.Contains(t, s.Err().Error(), "engine refused")
+	})
+}
+
+func TestWarmSnapshotPool(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt := newFakeSnapRuntime(t)
+		m := newTestManager(t, rt, ManagerOptions{})
+		ctx := context.Background()
+		s, err := m.Create(ctx, SessionOptions{})
+		require.NoError(t, err)
+		snap, err := m.Snapshot(ctx, s.ID(), SnapshotRequest{Name: "base"})
+		require.NoError(t, err)
+		_, err = m.WarmSnapshot(ctx, "base", MaxForks+1)
+		require.ErrorIs(t, err, ErrInvalidOptions)
+
+		_, err = m.WarmSnapshot(ctx, "base", 2)
+		require.NoError(t, err)
+		synctest.Wait()
+		pools := m.SnapshotPools()
+		require.Len(t, pools, 1)
+		assert.Equal(t, 2, pools[0].Ready)
+		assert.Equal(t, snap.Image, pools[0].Image)
+
+		starts := rt.starts.Load()
+		f, err := m.Create(ctx, ForkOptions(snap, SessionOptions{}))
+		require.NoError(t, err)
+		assert.Equal(t, "hi", echo(t, f, "hi"))
+		b, err := rt.box(f.ID())
+		require.NoError(t, err)
+		assert.True(t, b.spec.Pooled, "the fork was handed out of the snapshot's pool")
+		synctest.Wait()
+		assert.Equal(t, starts+1, rt.starts.Load(), "and the pool refilled, once")
+		cold, err := m.Create(ctx, ForkOptions(snap, SessionOptions{Env: map[string]string{"X": "1"}}))
+		require.NoError(t, err)
+		assert.Equal(t, starts+2, rt.starts.Load(), "a fork with overrides starts cold")
+		require.NoError(t, cold.Close(ctx))
+
+		// Deleting the snapshot ends its pool and closes its sandboxes.
+		require.NoError(t, m.DeleteSnapshot(ctx, "base"))
+		synctest.Wait()
+		assert.Empty(t, m.SnapshotPools())
+		assert.Equal(t, 2, rt.count(), "the parent and the fork; the pool's sandboxes are gone")
 	})
 }

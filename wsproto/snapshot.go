@@ -20,6 +20,9 @@ const (
 	MethodSnapshotList = "snapshot.list"
 	// MethodSnapshotDelete deletes a snapshot by id or name.
 	MethodSnapshotDelete = "snapshot.delete"
+	// MethodSnapshotWarm keeps forks of a snapshot started and ready (a
+	// warm pool keyed by snapshot). Operator only.
+	MethodSnapshotWarm = "snapshot.warm"
 )
 
 // MaxForks is the most sessions one session.fork starts.
@@ -52,6 +55,10 @@ type SnapshotInfo struct {
 	// Expires is when the retention deletes it; absent: never.
 	Expires   *time.Time `json:"expires,omitempty"`
 	SizeBytes int64      `json:"size_bytes"`
+	// Warm and WarmReady are its warm pool's size and ready forks
+	// (snapshot.warm); absent without one.
+	Warm      int `json:"warm,omitempty"`
+	WarmReady int `json:"warm_ready,omitempty"`
 	// Note says what a snapshot does not hold (SnapshotNote).
 	Note string `json:"note,omitempty"`
 }
@@ -120,4 +127,18 @@ type SnapshotDeleteParams struct {
 // SnapshotDeleteResult is the result of snapshot.delete.
 type SnapshotDeleteResult struct {
 	Deleted bool `json:"deleted"`
+}
+
+// SnapshotWarmParams are the params of snapshot.warm: keep Size forks of
+// the snapshot started and ready for session.fork (without options:
+// a fork with options starts cold); 0 removes the pool. At most MaxForks.
+type SnapshotWarmParams struct {
+	Snapshot string `json:"snapshot"`
+	Size     int    `json:"size"`
+}
+
+// SnapshotWarmResult is the result of snapshot.warm.
+type SnapshotWarmResult struct {
+	SnapshotID string `json:"snapshot_id"`
+	Size       int    `json:"size"`
 }

@@ -42,6 +42,10 @@ snapshot list
     that session's).
 snapshot delete SNAPSHOT
     deletes a snapshot by id or name.
+snapshot warm --size N SNAPSHOT
+    keeps N forks of the snapshot started and ready, so that the next forks
+    (without --options) are handed out at once; --size 0 removes the pool.
+    Operator token only; the pool lives until the snapshot goes.
 
 With --session, the session's token in SANDBOXD_SESSION_TOKEN is used if
 set, else the operator token (--token-file, SANDBOXD_TOKEN, the local
@@ -84,12 +88,13 @@ func printJSON(std stdio, v any) error {
 
 func runSnapshot(ctx context.Context, std stdio, args []string) error {
 	if len(args) == 0 {
-		return usageErrorf("snapshot: name a subcommand: create, list or delete")
+		return usageErrorf("snapshot: name a subcommand: create, list, delete or warm")
 	}
 	var conn connFlags
 	var sessionID, name string
 	var retention time.Duration
-	fs := newFlagSet("snapshot "+args[0], std, "create|list|delete [flags]", snapshotHelp)
+	var size int
+	fs := newFlagSet("snapshot "+args[0], std, "create|list|delete|warm [flags]", snapshotHelp)
 	conn.register(fs)
 	sub := args[0]
 	if sub == "create" {
@@ -97,23 +102,26 @@ func runSnapshot(ctx context.Context, std stdio, args []string) error {
 		fs.StringVar(&name, "name", "", "a unique name for the snapshot (letters, digits, '_', '.', '-')")
 		fs.DurationVar(&retention, "retention", 0, "how long the server keeps it (0: the profile's or the server's default; negative: until deleted)")
 	}
+	if sub == "warm" {
+		fs.IntVar(&size, "size", 1, "how many forks to keep ready (0: none)")
+	}
 	switch sub {
 	case "create", "list":
 		if err := parseFlags(fs, args[1:]); err != nil {
 			return err
 		}
-	case "delete":
+	case "delete", "warm":
 		if err := parseArgs(fs, args[1:]); err != nil {
 			return err
 		}
 		if fs.NArg() != 1 {
-			return usageErrorf("snapshot delete: name one snapshot (its id or name)")
+			return usageErrorf("snapshot %s: name one snapshot (its id or name) after the flags", sub)
 		}
 	case "-h", "--help", "help":
 		fs.Usage()
 		return flag.ErrHelp
 	default:
-		return usageErrorf("snapshot: unknown subcommand %q (create, list, delete)", sub)
+		return usageErrorf("snapshot: unknown subcommand %q (create, list, delete, warm)", sub)
 	}
 	if sub == "create" && sessionID == "" {
 		return usageErrorf("snapshot create: --session is required")
@@ -143,6 +151,11 @@ func runSnapshot(ctx context.Context, std stdio, args []string) error {
 			all = []wsproto.SnapshotInfo{}
 		}
 		return printJSON(std, wsproto.SnapshotListResult{Snapshots: all})
+	case "warm":
+		if err := c.WarmSnapshot(ctx, fs.Arg(0), size); err != nil {
+			return err
+		}
+		return printJSON(std, wsproto.SnapshotWarmParams{Snapshot: fs.Arg(0), Size: size})
 	default:
 		if err := c.DeleteSnapshot(ctx, fs.Arg(0)); err != nil {
 			return err

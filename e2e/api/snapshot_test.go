@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/image"
 	"github.com/stretchr/testify/assert"
@@ -100,6 +101,23 @@ func TestSnapshotThroughCLIAndClient(t *testing.T) {
 		require.NoError(t, fs.Close(ctx))
 		fc.Close()
 	}
+
+	// A warm pool of the snapshot: the next forks are handed out of it.
+	cli(t, ctx, srv, state, nil, "snapshot", "warm", "--size", "2", "turn-1")
+	waitUntil(t, 3*time.Minute, "2 warm forks of turn-1", func() bool {
+		all, err := c.Snapshots(ctx)
+		return err == nil && len(all) == 1 && all[0].WarmReady == 2
+	})
+	pooled := poolContainers(t, ctx)
+	require.Len(t, pooled, 2)
+	warm, err := c.Fork(ctx, client.ForkOptions{Snapshot: "turn-1", Count: 2})
+	require.NoError(t, err)
+	require.NoError(t, warm.Err())
+	for _, fs := range warm.Sessions {
+		assert.Contains(t, pooled, fs.ID, "handed out of the snapshot's pool")
+		require.NoError(t, fs.Close(ctx))
+	}
+	cli(t, ctx, srv, state, nil, "snapshot", "warm", "--size", "0", "turn-1")
 
 	// A session token: its own session's snapshot restores it, in place.
 	sc, err := client.Dial(ctx, srv.url, a.Token, client.Options{})
@@ -200,4 +218,21 @@ func TestSnapshotDaemonKilledMidway(t *testing.T) {
 	assert.Empty(t, ents, "no layer file is left")
 	adopted := c2.Session(s.ID, s.Token)
 	assert.Equal(t, "200000000", termOut(t, ctx, adopted, "wc -c < /workspace/big"), "the session lives on")
+}
+
+// poolContainers are the session ids of t's pooled (unclaimed) sandboxes.
+func poolContainers(t *testing.T, ctx context.Context) []string {
+	t.Helper()
+	ctrs, err := engine.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(
+		filters.Arg("label", labelRun+"="+runID), filters.Arg("label", labelTest+"="+testScope(t)))})
+	require.NoError(t, err)
+	var ids []string
+	for _, c := range ctrs {
+		for _, n := range c.Names {
+			if id, ok := strings.CutPrefix(n, "/sandboxd-pool-"); ok {
+				ids = append(ids, id)
+			}
+		}
+	}
+	return ids
 }

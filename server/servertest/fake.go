@@ -56,6 +56,7 @@ type FakeBackend struct {
 	gate        chan struct{}        // see HoldCreates
 	held        atomic.Int64         // creates waiting at the gate
 	snaps       map[string]*fakeSnap // snapshot.go
+	warm        map[string]int       // snapshot.go: WarmSnapshot
 }
 
 // HoldCreates makes every Create wait (or end with its ctx) until the

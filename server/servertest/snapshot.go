@@ -128,3 +128,26 @@ func (m *FakeBackend) forked(s *FakeSandbox) {
 		s.files = files
 	}
 }
+
+// WarmSnapshot implements core.SnapshotBackend: it records the size
+// (WarmSize); the fake starts nothing ahead.
+func (m *FakeBackend) WarmSnapshot(_ context.Context, ref string, size int) (sandbox.Snapshot, error) {
+	fs, err := m.findSnap(ref)
+	if err != nil {
+		return sandbox.Snapshot{}, err
+	}
+	m.mu.Lock()
+	if m.warm == nil {
+		m.warm = map[string]int{}
+	}
+	m.warm[fs.snap.ID] = size
+	m.mu.Unlock()
+	return fs.snap, nil
+}
+
+// WarmSize is what snapshot.warm last asked of a snapshot's pool.
+func (m *FakeBackend) WarmSize(id string) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.warm[id]
+}

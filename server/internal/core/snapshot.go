@@ -17,6 +17,19 @@ type SnapshotBackend interface {
 	FindSnapshot(ctx context.Context, ref string) (sandbox.Snapshot, error)
 	DeleteSnapshot(ctx context.Context, ref string) error
 	Restore(ctx context.Context, sessionID, ref string) (sandbox.Snapshot, error)
+	WarmSnapshot(ctx context.Context, ref string, size int) (sandbox.Snapshot, error)
+}
+
+// WarmSnapshot keeps size forks of a snapshot ready (operator only).
+func (c *Core) WarmSnapshot(ctx context.Context, p Principal, ref string, size int) (sandbox.Snapshot, error) {
+	if !p.Operator {
+		return sandbox.Snapshot{}, apierr.New(apierr.PermissionDenied, "a session token cannot start sessions; warm a snapshot with the operator token")
+	}
+	b, err := c.snapshots()
+	if err != nil {
+		return sandbox.Snapshot{}, err
+	}
+	return b.WarmSnapshot(ctx, ref, size)
 }
 
 func (c *Core) snapshots() (SnapshotBackend, error) {

@@ -38,3 +38,9 @@ func (a *Backend) Restore(ctx context.Context, id, ref string) (sandbox.Snapshot
 	s, err := a.m.Restore(ctx, id, ref)
 	return s, apierr.FromSandbox(err)
 }
+
+// WarmSnapshot keeps forks of a snapshot ready.
+func (a *Backend) WarmSnapshot(ctx context.Context, ref string, size int) (sandbox.Snapshot, error) {
+	s, err := a.m.WarmSnapshot(ctx, ref, size)
+	return s, apierr.FromSandbox(err)
+}

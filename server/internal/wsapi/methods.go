@@ -48,6 +48,7 @@ func init() {
 		wsproto.MethodSessionRestore:  sessionRestore,
 		wsproto.MethodSnapshotList:    snapshotList,
 		wsproto.MethodSnapshotDelete:  snapshotDelete,
+		wsproto.MethodSnapshotWarm:    snapshotWarm,
 	}
 }
 

@@ -13,7 +13,7 @@ import (
 func snapshotInfo(s sandbox.Snapshot) wsproto.SnapshotInfo {
 	info := wsproto.SnapshotInfo{
 		SnapshotID: s.ID, Name: s.Name, SessionID: s.SessionID, Image: s.Image,
-		Created: s.Created, SizeBytes: s.Size, Note: wsproto.SnapshotNote,
+		Created: s.Created, SizeBytes: s.Size, Note: wsproto.SnapshotNote, Warm: s.Warm, WarmReady: s.WarmReady,
 	}
 	if !s.Expires.IsZero() {
 		e := s.Expires
@@ -124,4 +124,19 @@ func snapshotDelete(c *conn, req *wsproto.Request) (any, error) {
 		return nil, err
 	}
 	return &wsproto.SnapshotDeleteResult{Deleted: true}, nil
+}
+
+func snapshotWarm(c *conn, req *wsproto.Request) (any, error) {
+	var p wsproto.SnapshotWarmParams
+	if err := decode(req, &p); err != nil {
+		return nil, err
+	}
+	if p.Snapshot == "" {
+		return nil, apierr.New(apierr.InvalidParams, "snapshot is required")
+	}
+	snap, err := c.h.core.WarmSnapshot(c.ctx, c.p, p.Snapshot, p.Size)
+	if err != nil {
+		return nil, err
+	}
+	return &wsproto.SnapshotWarmResult{SnapshotID: snap.ID, Size: p.Size}, nil
 }
