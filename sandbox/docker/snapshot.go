@@ -507,6 +507,7 @@ func (r *Runtime) PruneSnapshots(ctx context.Context) error {
 				}
 			}
 		}
+		_ = os.Remove(r.snapshotTmpDir()) // when nothing is in the making
 	}
 	for _, img := range imgs {
 		if _, ok := r.snapshotOf(img.RepoTags, img.Labels, img.Size); ok {
