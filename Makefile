@@ -19,6 +19,8 @@ export GORACE ?= atexit_sleep_ms=0
 -include mk/images.mk
 # The real API server tier (kube-apiserver, etcd, test-kubeapi) lives in mk/kube.mk.
 -include mk/kube.mk
+# A real node (kubelet, containerd; kubenode, test-kubenode, bench-kube) lives in mk/kubenode.mk.
+-include mk/kubenode.mk
 
 .PHONY: help build build-kubernetes test test-under-load unit e2e lint golangci-lint bench bench-scale run deps clean fuzz runsc
 
