@@ -336,10 +336,9 @@ pids_of_shims() {
 
 down() {
 	T0=$(date +%s)
-	[[ -d $D ]] || {
-		say "nothing to remove ($D absent)"
-		return 0
-	}
+	# Without the folder there is no process of ours to stop; what the
+	# kernel holds (bridge, chains, cgroups) is still looked for.
+	mkdir -p "$D/run"
 	# Pods first, through the kubelet, so their sandboxes are torn down by
 	# the CNI plugin as on a real node.
 	if alive kube-apiserver && alive kubelet; then
@@ -380,14 +379,16 @@ down() {
 
 	# The kubelet's iptables chains (KUBE-KUBELET-CANARY, KUBE-FIREWALL, ...):
 	# references first, then the chains.
-	local t c
-	for t in filter nat mangle; do
-		{ iptables -t "$t" -S 2>/dev/null || true; } | { grep -E '^-A .* -j KUBE-' || true; } | sed 's/^-A/-D/' | while read -r rule; do
-			eval "iptables -t $t $rule" 2>/dev/null || true
-		done
-		for c in $(iptables -t "$t" -S 2>/dev/null | awk '$1 == "-N" && $2 ~ /^KUBE-/ {print $2}'); do
-			iptables -t "$t" -F "$c" 2>/dev/null || true
-			iptables -t "$t" -X "$c" 2>/dev/null || true
+	local ipt t c
+	for ipt in iptables ip6tables; do
+		for t in filter nat mangle; do
+			{ "$ipt" -t "$t" -S 2>/dev/null || true; } | { grep -E '^-A .* -j KUBE-' || true; } | sed 's/^-A/-D/' | while read -r rule; do
+				eval "$ipt -t $t $rule" 2>/dev/null || true
+			done
+			for c in $({ "$ipt" -t "$t" -S 2>/dev/null || true; } | awk '$1 == "-N" && $2 ~ /^KUBE-/ {print $2}'); do
+				"$ipt" -t "$t" -F "$c" 2>/dev/null || true
+				"$ipt" -t "$t" -X "$c" 2>/dev/null || true
+			done
 		done
 	done
 
