@@ -80,7 +80,9 @@ stop() {
 			kill -0 "$pid" 2>/dev/null || break
 			sleep 0.1
 		done
-		kill -9 "$pid" 2>/dev/null || true
+		if kill -0 "$pid" 2>/dev/null; then
+			kill -9 "$pid" 2>/dev/null || true
+		fi
 	fi
 	rm -f "$f"
 }
