@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# A real Kubernetes node on this machine (docs/decisions/0049): etcd and
-# kube-apiserver on loopback, Debian's containerd as a second daemon (its own
-# root, state and socket; the CRI plugin on), Debian's CNI bridge plugin, and
-# a kubelet built from k8s.io/kubernetes. Pods really run: containerd, runc,
-# the kubelet's cgroups. Not part of `make test` or CI: `make kubenode` brings
-# it up, `make test-kubenode` and `make bench-kube` use it, `make
-# kubenode-down` removes all of it.
+# A real Kubernetes node on this machine (docs/decisions/0049): etcd,
+# kube-apiserver and kube-scheduler on loopback, Debian's containerd as a
+# second daemon (its own root, state and socket; the CRI plugin on), Debian's
+# CNI bridge plugin, and a kubelet built from k8s.io/kubernetes. Pods really
+# run: containerd, runc, the kubelet's cgroups. Not part of `make test` or CI:
+# `make kubenode` brings it up, `make test-kubenode` and `make bench-kube` use
+# it, `make kubenode-down` removes all of it.
 #
 #   mk/kubenode.sh up      start everything, wait for the Node Ready
 #   mk/kubenode.sh agent   (re)import the agent image from $SANDBOXD_BIN
@@ -13,7 +13,7 @@
 #   mk/kubenode.sh status  what runs
 #
 # Environment (the Makefile sets the first two):
-#   KUBE_APISERVER, KUBELET  the binaries (make kube-apiserver, make kubelet)
+#   KUBE_APISERVER, KUBELET, KUBE_SCHEDULER  the binaries (make kube-apiserver, kubelet, kube-scheduler)
 #   SANDBOXD_BIN             the static sandboxd binary (make build): agent-image
 #   KUBENODE_DIR             everything up makes (default /var/lib/sandboxd-kubenode)
 #   KUBENODE_TEST_IMAGE      the session image imported from Docker (sandboxd-test:latest)
@@ -38,6 +38,7 @@ CNI_NET=sandboxd-kubenode
 ETCD_PORT=23790
 ETCD_PEER_PORT=23800
 API_PORT=16443
+SCHEDULER_PORT=10259
 TOKEN=sandboxd-kubenode-admin-token
 SOCK=$D/containerd/containerd.sock
 PAUSE_IMAGE=docker.io/library/sandboxd-kubenode-pause:1
@@ -113,6 +114,7 @@ need() {
 	[[ $(id -u) == 0 ]] || die "must run as root (containerd, the kubelet's cgroups, the CNI bridge)"
 	[[ -x ${KUBE_APISERVER:-} ]] || die "KUBE_APISERVER is not an executable (make kube-apiserver)"
 	[[ -x ${KUBELET:-} ]] || die "KUBELET is not an executable (make kubelet)"
+	[[ -x ${KUBE_SCHEDULER:-} ]] || die "KUBE_SCHEDULER is not an executable (make kube-scheduler)"
 	[[ -x ${SANDBOXD_BIN:-} ]] || die "SANDBOXD_BIN is not an executable (make build)"
 	local c
 	for c in etcd containerd containerd-shim-runc-v2 runc ctr kubectl docker go ip iptables; do
@@ -237,7 +239,7 @@ EOF
 up() {
 	need
 	T0=$(date +%s)
-	if alive kubelet || alive kube-apiserver || alive etcd || alive containerd; then
+	if alive kubelet || alive kube-scheduler || alive kube-apiserver || alive etcd || alive containerd; then
 		die "already up (mk/kubenode.sh down first); $(status 2>&1 | tr '\n' ' ')"
 	fi
 	local ip
@@ -271,6 +273,12 @@ up() {
 		--kubelet-preferred-address-types InternalIP --profiling=false
 	wait_for "kube-apiserver /readyz" 180 kctl get --raw /readyz
 
+	# The scheduler places the Pods that name no node (a daemon's); it
+	# serves its health on loopback only.
+	start kube-scheduler "$KUBE_SCHEDULER" --kubeconfig "$D/kubeconfig" \
+		--authentication-kubeconfig "$D/kubeconfig" --authorization-kubeconfig "$D/kubeconfig" \
+		--leader-elect=false --bind-address 127.0.0.1 --secure-port "$SCHEDULER_PORT"
+
 	# No controller-manager: the namespace's default ServiceAccount is made
 	# here (the ServiceAccount admission plugin refuses Pods without it).
 	kctl apply -f - >/dev/null <<EOF
@@ -295,6 +303,11 @@ EOF
 		--hostname-override "$NODE" --node-ip "$ip" --v 1
 	wait_for "Node $NODE registered" 180 kctl get node "$NODE"
 	wait_for "Node $NODE Ready" 300 kctl wait --for=condition=Ready "node/$NODE" --timeout=5s
+	# The apiserver's TaintNodesByCondition admission registers the Node
+	# tainted not-ready; the controller-manager's node lifecycle controller
+	# (not run here) lifts it once Ready. Without this the scheduler places
+	# nothing ("1 node(s) had untolerated taint(s)").
+	kctl taint node "$NODE" node.kubernetes.io/not-ready:NoSchedule- >/dev/null 2>&1 || true
 
 	cat >"$D/node.env" <<EOF
 # Written by mk/kubenode.sh up: what e2e/kubenode and bench -suite kube read.
@@ -305,6 +318,7 @@ CONTAINERD_ADDRESS=$SOCK
 AGENT_IMAGE=$AGENT_IMAGE
 TEST_IMAGE=docker.io/library/$TEST_IMAGE
 BRIDGE_GATEWAY=${POD_SUBNET%.0/24}.1
+SCHEDULER=kube-scheduler
 EOF
 	say "Node $NODE Ready in $(elapsed): KUBECONFIG=$D/kubeconfig (namespace $NS, enforce=restricted)"
 	kctl get node "$NODE" -o wide
@@ -320,7 +334,7 @@ agent() {
 
 status() {
 	local p
-	for p in containerd etcd kube-apiserver kubelet; do
+	for p in containerd etcd kube-apiserver kube-scheduler kubelet; do
 		if alive "$p"; then echo "$p: running (pid $(cat "$D/run/$p.pid"))"; else echo "$p: not running"; fi
 	done
 	if alive kube-apiserver; then kctl get node -o wide 2>&1 || true; fi
@@ -368,6 +382,7 @@ down() {
 	local shims
 	shims=$(pids_of_shims)
 	[[ -z $shims ]] || kill -9 $shims 2>/dev/null || true
+	stop kube-scheduler
 	stop kube-apiserver
 	stop etcd
 

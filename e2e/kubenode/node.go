@@ -40,7 +40,10 @@ type Node struct {
 	TestImage string
 	// BridgeGateway is the host's address on the Pods' bridge.
 	BridgeGateway string
-	REST          *rest.Config
+	// Scheduler is true when a kube-scheduler places Pods that name no
+	// node (a daemon's).
+	Scheduler bool
+	REST      *rest.Config
 }
 
 // Open reads the node from its kubeconfig and the node.env beside it.
@@ -59,6 +62,7 @@ func Open(kubeconfig string) (*Node, error) {
 	n := &Node{
 		Kubeconfig: kubeconfig, Name: env["NODE"], Namespace: env["NAMESPACE"],
 		ContainerdAddress: env["CONTAINERD_ADDRESS"], TestImage: env["TEST_IMAGE"], BridgeGateway: env["BRIDGE_GATEWAY"],
+		Scheduler: env["SCHEDULER"] != "",
 	}
 	if n.Name == "" || n.Namespace == "" || n.ContainerdAddress == "" || n.TestImage == "" {
 		return nil, fmt.Errorf("node.env beside %s lacks NODE, NAMESPACE, CONTAINERD_ADDRESS or TEST_IMAGE", kubeconfig)

@@ -1,7 +1,8 @@
 // The tools module that builds kube-apiserver for the real API server test
-// tier (T3, e2e/kubeapi) and the kubelet for the real node (make kubenode,
-// e2e/kubenode). It is its own module so none of k8s.io/kubernetes reaches
-// the daemon's go.mod; `make kube-apiserver` and `make kubelet` build from here.
+// tier (T3, e2e/kubeapi), and the kubelet and kube-scheduler for the real
+// node (make kubenode, e2e/kubenode). It is its own module so none of
+// k8s.io/kubernetes reaches the daemon's go.mod; `make kube-apiserver`,
+// `make kubelet` and `make kube-scheduler` build from here.
 //
 // k8s.io/kubernetes points its k8s.io/* staging modules at ./staging/...,
 // which `go install pkg@version` refuses; the replaces below name the
@@ -12,6 +13,7 @@ go 1.26.0
 
 tool (
 	k8s.io/kubernetes/cmd/kube-apiserver
+	k8s.io/kubernetes/cmd/kube-scheduler
 	k8s.io/kubernetes/cmd/kubelet
 )
 
