@@ -158,7 +158,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 EOF
 
 	# A bridge with host-local addresses and no masquerade: Pods reach this
-	# host and each other, nothing else (Docker's FORWARD policy is DROP).
+	# host and each other; forwarding beyond meets Docker's FORWARD policy
+	# DROP (not tried: nothing here sends traffic off this machine).
 	# The bridge plugin does not enforce NetworkPolicies.
 	cat >"$D/cni/net.d/10-$CNI_NET.conflist" <<EOF
 {
