@@ -42,8 +42,11 @@ func (e podEvent) String() string {
 // terminal says whether the kubelet could never get past the event: it
 // would only retry it with a back-off. A sandbox whose RuntimeClass handler
 // the node's container runtime does not have (containerd: `no runtime for
-// "runsc" is configured`; CRI-O: `failed to find runtime handler`) is the
-// one so far; a CNI failure, a mount or the scheduler's verdict may pass
+// "runsc" is configured`; CRI-O: `failed to find runtime handler`) is one;
+// a Pod asking `hostUsers: false` of a runtime without user namespaces
+// (containerd 1.6: `runtime does not support user namespaces`, measured on
+// a real node, 0049) is the other. A CNI failure, a mount or the
+// scheduler's verdict may pass
 // (a network plugin starting, a ConfigMap appearing, a node freed), so
 // those are named when the start's deadline comes.
 func (e podEvent) terminal() bool {
@@ -51,7 +54,8 @@ func (e podEvent) terminal() bool {
 		return false
 	}
 	m := strings.ToLower(e.message)
-	return strings.Contains(m, "no runtime for") || strings.Contains(m, "runtime handler")
+	return strings.Contains(m, "no runtime for") || strings.Contains(m, "runtime handler") ||
+		strings.Contains(m, "does not support user namespaces")
 }
 
 // eventSelector selects the Warning Events about Pods.

@@ -133,6 +133,7 @@ func TestEventTerminal(t *testing.T) {
 	}{
 		{"FailedCreatePodSandBox", `failed to get sandbox runtime: no runtime for "kata" is configured`, true},
 		{"FailedCreatePodSandBox", `failed to find runtime handler kata from runtime list`, true},
+		{"FailedCreatePodSandBox", "Failed to create pod sandbox: can't set `spec.hostUsers: false`, runtime does not support user namespaces", true},
 		{"FailedCreatePodSandBox", `plugin type="bridge" failed (add): failed to allocate for range 0`, false},
 		{"FailedMount", `MountVolume.SetUp failed for volume "skills-archive" : configmap "sbx-x" not found`, false},
 		{"FailedScheduling", `0/1 nodes are available: 1 node(s) had untolerated taint`, false},
