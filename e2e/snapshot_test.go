@@ -200,3 +200,31 @@ func checkDeletions(t *testing.T, m *sandbox.Manager, img, user string) {
 	require.NoError(t, s.Close(ctx))
 	require.NoError(t, m.DeleteSnapshot(ctx, snap.ID))
 }
+
+// A Python package pip installed into the home folder (`pip install --user`,
+// from a source folder in the workspace: no network; Debian marks its Python
+// externally managed, hence --break-system-packages) is in every fork of a
+// snapshot and imports there: what a harness prepares once and forks.
+func TestSnapshotKeepsAPipPackageInHome(t *testing.T) {
+	t.Parallel()
+	m := newManager(t, newRuntime(t), sandbox.ManagerOptions{})
+	ctx := ctxT(t)
+	parent, err := m.Create(ctx, sandbox.SessionOptions{Image: "sandboxd-default:latest"})
+	require.NoError(t, err)
+	out := sh(t, parent, `mkdir -p /workspace/pkg/snappkg && cd /workspace/pkg && `+
+		`printf 'VALUE = "from-home-site-packages"\n' > snappkg/__init__.py && `+
+		`printf 'from setuptools import setup\nsetup(name="snappkg", version="1.0", packages=["snappkg"])\n' > setup.py && `+
+		`python3 -m pip install -q --user --break-system-packages --no-index --no-build-isolation --disable-pip-version-check . && `+
+		`cd / && rm -rf /workspace/pkg && python3 -c 'import snappkg, sys; print(snappkg.__file__)'`)
+	require.Contains(t, out, "/.local/lib/python3", "installed into the home folder")
+
+	snap, err := m.Snapshot(ctx, parent.ID(), sandbox.SnapshotRequest{})
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, m.DeleteSnapshot(context.Background(), snap.ID)) })
+	for i, f := range forkN(t, m, snap, 2) {
+		got := shOut(t, f, `python3 -c 'import snappkg; print(snappkg.VALUE)'; ls /workspace/pkg 2>&1 | head -1`)
+		assert.Contains(t, got, "from-home-site-packages", "fork %d imports the package", i)
+		assert.Contains(t, got, "No such file", "fork %d has the workspace as it was (the source folder removed)", i)
+		require.NoError(t, f.Close(ctx))
+	}
+}
