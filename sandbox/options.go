@@ -232,6 +232,13 @@ type SessionOptions struct {
 	// refused. Empty: any egress (the host itself is never reachable from
 	// a bridge session either way). At most MaxAllowHosts entries.
 	AllowHosts []string `json:"allow_hosts,omitempty"`
+	// Inject are headers set on the sandbox's requests to allowed hosts,
+	// with the daemon's secrets in their values; the sandbox holds
+	// placeholders (InjectRule, decision 0051). Network NetworkBridge,
+	// each host allowed by name in AllowHosts, at most MaxInjectRules.
+	// Operator profiles only: the APIs have no field for it, and a
+	// request's options take the profile's.
+	Inject []InjectRule `json:"inject,omitempty"`
 	// IdleTimeout closes the session when no call was made for that long.
 	// Default 30 minutes; NoIdleTimeout keeps it until closed.
 	IdleTimeout time.Duration `json:"idle_timeout,omitempty"`
@@ -381,6 +388,9 @@ func (o SessionOptions) withDefaults(d SessionOptions) SessionOptions {
 	}
 	if o.MCPServers == nil {
 		o.MCPServers = d.MCPServers
+	}
+	if o.Inject == nil {
+		o.Inject = d.Inject
 	}
 	o.WritableRootfs = o.WritableRootfs || d.WritableRootfs
 	o.Env = mergeMaps(d.Env, o.Env)

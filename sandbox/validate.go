@@ -95,6 +95,7 @@ func (o SessionOptions) Validate() error {
 	}
 	o.validateNetwork(&p)
 	validateAllowHosts(&p, "allow_hosts", o.Network, o.AllowHosts)
+	o.validateInject(&p)
 	if o.Runtime != "" && !runtimeNameRe.MatchString(o.Runtime) {
 		p.add("runtime", "%q is not a runtime name (lower-case letters, digits, '.', '_' and '-', at most 64, e.g. \"runsc\")", o.Runtime)
 	}

@@ -107,6 +107,9 @@ type Options struct {
 	// NoDirect turns the direct path off while DirectDir is still where
 	// folders of earlier runs are found and removed.
 	NoDirect bool
+	// InjectTrust is the daemon's injection CA that sessions with inject
+	// rules trust (inject.go); nil: such sessions are refused.
+	InjectTrust *InjectTrust
 	// NoOverlaySeed seeds editable paths and HOME by copying even where
 	// an overlay of the image's layers could (decision 0040).
 	NoOverlaySeed bool

@@ -109,8 +109,17 @@ func (r *Runtime) Start(ctx context.Context, spec sandbox.Spec) (_ io.ReadWriteC
 		direct, cerr = r.directMount(id)
 		skills = append(skills, direct...)
 	}
+	var trustDir string
+	if cerr == nil {
+		var trust []mount.Mount
+		trust, trustDir, cerr = r.trustMount(spec.Options, img.id)
+		skills = append(skills, trust...)
+	}
 	if cerr == nil {
 		created, cerr = r.createContainer(ctx, spec, netName, proxy, l, skills)
+	}
+	if cerr == nil && trustDir != "" {
+		cerr = r.writeTrust(ctx, created, trustDir)
 	}
 	if herr := <-helperErr; herr != nil || cerr != nil {
 		if removeHelper != nil {
@@ -203,6 +212,9 @@ func (r *Runtime) createContainer(ctx context.Context, spec sandbox.Spec, netNam
 	if proxy.IsValid() { // allow_hosts names hosts: the egress proxy (firewall_egress.go)
 		cs.config.Env = withProxy(cs.config.Env, proxy)
 		cs.host.DNS = []string{proxy.Addr().String()}
+	}
+	if len(spec.Options.Inject) > 0 {
+		cs.config.Env = withTrustEnv(cs.config.Env)
 	}
 	// The create is not cancelled with ctx: an engine finishes a create
 	// whose caller gave up, and the rollback would then miss the container

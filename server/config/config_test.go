@@ -146,7 +146,7 @@ func TestParseErrors(t *testing.T) {
 		"size type":          {"profiles:\n  a:\n    limits: {tmpfs: [1]}\n", `config.yaml:3:21: profiles.a.limits.tmpfs: want a size such as 2GiB`},
 		"negative size":      {"profiles:\n  a:\n    limits:\n      disk: -5\n", `config.yaml:4:13: profiles.a.limits.disk: "-5" is not a size`},
 		"unknown top":        {"profile:\n  a: {}\n", `config.yaml:1:1: profile: unknown key (known here: allow_networks, profiles, skills_dirs)`},
-		"unknown in profile": {"profiles:\n  a:\n    imagee: x\n", `config.yaml:3:5: profiles.a.imagee: unknown key (known here: allow_hosts, cwd, editable_paths, entrypoint, env, idle_timeout, image, labels, limits, mcp_servers, network, pool, runtime, shell_init, skills, skills_install, snapshot_retention, snapshot_tools, terminal, tool_set, transfer_tools, user, writable_rootfs)`},
+		"unknown in profile": {"profiles:\n  a:\n    imagee: x\n", `config.yaml:3:5: profiles.a.imagee: unknown key (known here: allow_hosts, cwd, editable_paths, entrypoint, env, idle_timeout, image, inject, labels, limits, mcp_servers, network, pool, runtime, shell_init, skills, skills_install, snapshot_retention, snapshot_tools, terminal, tool_set, transfer_tools, user, writable_rootfs)`},
 		"unknown in limits":  {"profiles:\n  a:\n    limits:\n      mem: 1GiB\n", `config.yaml:4:7: profiles.a.limits.mem: unknown key (known here: cpus, disk, disk_quota, memory, pids, tmpfs)`},
 		"profile name":       {"profiles:\n  Fuzz: {}\n", `config.yaml:2:3: profiles.Fuzz: "Fuzz" is not a profile name`},
 		"profile name slash": {"profiles:\n  a/b: {}\n", `config.yaml:2:3: profiles.a/b: "a/b" is not a profile name`},

@@ -43,6 +43,7 @@ func sessionFields(o *sandbox.SessionOptions) map[string]decoder {
 		"shell_init":      str(&o.ShellInit),
 		"entrypoint":      str(&o.Entrypoint),
 		"tool_set":        str(&o.ToolSet),
+		"inject":          injectRules(&o.Inject),
 	}
 }
 
@@ -303,4 +304,38 @@ func (p *parser) mcpSecrets(v *yaml.Node, path string) []sandbox.MCPSecret {
 		out = append(out, sec)
 	})
 	return out
+}
+
+// injectRules reads a profile's inject: a list of {host, header, value},
+// each key's place kept (pos "inject[i].host"), so a problem found later
+// (a secret the daemon lacks) is reported at its line.
+func injectRules(dst *[]sandbox.InjectRule) decoder {
+	return func(p *parser, v *yaml.Node, path string, pos map[string]position, key string) {
+		out := []sandbox.InjectRule{}
+		p.list(v, path, func(i int, item *yaml.Node) {
+			ipath := fmt.Sprintf("%s[%d]", path, i)
+			ikey := fmt.Sprintf("%s[%d]", key, i)
+			var r sandbox.InjectRule
+			fields := map[string]*string{"host": &r.Host, "header": &r.Header, "value": &r.Value}
+			if n := p.resolve(item); n != nil {
+				pos[ikey] = position{n.Line, n.Column}
+			}
+			p.mapping(item, ipath, func(k string, kn, val *yaml.Node) {
+				f, ok := fields[k]
+				if !ok {
+					p.unknown(kn, ipath, k, "header", "host", "value")
+					return
+				}
+				pos[ikey+"."+k] = position{kn.Line, kn.Column}
+				str(f)(p, val, join(ipath, k), pos, key)
+			})
+			for _, k := range []string{"host", "header", "value"} {
+				if _, ok := pos[ikey+"."+k]; !ok {
+					p.errorf(p.resolve(item), ipath, "%s is missing (a rule has host, header and value)", k)
+				}
+			}
+			out = append(out, r)
+		})
+		*dst = out
+	}
 }

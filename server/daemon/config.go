@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"crypto/x509"
 	"flag"
 	"io"
 	"log/slog"
@@ -79,6 +80,9 @@ type Config struct {
 	DockerClient *dockerclient.Client
 	// Version is what /healthz and the banner say.
 	Version string
+	// InjectRoots verify the hosts that inject rules send secrets to;
+	// nil: the host's system roots. Tests set their test CA's.
+	InjectRoots *x509.CertPool
 	// ManagerHook and ServerHook, if set, change the manager's and the
 	// server's options just before they are made (tests and benchmarks:
 	// a short idle timeout, a small output budget).
@@ -170,7 +174,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"a profile named default is what session.create without profile and /mcp get; refused at start with file:line if anything in it is wrong")
 	fs.Var(&c.SkillsDirs, "skills-dir", "a root of operator skills: the absolute path of a directory on this host, repeatable; "+
 		"added to the config's skills_dirs")
-	fs.StringVar(&c.SecretsFile, "secrets-file", c.SecretsFile, "NAME=VALUE lines (mode 600) of the secrets profiles give MCP sidecars (mcp_servers[].secrets); "+
+	fs.StringVar(&c.SecretsFile, "secrets-file", c.SecretsFile, "NAME=VALUE lines (mode 600) of the secrets profiles give MCP sidecars (mcp_servers[].secrets) or inject on the way out (inject[].value); "+
 		"a name not in it is read from SANDBOXD_SECRET_<NAME> in this environment")
 	c.registerKubeFlags(fs)
 }

@@ -55,7 +55,7 @@ type runtime struct {
 }
 
 // newRuntime makes the sessions' runtime named by c.Backend.
-func newRuntime(ctx context.Context, c Config, stateDir string, log *slog.Logger) (*runtime, error) {
+func newRuntime(ctx context.Context, c Config, stateDir string, inj *injection, log *slog.Logger) (*runtime, error) {
 	switch c.Backend {
 	case "", BackendDocker:
 		// The disk directory is given whatever the backend, so that a
@@ -64,7 +64,8 @@ func newRuntime(ctx context.Context, c Config, stateDir string, log *slog.Logger
 		// --direct=false, the folders of an earlier server are still
 		// removed with their sessions.
 		rt, err := docker.New(ctx, docker.Options{Client: c.DockerClient, AgentBinary: c.AgentBinary, Labels: c.Labels, Logger: log,
-			DiskDir: c.DiskDir, InsecureBridge: c.InsecureBridge, DirectDir: filepath.Join(stateDir, "direct"), NoDirect: !c.Direct})
+			DiskDir: c.DiskDir, InsecureBridge: c.InsecureBridge, DirectDir: filepath.Join(stateDir, "direct"), NoDirect: !c.Direct,
+			InjectTrust: inj.trust(stateDir)})
 		if err != nil {
 			return nil, err
 		}
@@ -130,7 +131,17 @@ func New(ctx context.Context, c Config) (d *Daemon, err error) {
 			}
 		}()
 	}
-	rt, err := newRuntime(ctx, c, stateDir, log)
+	// Secrets and injection before the engine: a profile naming a secret
+	// the daemon lacks refuses the start at its line.
+	secrets, err := loadSecrets(c.SecretsFile)
+	if err != nil {
+		return nil, err
+	}
+	inj, err := setupInjection(file, stateDir, secrets, c.InjectRoots, log)
+	if err != nil {
+		return nil, err
+	}
+	rt, err := newRuntime(ctx, c, stateDir, inj, log)
 	if err != nil {
 		return nil, err
 	}
@@ -158,10 +169,6 @@ func New(ctx context.Context, c Config) (d *Daemon, err error) {
 		return nil, err
 	}
 	if err := checkProfileSkills(file, skillSrc); err != nil {
-		return nil, err
-	}
-	secrets, err := loadSecrets(c.SecretsFile)
-	if err != nil {
 		return nil, err
 	}
 	mopts := sandbox.ManagerOptions{Defaults: defaults, MaxConcurrentStarts: c.MaxStarts, MaxStartWait: c.MaxStartWait, Logger: log,

@@ -16,8 +16,9 @@ const secretEnvPrefix = "SANDBOXD_SECRET_"
 
 var secretNameRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
-// loadSecrets returns the lookup of MCP sidecars' secrets (profile
-// mcp_servers[].secrets): the --secrets-file's NAME=VALUE lines first (a
+// loadSecrets returns the lookup of the daemon's secrets: MCP sidecars'
+// (profile mcp_servers[].secrets) and those inject rules send
+// (inject[].value, setupInjection): the --secrets-file's NAME=VALUE lines first (a
 // file only its owner may read; '#' lines and blank lines are skipped),
 // then SANDBOXD_SECRET_<NAME> from the environment. No value is ever
 // printed: errors name the line.
