@@ -151,7 +151,7 @@ func injectNet(t *testing.T) (ns, addr string) {
 	ip("link", "add", hostIf, "type", "veth", "peer", "name", nsIf)
 	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", hostIf).Run() })
 	ip("link", "set", nsIf, "netns", ns)
-	subnet, err := testenv.FreeSubnet("198.18.214.0/29", "198.19.214.0/29", "100.127.214.0/29", "10.214.77.0/29")
+	subnet, err := testenv.FreeSubnet("198.18.215.0/29", "198.19.215.0/29", "100.127.215.0/29", "10.215.77.0/29")
 	if err != nil {
 		t.Skipf("for the test's namespace: %v", err)
 	}
