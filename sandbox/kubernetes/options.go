@@ -32,6 +32,8 @@ func (r *Runtime) CheckOptions(o sandbox.SessionOptions) error {
 		return unsupported("limits.disk_quota",
 			"a Pod's volumes are bounded by eviction (the kubelet measures them and evicts the Pod past its limit), not by ENOSPC on a write; "+
 				"limits.disk (memory-backed, a hard limit) or the runtime's disk limit (eviction) bound them instead")
+	case len(o.Inject) > 0:
+		return unsupported("inject (secrets injected on the way out)", "it needs the egress proxy, which runs only on the Docker runtime so far")
 	case sandbox.HasHostNames(o.AllowHosts):
 		return unsupported("allow_hosts by host name", "names are enforced by the daemon's egress proxy, which does not run on a cluster yet; list IP addresses or CIDR prefixes (NetworkPolicy ipBlock rules)")
 	case len(o.EditablePaths) > 0:

@@ -321,6 +321,7 @@ func TestUnsupportedRefused(t *testing.T) {
 		{name: "mcp sidecars", opts: sandbox.SessionOptions{MCPServers: []sandbox.MCPServer{{Name: "fs", Image: "mcp/fs"}}}, enforced: true, feature: "mcp_servers"},
 		{name: "disk quota", opts: sandbox.SessionOptions{Limits: sandbox.Limits{DiskQuota: 1 << 30}}, enforced: true, feature: "limits.disk_quota"},
 		{name: "editable paths", opts: sandbox.SessionOptions{EditablePaths: []string{"/testbed"}}, enforced: true, feature: "editable_paths"},
+		{name: "inject", opts: sandbox.SessionOptions{Network: sandbox.NetworkBridge, AllowHosts: []string{"a.test"}, Inject: []sandbox.InjectRule{{Host: "a.test", Header: "X", Value: "v"}}}, enforced: true, feature: "inject (secrets injected on the way out)"},
 		{name: "image user", opts: sandbox.SessionOptions{User: sandbox.UserImage}, enforced: true, feature: "user: image"},
 		{name: "shell init", opts: sandbox.SessionOptions{ShellInit: sandbox.ShellInitImage}, enforced: true, feature: "shell_init"},
 		{name: "entrypoint", opts: sandbox.SessionOptions{Entrypoint: sandbox.EntrypointImage}, enforced: true, feature: "entrypoint"},
