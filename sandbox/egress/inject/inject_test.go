@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -140,6 +141,26 @@ func TestBadUpstreamCertificateRefused(t *testing.T) {
 	}
 }
 
+func TestAbsoluteFormForAnotherHostIsRefused(t *testing.T) {
+	// "GET https://evil.test/ HTTP/1.1" inside api.test's TLS: the
+	// request names evil.test, whatever its Host header says.
+	a, _, up, c := setup(t, []Rule{{Host: apiHost, Header: "Authorization", Value: "Bearer ${TOKEN}"}}, map[string]string{"TOKEN": token})
+	conn, err := c.Transport.(*http.Transport).DialContext(t.Context(), "tcp", "api.test:443")
+	require.NoError(t, err)
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(a.CertPEM())
+	tc := tls.Client(conn, &tls.Config{ServerName: apiHost, RootCAs: pool})
+	defer tc.Close()
+	_, err = io.WriteString(tc, "GET https://evil.test/x HTTP/1.1\r\nHost: api.test\r\n\r\n")
+	require.NoError(t, err)
+	resp, err := http.ReadResponse(bufio.NewReader(tc), nil)
+	require.NoError(t, err)
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusMisdirectedRequest, resp.StatusCode)
+	assert.Empty(t, up.all())
+}
+
 func TestSmugglingIsReframed(t *testing.T) {
 	// A request with both Transfer-Encoding and Content-Length, its body
 	// hiding a second request: the host sees one request, framed by the
@@ -221,4 +242,52 @@ func TestTemplate(t *testing.T) {
 	assert.Equal(t, "x 1-2 $y", tm.expand(map[string]string{"A": "1", "B": "2"}))
 	_, err = ParseTemplate(strings.Repeat("a", MaxTemplate+1))
 	assert.Error(t, err)
+}
+
+func TestUpgradedConnectionIsCopied(t *testing.T) {
+	// An Upgrade (a WebSocket) passes through with the header injected;
+	// ServeTLS owns the copy until it ends (goleak checks at the end).
+	ca := newTestCA(t)
+	got := make(chan http.Header, 1)
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- r.Header.Clone()
+		c, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		_, _ = brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+		_ = brw.Flush()
+		line, _ := brw.ReadString('\n')
+		_, _ = brw.WriteString("echo " + line)
+		_ = brw.Flush()
+	}))
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{ca.leaf(t, time.Now().Add(-time.Hour), time.Now().Add(time.Hour), apiHost)}}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	a, err := NewAuthority([]string{apiHost}, nil)
+	require.NoError(t, err)
+	in, err := a.Injector(Options{Rules: []Rule{{Host: apiHost, Header: "Authorization", Value: "Bearer ${TOKEN}"}},
+		Secret: secrets(map[string]string{"TOKEN": token}), RootCAs: ca.pool})
+	require.NoError(t, err)
+	c := client(t, a, proxyFor(t, in, apiHost, srv.Listener.Addr().String()))
+	conn, err := c.Transport.(*http.Transport).DialContext(t.Context(), "tcp", "api.test:443")
+	require.NoError(t, err)
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(a.CertPEM())
+	tc := tls.Client(conn, &tls.Config{ServerName: apiHost, RootCAs: pool})
+	defer tc.Close()
+	_, err = io.WriteString(tc, "GET /ws HTTP/1.1\r\nHost: api.test\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+	require.NoError(t, err)
+	br := bufio.NewReader(tc)
+	resp, err := http.ReadResponse(br, nil)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusSwitchingProtocols, resp.StatusCode)
+	_, err = io.WriteString(tc, "hello\n")
+	require.NoError(t, err)
+	line, err := br.ReadString('\n')
+	require.NoError(t, err)
+	assert.Equal(t, "echo hello\n", line)
+	assert.Equal(t, "Bearer "+token, (<-got).Get("Authorization"))
 }
