@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/sandboxd/sandboxd/internal/loglimit"
 	"github.com/sandboxd/sandboxd/sandbox"
 	"github.com/sandboxd/sandboxd/sandbox/docker"
 	"github.com/sandboxd/sandboxd/sandbox/egress/inject"
@@ -101,7 +102,10 @@ func (j *injection) injector(o sandbox.SessionOptions) (*inject.Injector, error)
 	for i, r := range o.Inject {
 		rules[i] = inject.Rule{Host: r.Host, Header: r.Header, Value: r.Value}
 	}
-	return j.auth.Injector(inject.Options{Rules: rules, Secret: j.secrets, RootCAs: j.roots, Logger: j.log})
+	// What a sandbox's requests make the injector log is bounded per
+	// session, as everything a sandbox causes is (internal/loglimit).
+	log := loglimit.NewLogger(j.log.With("component", "inject"), loglimit.Options{})
+	return j.auth.Injector(inject.Options{Rules: rules, Secret: j.secrets, RootCAs: j.roots, Logger: log})
 }
 
 // trust is what the Docker runtime mounts in sessions with inject rules;
