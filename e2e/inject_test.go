@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"bytes"
-	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -10,21 +9,18 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/json"
-	"errors"
 	"io"
 	"log"
 	"log/slog"
 	"math/big"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"net/netip"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -34,81 +30,117 @@ import (
 	"github.com/sandboxd/sandboxd/internal/testenv"
 	"github.com/sandboxd/sandboxd/sandbox"
 	sdocker "github.com/sandboxd/sandboxd/sandbox/docker"
+	"github.com/sandboxd/sandboxd/sandbox/egress"
 	"github.com/sandboxd/sandboxd/sandbox/egress/inject"
 )
 
-// Secret injection end to end (decision 0051), the proxy's routing aside:
-// a TLS listener of the test at the allowed host's address hands each
-// connection to the session's Injector, as the egress proxy does for a
-// host with rules. The sandbox (the default image) trusts the daemon's CA
-// through the mounted bundle: curl and Python reach the host; the host
-// sees the real header; the sandbox's environment, /proc, the logs and
-// docker inspect hold only the placeholder; a host whose certificate does
-// not verify is refused with a 502 naming why.
+// Secret injection end to end (decision 0051) through the session's
+// egress proxy: the sandbox (the default image) trusts the daemon's CA
+// through the mounted bundle; curl (through HTTPS_PROXY and around it) and
+// Python reach the inject host, which sees the real header; the same
+// placeholder sent to another allowed host stays the placeholder; the
+// sandbox's environment, /proc, the logs and docker inspect hold only the
+// placeholder, and so does a plain-HTTP request to the inject host; a host
+// whose certificate has expired is refused with a 502 naming why, and sees
+// nothing.
 func TestInjectSecretOnTheWayOut(t *testing.T) {
 	t.Parallel()
+	needImage(t, defaultImage)
 	const (
-		host   = "api.inject.sandboxd.test"
-		secret = "sbx-e2e-REAL-secret-0f3c9a"
+		host    = "api.inject.sandboxd.test"
+		other   = "other.inject.sandboxd.test"
+		expired = "expired.inject.sandboxd.test"
+		secret  = "sbx-e2e-REAL-secret-0f3c9a"
 	)
-	ns, addr := injectNet(t)
-
+	ns, addrs := injectNet(t)
 	upCA := newUpstreamCA(t)
-	good := recordingUpstream(t, upCA.leaf(t, time.Now().Add(-time.Hour), time.Now().Add(time.Hour), host))
-	expired := recordingUpstream(t, upCA.leaf(t, time.Now().Add(-2*time.Hour), time.Now().Add(-time.Hour), host))
-	var target atomic.Value
-	target.Store(good.addr)
+	now := time.Now()
+	good := recordingUpstream(t, ns, addrs[0], upCA.leaf(t, now.Add(-time.Hour), now.Add(time.Hour), host, other))
+	stale := recordingUpstream(t, ns, addrs[1], upCA.leaf(t, now.Add(-2*time.Hour), now.Add(-time.Hour), expired))
 
 	logs := &lockedBuffer{}
 	log := slog.New(slog.NewTextHandler(io.MultiWriter(logs, os.Stderr), &slog.HandlerOptions{Level: slog.LevelDebug}))
-	auth, err := inject.LoadAuthority(t.TempDir(), []string{host}, nil)
+	auth, err := inject.LoadAuthority(t.TempDir(), []string{host, expired}, nil)
 	require.NoError(t, err)
-	rules := []sandbox.InjectRule{{Host: host, Header: "Authorization", Value: "Bearer ${API_TOKEN}"}}
-	in, err := auth.Injector(inject.Options{
-		Rules:   []inject.Rule{{Host: host, Header: "Authorization", Value: "Bearer ${API_TOKEN}"}},
-		Secret:  func(n string) (string, bool) { return secret, n == "API_TOKEN" },
-		RootCAs: upCA.pool, Logger: log,
-	})
-	require.NoError(t, err)
-	serveIntercepted(t, ns, addr, in, host, func() string { return target.Load().(string) })
-
+	rules := []sandbox.InjectRule{
+		{Host: host, Header: "Authorization", Value: "Bearer ${API_TOKEN}"},
+		{Host: expired, Header: "Authorization", Value: "Bearer ${API_TOKEN}"},
+	}
+	interceptor := func(o sandbox.SessionOptions) egress.Interceptor {
+		if len(o.Inject) == 0 {
+			return nil
+		}
+		var rs []inject.Rule
+		for _, r := range o.Inject {
+			rs = append(rs, inject.Rule{Host: r.Host, Header: r.Header, Value: r.Value})
+		}
+		in, err := auth.Injector(inject.Options{Rules: rs, Secret: func(n string) (string, bool) { return secret, n == "API_TOKEN" },
+			RootCAs: upCA.pool, Logger: log})
+		if err != nil {
+			log.Error("injector", "err", err)
+			return nil
+		}
+		return in
+	}
+	res := &testResolver{addrs: map[string][]netip.Addr{}, asked: map[string]int{}}
+	res.set(host, addrs[0])
+	res.set(other, addrs[0])
+	res.set(expired, addrs[1])
 	rt := newRuntime(t, func(o *sdocker.Options) {
 		o.Logger = log
-		o.LookupHost = func(_ context.Context, h string) ([]netip.Addr, error) {
-			if h == host {
-				return []netip.Addr{netip.MustParseAddr(addr)}, nil
-			}
-			return nil, errors.New("no such host (test resolver)")
-		}
+		o.LookupHost = res.lookup
+		o.EgressInterceptor = interceptor
 		o.InjectTrust = &sdocker.InjectTrust{CertPEM: auth.CertPEM(), Dir: t.TempDir()}
 	})
 	needFirewall(t, rt)
 	m := newManager(t, rt, sandbox.ManagerOptions{Logger: log})
 	placeholder := auth.Placeholder("API_TOKEN")
 	s, err := m.Create(ctxT(t), sandbox.SessionOptions{
-		Image: sandbox.DefaultImage, Network: sandbox.NetworkBridge, AllowHosts: []string{host},
+		Image: defaultImage, Network: sandbox.NetworkBridge, AllowHosts: []string{host, other, expired},
 		Inject: rules, Env: map[string]string{"API_TOKEN": placeholder},
 	})
 	require.NoError(t, err)
 
-	// The bundle holds the image's roots and the CA.
+	// The bundle holds the image's roots and the CA; NODE_EXTRA_CA_CERTS the CA alone.
 	firstLine := func(s string) string { l, _, _ := strings.Cut(s, "\n"); return l }
 	n, err := strconv.Atoi(firstLine(sh(t, s, "grep -c 'BEGIN CERTIFICATE' $SSL_CERT_FILE")))
 	require.NoError(t, err)
 	assert.Greater(t, n, 100, "the image's roots and the CA")
-	assert.Equal(t, "1", firstLine(sh(t, s, "grep -c 'BEGIN CERTIFICATE' $NODE_EXTRA_CA_CERTS")), "the CA alone")
+	assert.Equal(t, "1", firstLine(sh(t, s, "grep -c 'BEGIN CERTIFICATE' $NODE_EXTRA_CA_CERTS")))
 
-	// curl: the header as the sandbox sends it, and one the sandbox omits.
+	// curl through HTTPS_PROXY (CONNECT), curl around it (the firewall's
+	// redirect, routed by SNI), and Python (which omits the header).
 	out := sh(t, s, `curl -sS -D - https://`+host+`/v1/a -H "Authorization: Bearer $API_TOKEN"`)
 	assert.Contains(t, out, "HTTP/1.1 200")
 	assert.Contains(t, out, "X-Echo: Bearer "+placeholder, "an echoed header comes back as the placeholder")
+	out = sh(t, s, `curl -sS --noproxy '*' -w ' %{http_code}' https://`+host+`/v1/b -H "Authorization: Bearer $API_TOKEN"`)
+	assert.Contains(t, out, " 200")
 	out = sh(t, s, `python3 -c 'import urllib.request; print(urllib.request.urlopen("https://`+host+`/v1/py").status)'`)
 	assert.Contains(t, out, "200")
 	got := good.all()
-	require.Len(t, got, 2)
+	require.Len(t, got, 3)
 	for _, r := range got {
-		assert.Equal(t, "Bearer "+secret, r.Get("Authorization"), "the host sees the real header")
+		assert.Equal(t, host, r.host)
+		assert.Equal(t, "Bearer "+secret, r.header.Get("Authorization"), "the host sees the real header")
 	}
+
+	// Another allowed host: the proxy splices it (its certificate is the
+	// test CA's, not trusted in the sandbox: -k), the placeholder leaves as is.
+	out = sh(t, s, `curl -sSk -w ' %{http_code}' https://`+other+`/ -H "Authorization: Bearer $API_TOKEN" -H "X-Key: $API_TOKEN"`)
+	assert.Contains(t, out, " 200")
+	got = good.all()
+	require.Len(t, got, 4)
+	assert.Equal(t, other, got[3].host)
+	assert.Equal(t, "Bearer "+placeholder, got[3].header.Get("Authorization"))
+	assert.Equal(t, placeholder, got[3].header.Get("X-Key"))
+
+	// The inject host over plain HTTP: spliced by Host, never injected (a
+	// secret travels only inside TLS).
+	out = sh(t, s, `curl -sS -w ' %{http_code}' http://`+host+`/plain -H "Authorization: Bearer $API_TOKEN"`)
+	assert.Contains(t, out, " 200")
+	got = good.all()
+	require.Len(t, got, 5)
+	assert.Equal(t, "Bearer "+placeholder, got[4].header.Get("Authorization"))
 
 	// Only the placeholder is in the sandbox, its processes and the engine.
 	out = sh(t, s, `echo "$API_TOKEN"; cat /proc/[0-9]*/environ 2>/dev/null | tr '\0' '\n' | grep -c ^API_TOKEN=`)
@@ -122,18 +154,17 @@ func TestInjectSecretOnTheWayOut(t *testing.T) {
 	assert.Contains(t, strings.Join(ctr.Config.Env, "\n"), "SSL_CERT_FILE="+sandbox.InjectBundleFile)
 
 	// A host whose certificate has expired: refused, nothing sent.
-	target.Store(expired.addr)
-	out = sh(t, s, `curl -sS -w ' %{http_code}' https://`+host+`/v1/b -H "Authorization: Bearer $API_TOKEN"`)
-	assert.Contains(t, out, "sandboxd egress: refused "+host+": its TLS certificate does not verify")
+	out = sh(t, s, `curl -sS -w ' %{http_code}' https://`+expired+`/v1/c -H "Authorization: Bearer $API_TOKEN"`)
+	assert.Contains(t, out, "sandboxd egress: refused "+expired+": its TLS certificate does not verify")
 	assert.Contains(t, out, " 502")
-	assert.Empty(t, expired.all())
+	assert.Empty(t, stale.all())
 
 	assert.NotContains(t, logs.String(), secret, "the logs")
 }
 
 // injectNet makes a network namespace with one address behind a veth pair
 // (like newTestNet, named apart so both run at once) and returns both.
-func injectNet(t *testing.T) (ns, addr string) {
+func injectNet(t *testing.T) (ns string, addrs []string) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("making a network namespace needs root")
@@ -159,40 +190,12 @@ func injectNet(t *testing.T) (ns, addr string) {
 	a2 := a1.Next()
 	ip("addr", "add", netip.PrefixFrom(a1, 29).String(), "dev", hostIf)
 	ip("link", "set", hostIf, "up")
+	a3 := a2.Next()
 	ip("-n", ns, "addr", "add", netip.PrefixFrom(a2, 29).String(), "dev", nsIf)
+	ip("-n", ns, "addr", "add", netip.PrefixFrom(a3, 29).String(), "dev", nsIf)
 	ip("-n", ns, "link", "set", nsIf, "up")
 	ip("-n", ns, "link", "set", "lo", "up")
-	return ns, a2.String()
-}
-
-// serveIntercepted listens on addr:443 in the test's namespace and hands
-// each connection to in for host, as the egress proxy does; upstream is
-// where the "real host" is now.
-func serveIntercepted(t *testing.T, ns, addr string, in *inject.Injector, host string, upstream func() string) {
-	t.Helper()
-	ln, err := testenv.ListenInNetns(ns, "tcp4", net.JoinHostPort(addr, "443"))
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	t.Cleanup(func() {
-		cancel()
-		ln.Close()
-		wg.Wait()
-	})
-	wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			wg.Go(func() {
-				_ = in.ServeTLS(ctx, c, host, 443, func(ctx context.Context, network, _ string) (net.Conn, error) {
-					var d net.Dialer
-					return d.DialContext(ctx, network, upstream())
-				})
-			})
-		}
-	})
+	return ns, []string{a2.String(), a3.String()}
 }
 
 // upstreamCA is the CA of the test's "real hosts".
@@ -218,46 +221,59 @@ func newUpstreamCA(t *testing.T) *upstreamCA {
 	return &upstreamCA{cert: cert, key: key, pool: pool}
 }
 
-func (c *upstreamCA) leaf(t *testing.T, nb, na time.Time, name string) tls.Certificate {
+func (c *upstreamCA) leaf(t *testing.T, nb, na time.Time, names ...string) tls.Certificate {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	require.NoError(t, err)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: name}, DNSNames: []string{name},
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: names[0]}, DNSNames: names,
 		NotBefore: nb, NotAfter: na, KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, c.cert, &key.PublicKey, c.key)
 	require.NoError(t, err)
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
 }
 
-// recorded is a loopback TLS server that records each request's headers
-// and echoes its Authorization in X-Echo (never in the body).
+// recorded is a TLS server at addr:443 in the test's namespace that
+// records each request's Host and headers and echoes its Authorization in
+// X-Echo (never in the body).
 type recorded struct {
-	addr string
 	mu   sync.Mutex
-	reqs []http.Header
+	reqs []seenRequest
 }
 
-func (r *recorded) all() []http.Header {
+type seenRequest struct {
+	host   string
+	header http.Header
+}
+
+func (r *recorded) all() []seenRequest {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return append([]http.Header(nil), r.reqs...)
+	return append([]seenRequest(nil), r.reqs...)
 }
 
-func recordingUpstream(t *testing.T, cert tls.Certificate) *recorded {
+func recordingUpstream(t *testing.T, ns, addr string, cert tls.Certificate) *recorded {
 	t.Helper()
 	rec := &recorded{}
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		rec.mu.Lock()
-		rec.reqs = append(rec.reqs, r.Header.Clone())
-		rec.mu.Unlock()
-		w.Header().Set("X-Echo", r.Header.Get("Authorization"))
-		_, _ = io.WriteString(w, "ok\n")
-	}))
-	srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
-	srv.Config.ErrorLog = log.New(io.Discard, "", 0)
-	srv.StartTLS()
-	t.Cleanup(srv.Close)
-	rec.addr = srv.Listener.Addr().String()
+	ln, err := testenv.ListenInNetns(ns, "tcp4", net.JoinHostPort(addr, "443"))
+	require.NoError(t, err)
+	srv := &http.Server{
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			rec.mu.Lock()
+			rec.reqs = append(rec.reqs, seenRequest{host: r.Host, header: r.Header.Clone()})
+			rec.mu.Unlock()
+			w.Header().Set("X-Echo", r.Header.Get("Authorization"))
+			_, _ = io.WriteString(w, "ok\n")
+		}),
+		ReadHeaderTimeout: time.Minute,
+		TLSConfig:         &tls.Config{Certificates: []tls.Certificate{cert}},
+		ErrorLog:          log.New(io.Discard, "", 0), // refused handshakes are the point of one host
+	}
+	plainLn, err := testenv.ListenInNetns(ns, "tcp4", net.JoinHostPort(addr, "80"))
+	require.NoError(t, err)
+	plain := &http.Server{Handler: srv.Handler, ReadHeaderTimeout: time.Minute}
+	go func() { _ = srv.ServeTLS(ln, "", "") }()
+	go func() { _ = plain.Serve(plainLn) }()
+	t.Cleanup(func() { _ = srv.Close(); _ = plain.Close() })
 	return rec
 }
 

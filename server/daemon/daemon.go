@@ -63,9 +63,13 @@ func newRuntime(ctx context.Context, c Config, stateDir string, inj *injection, 
 		// an earlier one. The direct path's folder likewise: with
 		// --direct=false, the folders of an earlier server are still
 		// removed with their sessions.
-		rt, err := docker.New(ctx, docker.Options{Client: c.DockerClient, AgentBinary: c.AgentBinary, Labels: c.Labels, Logger: log,
+		dopts := docker.Options{Client: c.DockerClient, AgentBinary: c.AgentBinary, Labels: c.Labels, Logger: log,
 			DiskDir: c.DiskDir, InsecureBridge: c.InsecureBridge, DirectDir: filepath.Join(stateDir, "direct"), NoDirect: !c.Direct,
-			InjectTrust: inj.trust(stateDir)})
+			InjectTrust: inj.trust(stateDir)}
+		if inj != nil {
+			dopts.EgressInterceptor = inj.interceptor // secret injection at the session's egress proxy (0051)
+		}
+		rt, err := docker.New(ctx, dopts)
 		if err != nil {
 			return nil, err
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/loglimit"
 	"github.com/sandboxd/sandboxd/sandbox"
 	"github.com/sandboxd/sandboxd/sandbox/docker"
+	"github.com/sandboxd/sandboxd/sandbox/egress"
 	"github.com/sandboxd/sandboxd/sandbox/egress/inject"
 	"github.com/sandboxd/sandboxd/server/config"
 )
@@ -115,4 +116,22 @@ func (j *injection) trust(stateDir string) *docker.InjectTrust {
 		return nil
 	}
 	return &docker.InjectTrust{CertPEM: j.auth.CertPEM(), Dir: filepath.Join(stateDir, injectDir, "trust")}
+}
+
+// interceptor is the Docker runtime's EgressInterceptor: the injector of a
+// session's rules (a new session's options, or an adopted one's label),
+// nil without rules. Rules this daemon cannot serve (an adopted session's
+// host that no profile names any more) are logged and get none: the proxy
+// then splices the host's TLS as for any allowed name, so the real host's
+// certificate meets the sandbox and the placeholder leaves as it is.
+func (j *injection) interceptor(o sandbox.SessionOptions) egress.Interceptor {
+	in, err := j.injector(o)
+	if err != nil {
+		j.log.Warn("secret injection: a session's rules cannot be served; its requests carry the placeholders", "err", err)
+		return nil
+	}
+	if in == nil {
+		return nil // the interface's nil, not a nil *Injector
+	}
+	return in
 }
