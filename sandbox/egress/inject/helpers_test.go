@@ -19,17 +19,13 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/sandboxd/sandboxd/sandbox/egress"
 )
 
-// Interceptor is a copy of sandbox/egress's seam (the proxy's side), so
-// this package is checked against it without importing the proxy.
-type Interceptor interface {
-	Intercepts(host string) bool
-	ServeTLS(ctx context.Context, conn net.Conn, host string, port int,
-		dial func(ctx context.Context, network, addr string) (net.Conn, error)) error
-}
-
-var _ Interceptor = (*Injector)(nil)
+// The Injector is the egress proxy's Interceptor (the package itself
+// does not import the proxy).
+var _ egress.Interceptor = (*Injector)(nil)
 
 // testCA is an upstream's CA: the tests' "system roots".
 type testCA struct {
