@@ -104,3 +104,24 @@ func TestBadFlagIsOneLine(t *testing.T) {
 		assert.LessOrEqual(t, strings.Count(errOut.String(), "\n"), 2, "%v: %s", c.args, errOut.String())
 	}
 }
+
+// The methods on a session need its token: without SANDBOXD_SESSION_TOKEN
+// the snapshot commands say so before they dial (the operator token alone
+// reaches no session, and the server would answer "no session").
+func TestSnapshotCommandsNeedTheSessionToken(t *testing.T) {
+	t.Setenv("SANDBOXD_SESSION_TOKEN", "")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"snapshot", "create", "--session", "abc"}, "snapshot create --session needs the session's token in SANDBOXD_SESSION_TOKEN"},
+		{[]string{"restore", "--session", "abc", "snap"}, "restore needs the session's token in SANDBOXD_SESSION_TOKEN"},
+		{[]string{"fork", "--session", "abc"}, "fork --session needs the session's token in SANDBOXD_SESSION_TOKEN"},
+		{[]string{"pause", "abc"}, "the session's token is needed: SANDBOXD_SESSION_TOKEN"},
+	} {
+		var out, errOut bytes.Buffer
+		code := run(c.args, stdio{in: strings.NewReader(""), out: &out, err: &errOut})
+		assert.Equal(t, exitUsage, code, "%v: %s", c.args, errOut.String())
+		assert.Contains(t, errOut.String(), c.want, "%v", c.args)
+	}
+}

@@ -47,9 +47,10 @@ snapshot warm --size N SNAPSHOT
     (without --options) are handed out at once; --size 0 removes the pool.
     Operator token only; the pool lives until the snapshot goes.
 
-With --session, the session's token in SANDBOXD_SESSION_TOKEN is used if
-set, else the operator token (--token-file, SANDBOXD_TOKEN, the local
-server's token file). Results are JSON on stdout.`
+With --session, the session's token must be in SANDBOXD_SESSION_TOKEN (as
+for every method on a session, the operator token alone does not reach
+one). Without --session, the operator token is used (--token-file,
+SANDBOXD_TOKEN, the local server's token file). Results are JSON on stdout.`
 
 const forkHelp = `
 Starts --count sessions (1 to 32) from a snapshot (by id or name), or from a
@@ -128,7 +129,9 @@ func runSnapshot(ctx context.Context, std stdio, args []string) error {
 	}
 	token := ""
 	if sessionID != "" {
-		token = os.Getenv("SANDBOXD_SESSION_TOKEN")
+		if token = os.Getenv("SANDBOXD_SESSION_TOKEN"); token == "" {
+			return usageErrorf("snapshot %s --session needs the session's token in SANDBOXD_SESSION_TOKEN", sub)
+		}
 	}
 	c, err := snapshotClient(ctx, conn, token)
 	if err != nil {
@@ -193,6 +196,9 @@ func runFork(ctx context.Context, std stdio, args []string) error {
 			return usageErrorf("fork: --options: %v", err)
 		}
 	}
+	if sessionID != "" && os.Getenv("SANDBOXD_SESSION_TOKEN") == "" {
+		return usageErrorf("fork --session needs the session's token in SANDBOXD_SESSION_TOKEN (and the operator token)")
+	}
 	c, err := snapshotClient(ctx, conn, "")
 	if err != nil {
 		return err
@@ -201,6 +207,7 @@ func runFork(ctx context.Context, std stdio, args []string) error {
 	if sessionID != "" {
 		o.Session = c.Session(sessionID, os.Getenv("SANDBOXD_SESSION_TOKEN"))
 	}
+
 	f, err := c.Fork(ctx, o)
 	if err != nil {
 		return err
@@ -231,6 +238,9 @@ func runRestore(ctx context.Context, std stdio, args []string) error {
 		return usageErrorf("restore: --session ID and one snapshot (its id or name)")
 	}
 	token := os.Getenv("SANDBOXD_SESSION_TOKEN")
+	if token == "" {
+		return usageErrorf("restore needs the session's token in SANDBOXD_SESSION_TOKEN")
+	}
 	c, err := snapshotClient(ctx, conn, token)
 	if err != nil {
 		return err
