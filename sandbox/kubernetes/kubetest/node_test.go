@@ -286,18 +286,24 @@ func TestNodeReportsEnds(t *testing.T) {
 
 func TestNodeRefusesWhatItCannotRun(t *testing.T) {
 	cs, node := startNode(t)
-	bad := pod(node.Name(), "cm", "true")
-	bad.Spec.Volumes = append(bad.Spec.Volumes, corev1.Volume{Name: "cfg", VolumeSource: corev1.VolumeSource{
+	bad := pod(node.Name(), "hp", "true")
+	bad.Spec.Volumes = append(bad.Spec.Volumes, corev1.Volume{Name: "host", VolumeSource: corev1.VolumeSource{
+		HostPath: &corev1.HostPathVolumeSource{Path: "/etc"}}})
+	bad.Spec.Containers[0].VolumeMounts = append(bad.Spec.Containers[0].VolumeMounts, corev1.VolumeMount{Name: "host", MountPath: "/host"})
+	// A configMap volume is run (a session's skills), but not without its ConfigMap.
+	noCM := pod(node.Name(), "cm", "true")
+	noCM.Spec.Volumes = append(noCM.Spec.Volumes, corev1.Volume{Name: "cfg", VolumeSource: corev1.VolumeSource{
 		ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "x"}}}})
-	bad.Spec.Containers[0].VolumeMounts = append(bad.Spec.Containers[0].VolumeMounts, corev1.VolumeMount{Name: "cfg", MountPath: "/cfg"})
+	noCM.Spec.Containers[0].VolumeMounts = append(noCM.Spec.Containers[0].VolumeMounts, corev1.VolumeMount{Name: "cfg", MountPath: "/cfg"})
 	root := pod(node.Name(), "root", "true")
 	zero := int64(0)
 	root.Spec.SecurityContext.RunAsUser = &zero
-	for _, p := range []*corev1.Pod{bad, root} {
+	for _, p := range []*corev1.Pod{bad, noCM, root} {
 		_, err := cs.CoreV1().Pods(ns).Create(t.Context(), p, metav1.CreateOptions{})
 		require.NoError(t, err)
 	}
-	assert.Contains(t, waitPod(t, cs, "cm", ended).Status.Message, "only emptyDir and the agent image")
+	assert.Contains(t, waitPod(t, cs, "hp", ended).Status.Message, "only emptyDir, configMap and the agent image")
+	assert.Contains(t, waitPod(t, cs, "cm", ended).Status.Message, `configmaps "x" not found`)
 	assert.Contains(t, waitPod(t, cs, "root", ended).Status.Message, "non-root")
 	ctrs, err := docker.ContainerList(t.Context(), container.ListOptions{All: true,
 		Filters: filters.NewArgs(filters.Arg("label", kubetest.LabelNode+"="+node.Name()))})
