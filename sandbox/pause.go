@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 )
 
 // ErrPaused: the session is paused; calls wait for Resume (decision 0053).
@@ -169,13 +168,7 @@ func (m *Manager) adoptPaused(id string, ctr *Resource, remove func(string) recl
 	if err != nil {
 		return remove(fmt.Sprintf("unreadable %s label: %v", LabelOptions, err))
 	}
-	s := newSession(m, id, opts)
-	if srt, ok := m.rt.(SidecarRuntime); ok && len(opts.MCPServers) > 0 {
-		s.sidecars = newSidecars(s, srt)
-	}
-	if t, err := time.Parse(time.RFC3339Nano, ctr.Labels[LabelCreated]); err == nil {
-		s.created = t
-	}
+	s := m.adoptedSession(id, opts, ctr.Labels)
 	close(s.started)
 	s.state = StatePaused
 	m.mu.Lock()

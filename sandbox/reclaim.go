@@ -113,18 +113,10 @@ func (m *Manager) reclaimOne(ctx context.Context, id string, ctr *Resource) recl
 			return remove("pooled sandbox that no configured pool wants")
 		}
 	}
-	s := newSession(m, id, opts)
-	if srt, ok := m.rt.(SidecarRuntime); ok && len(opts.MCPServers) > 0 {
-		// Its MCP servers start again at their first use, replacing their
-		// containers: a server's state does not survive a daemon restart.
-		s.sidecars = newSidecars(s, srt)
-	}
+	s := m.adoptedSession(id, opts, ctr.Labels)
 	c, err := m.connect(ctx, id, s.agentLog)
 	if err != nil {
 		return remove(fmt.Sprintf("agent unreachable: %v", err))
-	}
-	if t, err := time.Parse(time.RFC3339Nano, ctr.Labels[LabelCreated]); err == nil {
-		s.created = t
 	}
 	close(s.started)
 	s.setReady(c)
@@ -147,4 +139,19 @@ func (m *Manager) reclaimOne(ctx context.Context, id string, ctr *Resource) recl
 		return reclaimRow{id, "adopted", "running, agent answers; outdated settings: " + ctr.Outdated}
 	}
 	return reclaimRow{id, "adopted", "running, agent answers"}
+}
+
+// adoptedSession is the session of a sandbox a previous daemon left, as
+// its labels describe it (options, creation time), not yet connected.
+func (m *Manager) adoptedSession(id string, opts SessionOptions, labels map[string]string) *Session {
+	s := newSession(m, id, opts)
+	if srt, ok := m.rt.(SidecarRuntime); ok && len(opts.MCPServers) > 0 {
+		// Its MCP servers start again at their first use, replacing their
+		// containers: a server's state does not survive a daemon restart.
+		s.sidecars = newSidecars(s, srt)
+	}
+	if t, err := time.Parse(time.RFC3339Nano, labels[LabelCreated]); err == nil {
+		s.created = t
+	}
+	return s
 }

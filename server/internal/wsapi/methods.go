@@ -225,22 +225,11 @@ func sessionClose(c *conn, req *wsproto.Request) (any, error) {
 	return &wsproto.CloseResult{Closed: true}, nil
 }
 
-func sessionPause(c *conn, req *wsproto.Request) (any, error) {
-	var p wsproto.SessionRef
-	if err := decode(req, &p); err != nil {
-		return nil, err
-	}
-	s, err := c.session(p)
-	if err != nil {
-		return nil, err
-	}
-	if err := s.Pause(c.detached()); err != nil {
-		return nil, err
-	}
-	return &wsproto.PauseResult{Paused: true}, nil
-}
+func sessionPause(c *conn, req *wsproto.Request) (any, error)  { return setPaused(c, req, true) }
+func sessionResume(c *conn, req *wsproto.Request) (any, error) { return setPaused(c, req, false) }
 
-func sessionResume(c *conn, req *wsproto.Request) (any, error) {
+// setPaused is session.pause (pause) and session.resume (!pause).
+func setPaused(c *conn, req *wsproto.Request, pause bool) (any, error) {
 	var p wsproto.SessionRef
 	if err := decode(req, &p); err != nil {
 		return nil, err
@@ -249,10 +238,15 @@ func sessionResume(c *conn, req *wsproto.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := s.Resume(c.detached()); err != nil {
+	if pause {
+		err = s.Pause(c.detached())
+	} else {
+		err = s.Resume(c.detached())
+	}
+	if err != nil {
 		return nil, err
 	}
-	return &wsproto.PauseResult{Paused: false}, nil
+	return &wsproto.PauseResult{Paused: pause}, nil
 }
 
 func toolsList(c *conn, req *wsproto.Request) (any, error) {
