@@ -254,7 +254,11 @@ func TestPodDeletedFailsSession(t *testing.T) {
 	}
 	t.Logf("session ended %v after the delete: %v", time.Since(start).Round(time.Millisecond), s.Err())
 	require.Error(t, s.Err())
-	assert.Less(t, time.Since(start), 5*time.Second, "found by the watch within 5 s")
+	// The reason, not a time, says the Pod's end was seen (by the watch
+	// or the inspect after the stream ended), not a health ping's timeout:
+	// a 5 s bound failed only on a loaded machine (issue 23).
+	assert.Regexp(t, "deleted|removed from outside sandboxd", s.Err().Error(), "the reason names the deletion")
+	assert.NotContains(t, s.Err().Error(), "did not answer a ping")
 }
 
 // sh runs a terminal command that must complete and returns its output.
