@@ -7,6 +7,11 @@
 #
 #   STRESS_WORKERS   CPU workers (default: two per core, 4 on 2 cores)
 #
+#   SIGTRACE_LOG     where mk/sigtrace.sh records every SIGKILL and SIGSTOP
+#                    sent to a sandbox's agent or init, with its sender and
+#                    kernel path (default: a new file in /tmp; its report
+#                    is printed at the end)
+#
 # Prints the wall time and the load average (1, 5, 15 min) at start and end;
 # exits with the command's status.
 set -uo pipefail
@@ -21,9 +26,13 @@ command -v stress-ng >/dev/null ||
 	{ say "could not install stress-ng" >&2; exit 1; }
 
 say "load average at start: $(loadavg) ($(nproc) cores); starting stress-ng --cpu $workers"
+trace_log=${SIGTRACE_LOG:-$(mktemp /tmp/sandboxd-sigtrace.XXXXXX)}
+sigtrace="$(dirname "$0")/sigtrace.sh"
+"$sigtrace" start "$trace_log"
+
 stress-ng --cpu "$workers" --quiet &
 hog=$!
-trap 'kill "$hog" 2>/dev/null; wait "$hog" 2>/dev/null' EXIT
+trap 'kill "$hog" 2>/dev/null; wait "$hog" 2>/dev/null; "$sigtrace" stop "$trace_log"' EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
