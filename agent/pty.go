@@ -446,8 +446,8 @@ func (t *agentPTY) hangUp() {
 		select {
 		case <-t.exited:
 			return false
-		default: // not reaped yet: the pid is still the leader's
-			_ = unix.Kill(t.pid, s)
+		default: // not reaped yet; by pidfd (os.Process), never by number
+			_ = t.cmd.Process.Signal(s) // os.ErrProcessDone: just reaped
 			return true
 		}
 	}

@@ -594,9 +594,13 @@ func (s *session) terminate() {
 	s.room.Broadcast()
 	s.mu.Unlock()
 	sid := s.pid
-	// The shell's pid is signalled directly only until it is reaped: then
-	// the number may belong to another process. (Its session id cannot be
-	// reused while members of the session live.)
+	// The shell is signalled through its os.Process only until it is
+	// reaped: Process.Signal holds a pidfd, so a shell reaped between the
+	// check and the signal is never mistaken for whoever got its number
+	// next (kill(2) on the number was, for the moment between cmd.Wait
+	// and close(exitedCh); a thread of the agent's would take the whole
+	// agent with it). (Its session id cannot be reused while members of
+	// the session live.)
 	alive := func() bool {
 		select {
 		case <-s.exitedCh:
@@ -609,7 +613,7 @@ func (s *session) terminate() {
 	// The shell itself, until it is reaped.
 	leader := func(sig unix.Signal) bool {
 		if alive() {
-			_ = unix.Kill(sid, sig)
+			_ = s.cmd.Process.Signal(sig) // os.ErrProcessDone: just reaped
 			return true
 		}
 		return false
