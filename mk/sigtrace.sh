@@ -101,7 +101,7 @@ report() {
 	}
 	END {
 		flush()
-		printf "sigtrace: %d SIGKILL/SIGSTOP to sandboxd processes (init and agent-proxy \"sandboxd\", the agent \"exe\"); log %s\n", n, logf
+		printf "sigtrace: %d SIGKILL/SIGSTOP to processes named \"sandboxd\" (init and agent-proxy of a sandbox, a daemon) or \"exe\" (the agent); log %s\n", n, logf
 		printf "  by the engine (docker kill, rm -f):          %d\n", count["engine"]
 		printf "  by a pid namespace ending (its init exited): %d\n", count["teardown"]
 		printf "  by the OOM killer:                           %d\n", count["oom"]
