@@ -40,6 +40,7 @@ type daemonWatch struct {
 	stopOnce            sync.Once
 	stop, done          chan struct{}
 	victimMS            []float64 // another session's echo, each call
+	victimBaseMS        float64   // its median before the attack
 	victimErrs          []string
 	victim              *client.Session
 	victimStop, victimD chan struct{}
@@ -107,9 +108,22 @@ func watchDaemon(ctx context.Context, t *testing.T, rig *sidecarRig) *daemonWatc
 	}
 	w := &daemonWatch{t: t, rig: rig, stop: make(chan struct{}), done: make(chan struct{}),
 		victim: victim, victimStop: make(chan struct{}), victimD: make(chan struct{})}
+	// The victim's echo before the attack, on this machine as loaded as
+	// it is now: the bound during the attack is relative to it.
+	var base []float64
+	for range 5 {
+		began := time.Now()
+		obs, err := victim.Call(ctx, "terminal", map[string]any{"command": "echo victim-ok"}, nil)
+		if err != nil || obs.IsError {
+			t.Fatalf("the victim's echo before the attack: %v %v", err, obs)
+		}
+		base = append(base, float64(time.Since(began).Microseconds())/1000)
+	}
+	slices.Sort(base)
+	w.victimBaseMS = base[len(base)/2]
 	w.baseRSS, w.baseGo, w.baseLog = rig.rssMiB(t), rig.goroutines(t), float64(len(rig.serve.logs()))
 	w.peakRSS, w.peakGo, w.lastLog = w.baseRSS, w.baseGo, w.baseLog
-	t.Logf("daemon before: RSS %.1f MiB, %v goroutines, %v log bytes", w.baseRSS, w.baseGo, w.baseLog)
+	t.Logf("daemon before: RSS %.1f MiB, %v goroutines, %v log bytes; victim echo median %.1f ms", w.baseRSS, w.baseGo, w.baseLog, w.victimBaseMS)
 	// A test that fails before it calls end still stops the sampling: a
 	// sample that fails after the test returned panics the whole binary.
 	t.Cleanup(w.end)
@@ -220,8 +234,13 @@ func (w *daemonWatch) bounds(rssMiB, goroutines, logBytes float64) {
 	}
 	// The median: the attack must not slow other sessions; a single
 	// slow call on a shared 2-core machine is scheduling, not the attack.
-	if med := ms[len(ms)/2]; med > 100 {
-		w.t.Errorf("another session's echo took %.1f ms (median of %d) during the attack, bound 100 ms", med, len(ms))
+	// 100 ms, or three times the median before the attack on a machine
+	// whose load makes an echo slower than a third of that anyway: a
+	// fixed bound failed by 0.1 ms at load 150 (issue 23) and measured
+	// the machine, not the attack.
+	bound := max(100, 3*w.victimBaseMS)
+	if med := ms[len(ms)/2]; med > bound {
+		w.t.Errorf("another session's echo took %.1f ms (median of %d) during the attack, bound %.1f ms (%.1f ms before it)", med, len(ms), bound, w.victimBaseMS)
 	}
 }
 

@@ -260,6 +260,9 @@ func kubeBinary(t *testing.T) string {
 // in sandboxd-sessions on the test node (which binds the Pods: there is no
 // scheduler), with only the Role's verbs; nothing is left after.
 func TestDeployedDaemon(t *testing.T) {
+	// Built before the test's context starts: the build has its own bound,
+	// and under load it took most of the test's 5 min (issue 23).
+	bin := kubeBinary(t)
 	ctx := testContext(t)
 	applyManifests(ctx, t, kube.admin, readManifests(t), false)
 	// What a controller-manager would make: the default ServiceAccount the
@@ -296,7 +299,6 @@ func TestDeployedDaemon(t *testing.T) {
 		daemonArgs = append(daemonArgs, a)
 	}
 	daemonArgs = append(daemonArgs, "--kubeconfig="+kubeconfig, "--image="+testenv.DefaultTestImage)
-	bin := kubeBinary(t)
 	const token = "t3-operator-token-of-at-least-32-characters"
 	env := append(os.Environ(), "SANDBOXD_TOKEN="+token)
 
