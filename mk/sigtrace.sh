@@ -73,7 +73,9 @@ stop() {
 
 # report sorts each recorded signal by who sent it. The engine's kills
 # (runc, containerd-shim, dockerd) and a pid namespace's teardown after
-# its init ended are how every session ends; the rest is listed whole.
+# its init ended are how every session ends; the rest is listed whole. A
+# host (global) OOM kill is told apart from a memory limit's: Docker's
+# OOMKilled sees only the latter.
 report() {
 	[ -f "$log" ] || { say "no log $log"; return 0; }
 	awk -v logf="$log" '
@@ -91,7 +93,8 @@ report() {
 		pending = 0; n++
 		if (sender ~ /^(runc|containerd-shim|containerd|dockerd)/) kind = "engine"
 		else if (stack ~ /zap_pid_ns_processes/) kind = "teardown"
-		else if (stack ~ /oom_kill/) kind = "oom"
+		else if (stack ~ /oom_kill/ && stack ~ /mem_cgroup_out_of_memory/) kind = "oom"
+		else if (stack ~ /oom_kill/) kind = "globaloom"
 		else kind = "other"
 		count[kind]++
 		if (kind != "engine" && kind != "teardown") {
@@ -102,11 +105,12 @@ report() {
 	END {
 		flush()
 		printf "sigtrace: %d SIGKILL/SIGSTOP to processes named \"sandboxd\" (init and agent-proxy of a sandbox, a daemon) or \"exe\" (the agent); log %s\n", n, logf
-		printf "  by the engine (docker kill, rm -f):          %d\n", count["engine"]
-		printf "  by a pid namespace ending (its init exited): %d\n", count["teardown"]
-		printf "  by the OOM killer:                           %d\n", count["oom"]
-		printf "  by anything else:                            %d\n", count["other"]
-		printf "%s%s", detail["oom"], detail["other"]
+		printf "  by the engine (docker kill, rm -f):           %d\n", count["engine"]
+		printf "  by a pid namespace ending (its init exited):  %d\n", count["teardown"]
+		printf "  by the OOM killer, at a memory limit (memcg): %d\n", count["oom"]
+		printf "  by the OOM killer, the host out of memory:    %d\n", count["globaloom"]
+		printf "  by anything else:                             %d\n", count["other"]
+		printf "%s%s%s", detail["globaloom"], detail["oom"], detail["other"]
 	}' "$log"
 }
 
