@@ -24,6 +24,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/testenv"
 	"github.com/sandboxd/sandboxd/server/daemon"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/client"
@@ -138,12 +139,31 @@ func setup(m *testing.M) (int, error) {
 // containers counts this run's session containers.
 func containers(t *testing.T) int {
 	t.Helper()
+	return len(runContainers(t))
+}
+
+// runContainers lists this run's session containers that exist. Docker
+// 20.10 can keep a ghost in its list: in under-load run 3 of issue 23 a
+// container whose shim died 0.8 s after its start stayed listed as
+// "Removal In Progress" for over an hour while inspect and rm answered
+// "No such container" and its folder was gone; it failed every later
+// test's check. A container the engine says does not exist is not left
+// behind, so one that inspect does not find is not counted.
+func runContainers(t *testing.T) []container.Summary {
+	t.Helper()
 	f := filters.NewArgs(filters.Arg("label", labelRun+"="+runID), filters.Arg("label", sandbox.LabelManaged+"=true"))
 	ctrs, err := engine.ContainerList(context.Background(), container.ListOptions{All: true, Filters: f})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return len(ctrs)
+	real := ctrs[:0]
+	for _, c := range ctrs {
+		if _, err := engine.ContainerInspect(context.Background(), c.ID); cerrdefs.IsNotFound(err) {
+			continue
+		}
+		real = append(real, c)
+	}
+	return real
 }
 
 // waitNoContainers waits up to 2 min for the run's containers to be gone
@@ -161,17 +181,12 @@ func waitNoContainers(t *testing.T, what string) {
 // state and the test scope that made them: the count is of the whole run,
 // so one container the engine never finishes removing fails every later
 // test's check (under-load run 3 of issue 23: "Removal In Progress" for
-// 20 min, until the test binary exited), and only its labels say whose it
-// is.
+// 20 min; it was an engine ghost, see runContainers), and only its labels
+// say whose it is.
 func leftContainers(t *testing.T) string {
 	t.Helper()
-	f := filters.NewArgs(filters.Arg("label", labelRun+"="+runID), filters.Arg("label", sandbox.LabelManaged+"=true"))
-	ctrs, err := engine.ContainerList(context.Background(), container.ListOptions{All: true, Filters: f})
-	if err != nil {
-		return err.Error()
-	}
 	var b strings.Builder
-	for _, c := range ctrs {
+	for _, c := range runContainers(t) {
 		fmt.Fprintf(&b, "\n  %s %v %s (%s) scope %q session %q created %s",
 			c.ID[:12], c.Names, c.State, c.Status, c.Labels[labelTest], c.Labels[sandbox.LabelSession],
 			c.Labels[sandbox.LabelCreated])
