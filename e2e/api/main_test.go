@@ -156,14 +156,14 @@ func runContainers(t *testing.T) []container.Summary {
 	if err != nil {
 		t.Fatal(err)
 	}
-	real := ctrs[:0]
+	exist := ctrs[:0]
 	for _, c := range ctrs {
 		if _, err := engine.ContainerInspect(context.Background(), c.ID); cerrdefs.IsNotFound(err) {
 			continue
 		}
-		real = append(real, c)
+		exist = append(exist, c)
 	}
-	return real
+	return exist
 }
 
 // waitNoContainers waits up to 2 min for the run's containers to be gone
