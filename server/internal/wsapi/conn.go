@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -44,6 +46,7 @@ type conn struct {
 	inBytes    atomic.Int64 // bytes of the requests running
 	handlers   sync.WaitGroup
 	active     atomic.Int64  // handlers running (Shutdown polls it; the WaitGroup is for serve)
+	stage      atomic.Value  // string: what serve is doing (Shutdown reports it if it waits too long)
 	closing    chan struct{} // closed by close: the writer flushes, then sends the close frame
 	closeOnce  sync.Once
 	closeCode  int
@@ -64,6 +67,7 @@ type conn struct {
 	attached map[string]*core.Session // sessions whose output it receives
 	ptys     map[string]*wsPTY        // PTYs it opened (pty.go)
 	ptySeq   uint64
+	running  map[*wsproto.Request]struct{} // requests whose handler runs (for Shutdown's report)
 }
 
 // outMsg is a message of the outbound queue; written, if set, runs once the
@@ -90,17 +94,23 @@ func newConn(h *Handler, ws *websocket.Conn, p core.Principal, remote string) *c
 		gaps:       map[string]*wsproto.StreamGap{},
 		grants:     map[string]*core.Session{},
 		attached:   map[string]*core.Session{},
+		running:    map[*wsproto.Request]struct{}{},
 	}
 }
 
 // serve runs the connection until it closes.
 func (c *conn) serve() {
 	go c.writeLoop()
+	c.stage.Store("reading")
 	c.readLoop()
 	c.cancel()
+	c.stage.Store("closing its PTYs")
 	c.closePTYs()
+	c.stage.Store("waiting for its requests")
 	c.handlers.Wait()
+	c.stage.Store("waiting for its writer")
 	<-c.writerDone
+	c.stage.Store("closed")
 	_ = c.ws.Close()
 	c.mu.Lock()
 	for _, s := range c.attached {
@@ -173,6 +183,34 @@ func (c *conn) readLoop() {
 func (c *conn) ended(code int, why string) {
 	c.closeOnce.Do(func() { c.closeCode, c.closeWhy = code, why })
 	c.cancel()
+}
+
+// state says what the connection is doing, for Shutdown's report of the
+// connections it still waits for: serve's stage, whether the writer has
+// ended, and the requests whose handlers run.
+func (c *conn) state() string {
+	stage, _ := c.stage.Load().(string)
+	if stage == "" {
+		stage = "starting"
+	}
+	writer := "running"
+	select {
+	case <-c.writerDone:
+		writer = "ended"
+	default:
+	}
+	c.mu.Lock()
+	reqs := make([]string, 0, len(c.running))
+	for r := range c.running {
+		reqs = append(reqs, r.Method+" (id "+string(r.ID)+")")
+	}
+	c.mu.Unlock()
+	slices.Sort(reqs)
+	if len(reqs) == 0 {
+		reqs = append(reqs, "none")
+	}
+	return fmt.Sprintf("conn %s from %s: %s; writer %s, %d queued bytes; requests running: %s",
+		c.id, c.remote, stage, writer, c.queued.Load(), strings.Join(reqs, ", "))
 }
 
 func (c *conn) closeReason() string {
@@ -626,9 +664,13 @@ func (c *conn) dispatch(msg []byte) {
 	c.h.core.Metrics().Requests.WithLabelValues(req.Method, "ws").Inc()
 	c.handlers.Add(1)
 	c.active.Add(1)
+	c.mu.Lock()
+	c.running[&req] = struct{}{}
+	c.mu.Unlock()
 	go func() {
 		defer c.handlers.Done()
 		defer c.active.Add(-1)
+		defer func() { c.mu.Lock(); delete(c.running, &req); c.mu.Unlock() }()
 		defer func() { <-c.inflight }()
 		defer c.release(size)
 		result, err := m(c, &req)

@@ -6,8 +6,11 @@ package wsapi
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -230,7 +233,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // Shutdown closes every connection with 1001 (going away) and waits for
-// their goroutines, or ctx. New connections are refused from now on.
+// their goroutines, or ctx. New connections are refused from now on. If
+// ctx ends first, the error names each connection still open and what it
+// waits for (the log has the same, one line a connection).
 func (h *Handler) Shutdown(ctx context.Context) error {
 	h.mu.Lock()
 	h.shut = true
@@ -251,6 +256,25 @@ func (h *Handler) Shutdown(ctx context.Context) error {
 	case <-done:
 		return nil
 	case <-ctx.Done():
-		return ctx.Err()
+		return h.stuck(ctx.Err())
 	}
+}
+
+// stuck reports the connections Shutdown still waits for when err (its
+// deadline) ended the wait: a shutdown that cannot finish says why.
+func (h *Handler) stuck(err error) error {
+	h.mu.Lock()
+	states := make([]string, 0, len(h.conns))
+	for c := range h.conns {
+		states = append(states, c.state())
+	}
+	h.mu.Unlock()
+	slices.Sort(states)
+	for _, s := range states {
+		h.log.Warn("shutdown: a connection is still open", "state", s)
+	}
+	if len(states) == 0 {
+		return fmt.Errorf("%w: waiting for a connection being upgraded", err)
+	}
+	return fmt.Errorf("%w: %d connections still open: %s", err, len(states), strings.Join(states, "; "))
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/sandboxd/sandboxd/server/auth"
 	"github.com/sandboxd/sandboxd/server/internal/core"
 	"github.com/sandboxd/sandboxd/server/internal/metrics"
+	"github.com/sandboxd/sandboxd/wsproto"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -118,5 +119,48 @@ func TestHandlerChecksHostAndOrigin(t *testing.T) {
 				t.Fatalf("status %v, want %d (%v)", resp, tc.want, err)
 			}
 		})
+	}
+}
+
+// A Shutdown that runs out of time names each connection it still waits
+// for, what that connection is doing and the requests still running, so a
+// shutdown that cannot finish says why.
+func TestShutdownNamesWhatItWaitsFor(t *testing.T) {
+	token := auth.NewToken()
+	c, err := core.New(core.Options{Backend: noSessions{}, OperatorToken: token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Shutdown(context.Background(), false)
+	block, entered := make(chan struct{}), make(chan struct{})
+	methods["test.block"] = func(*conn, *wsproto.Request) (any, error) { close(entered); <-block; return "unblocked", nil }
+	defer delete(methods, "test.block")
+	h := New(c, Options{})
+	hs := httptest.NewServer(h)
+	defer hs.Close()
+
+	ws, _, err := websocket.DefaultDialer.Dial("ws"+strings.TrimPrefix(hs.URL, "http"), http.Header{"Authorization": {"Bearer " + token}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.Close()
+	if err := ws.WriteMessage(websocket.TextMessage, []byte(`{"jsonrpc":"2.0","id":7,"method":"test.block"}`)); err != nil {
+		t.Fatal(err)
+	}
+	<-entered
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // out of time at once: the report, not the wait, is tested
+	err = h.Shutdown(ctx)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Shutdown: %v, want context.Canceled", err)
+	}
+	for _, want := range []string{"1 connections still open", "conn ", "requests running: test.block (id 7)"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("Shutdown's error %q does not say %q", err, want)
+		}
+	}
+	close(block)
+	if err := h.Shutdown(context.Background()); err != nil {
+		t.Fatalf("Shutdown once the request ended: %v", err)
 	}
 }
