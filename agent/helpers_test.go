@@ -28,6 +28,7 @@ var quiet = slog.New(slog.DiscardHandler)
 // testKit is a test toolset whose tools report what happened to them.
 type testKit struct {
 	closed    atomic.Int32
+	started   chan string   // name of a tool that began to run (sleep)
 	cancelled chan string   // name of a tool whose ctx ended
 	release   chan struct{} // lets a cancelled linger call return
 
@@ -85,7 +86,7 @@ type (
 
 func newTestKit(t testing.TB, barrierN int) (*testKit, *tools.Toolset) {
 	t.Helper()
-	k := &testKit{cancelled: make(chan string, 100), release: make(chan struct{}), barrier: make(chan struct{}), barN: barrierN}
+	k := &testKit{started: make(chan string, 100), cancelled: make(chan string, 100), release: make(chan struct{}), barrier: make(chan struct{}), barN: barrierN}
 	mk := func(tool *tools.Tool, err error) *tools.Tool {
 		require.NoError(t, err)
 		return tool
@@ -96,6 +97,10 @@ func newTestKit(t testing.TB, barrierN int) (*testKit, *tools.Toolset) {
 			return tools.TextResult(a.Text, nil), nil
 		}, k)),
 		mk(tools.NewFunc(def("sleep"), func(ctx context.Context, a sleepArgs) (*tools.Observation, error) {
+			select {
+			case k.started <- "sleep":
+			default: // nobody waits for it
+			}
 			select {
 			case <-time.After(time.Duration(a.MS) * time.Millisecond):
 				return tools.TextResult("slept", nil), nil
