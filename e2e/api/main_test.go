@@ -230,7 +230,7 @@ func startServerIn(t *testing.T, scope string, set func(*server.Options)) *apiSe
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		if err := d.Shutdown(ctx); err != nil {
-			t.Errorf("shutdown: %v", err)
+			t.Errorf("shutdown: %v\nthe server's goroutines:\n%s", err, testenv.Goroutines("sandboxd/server/", "sandboxd/client."))
 		}
 		hs.CloseClientConnections()
 		hs.Close()
