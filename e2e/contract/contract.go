@@ -76,6 +76,52 @@ func Run(t *testing.T, s *sandbox.Session) {
 // it (completion, working directory, interpreter).
 func Body(text string) string { return ctBody(text) }
 
+// Sh runs a terminal command in s that must complete, and returns its
+// output without the terminal's footer, trimmed.
+func Sh(t *testing.T, s *sandbox.Session, command string) string {
+	t.Helper()
+	obs, err := tryCall(ctxT(t), s, "terminal", map[string]any{"command": command, "timeout": 60})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if obs.IsError {
+		t.Fatalf("%s: %s", command, obs.Text())
+	}
+	return strings.TrimSpace(ctBody(obs.Text()))
+}
+
+// PodDeleted checks that s, a session of a Kubernetes runtime, fails once
+// deletePod has deleted its Pod, and says why: the reason names the
+// deletion (the watch saw it, or the inspect after the stream ended), never
+// a health ping's timeout. No time bound: one of 5 s failed only on a
+// loaded machine (issue 23); ctx stops a hang.
+func PodDeleted(ctx context.Context, t *testing.T, s *sandbox.Session, deletePod func(context.Context) error) {
+	t.Helper()
+	if got := Sh(t, s, "echo alive"); !strings.Contains(got, "alive") {
+		t.Fatalf("before the delete: %q, want alive", got)
+	}
+	start := time.Now()
+	if err := deletePod(ctx); err != nil {
+		t.Fatalf("deleting the Pod: %v", err)
+	}
+	select {
+	case <-s.Done():
+	case <-ctx.Done():
+		t.Fatal("the session did not end after its Pod was deleted")
+	}
+	t.Logf("session ended %v after the delete: %v", time.Since(start).Round(time.Millisecond), s.Err())
+	err := s.Err()
+	if err == nil {
+		t.Fatal("the session ended without an error")
+	}
+	if !regexp.MustCompile("deleted|removed from outside sandboxd").MatchString(err.Error()) {
+		t.Errorf("the reason does not name the deletion: %v", err)
+	}
+	if strings.Contains(err.Error(), "did not answer a ping") {
+		t.Errorf("the session ended on a health ping, not on the deletion: %v", err)
+	}
+}
+
 // ctxT is a context for one call of a check.
 func ctxT(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)

@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/sandboxd/sandboxd/e2e/contract"
 	"github.com/sandboxd/sandboxd/sandbox"
 	skube "github.com/sandboxd/sandboxd/sandbox/kubernetes"
 	"github.com/sandboxd/sandboxd/server/daemon"
@@ -111,7 +112,7 @@ func TestSkillsInPod(t *testing.T) {
 				assert.Contains(t, obs.Text(), "hello, kube (installs: 1)", "the installer ran once, at create")
 			}
 
-			out := sh(t, s, `ls -lR /skills; cat /skills/greet/notes/more/far.md; `+
+			out := contract.Sh(t, s, `ls -lR /skills; cat /skills/greet/notes/more/far.md; `+
 				`touch /skills/greet/x 2>&1; echo "write=$?"; chmod u+w /skills/greet/SKILL.md 2>&1; echo "chmod=$?"; `+
 				`ls /skills/greet/out 2>&1; cat /skills/greet/out/secret.txt 2>&1; true`)
 			t.Log(out)
