@@ -10,6 +10,7 @@ package api
 
 import (
 	"context"
+	"crypto/rand"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -98,7 +99,10 @@ func setup(m *testing.M) (int, error) {
 		fmt.Println("e2e/api: skipped, no Docker engine:", err)
 		return 0, nil
 	}
-	runID = auth.NewToken()[:12]
+	// Lower case letters and digits: runID goes into image tags, network
+	// namespace and interface names, where a token's '-' or '_' may not
+	// start a name (a tag of "-V3JH..." failed a build).
+	runID = strings.ToLower(rand.Text()[:12])
 	tmp, err := os.MkdirTemp("", "sandboxd-e2e-api-")
 	if err != nil {
 		return 0, err
