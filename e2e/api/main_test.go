@@ -25,7 +25,6 @@ import (
 	"github.com/sandboxd/sandboxd/internal/testenv"
 	"github.com/sandboxd/sandboxd/server/daemon"
 
-	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/client"
@@ -162,7 +161,7 @@ func runContainers(t *testing.T) []container.Summary {
 	}
 	exist := ctrs[:0]
 	for _, c := range ctrs {
-		if _, err := engine.ContainerInspect(context.Background(), c.ID); cerrdefs.IsNotFound(err) {
+		if testenv.Ghost(context.Background(), engine, c.ID) {
 			continue
 		}
 		exist = append(exist, c)
