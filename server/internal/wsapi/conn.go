@@ -45,7 +45,6 @@ type conn struct {
 	inflight   chan struct{}
 	inBytes    atomic.Int64 // bytes of the requests running
 	handlers   sync.WaitGroup
-	active     atomic.Int64  // handlers running (Shutdown polls it; the WaitGroup is for serve)
 	stage      atomic.Value  // string: what serve is doing (Shutdown reports it if it waits too long)
 	closing    chan struct{} // closed by close: the writer flushes, then sends the close frame
 	closeOnce  sync.Once
@@ -67,7 +66,7 @@ type conn struct {
 	attached map[string]*core.Session // sessions whose output it receives
 	ptys     map[string]*wsPTY        // PTYs it opened (pty.go)
 	ptySeq   uint64
-	running  map[*wsproto.Request]struct{} // requests whose handler runs (for Shutdown's report)
+	running  map[*wsproto.Request]struct{} // requests whose handler runs (Shutdown polls it and reports them; the WaitGroup is for serve)
 }
 
 // outMsg is a message of the outbound queue; written, if set, runs once the
@@ -213,6 +212,13 @@ func (c *conn) state() string {
 		c.id, c.remote, stage, writer, c.queued.Load(), strings.Join(reqs, ", "))
 }
 
+// busy says whether a request's handler runs.
+func (c *conn) busy() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.running) > 0
+}
+
 func (c *conn) closeReason() string {
 	return strconv.Itoa(c.closeCode) + " " + c.closeWhy
 }
@@ -242,7 +248,7 @@ func (c *conn) abort(code int, why string) {
 func (c *conn) shutdown(ctx context.Context) {
 	wait := time.NewTimer(closeGrace)
 	defer wait.Stop()
-	for c.active.Load() > 0 {
+	for c.busy() {
 		select {
 		case <-ctx.Done():
 		case <-wait.C:
@@ -663,13 +669,11 @@ func (c *conn) dispatch(msg []byte) {
 	}
 	c.h.core.Metrics().Requests.WithLabelValues(req.Method, "ws").Inc()
 	c.handlers.Add(1)
-	c.active.Add(1)
 	c.mu.Lock()
 	c.running[&req] = struct{}{}
 	c.mu.Unlock()
 	go func() {
 		defer c.handlers.Done()
-		defer c.active.Add(-1)
 		defer func() { c.mu.Lock(); delete(c.running, &req); c.mu.Unlock() }()
 		defer func() { <-c.inflight }()
 		defer c.release(size)

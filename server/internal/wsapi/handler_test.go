@@ -32,14 +32,23 @@ func (noSessions) List() []core.Sandbox                 { return nil }
 func (noSessions) Stats() metrics.Stats                 { return metrics.Stats{} }
 func (noSessions) Shutdown(context.Context, bool) error { return nil }
 
-// A connection whose upgrade overlaps the start of Shutdown is closed with
-// 1001 too; Shutdown does not wait for it until its deadline.
-func TestShutdownDuringUpgrade(t *testing.T) {
+// newTestCore is a core without sessions and its operator token; it shuts
+// down when the test ends.
+func newTestCore(t *testing.T) (*core.Core, string) {
+	t.Helper()
 	token := auth.NewToken()
 	c, err := core.New(core.Options{Backend: noSessions{}, OperatorToken: token})
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = c.Shutdown(context.Background(), false) })
+	return c, token
+}
+
+// A connection whose upgrade overlaps the start of Shutdown is closed with
+// 1001 too; Shutdown does not wait for it until its deadline.
+func TestShutdownDuringUpgrade(t *testing.T) {
+	c, token := newTestCore(t)
 	h := New(c, Options{})
 	hs := httptest.NewServer(h)
 	defer hs.Close()
@@ -76,18 +85,12 @@ func TestShutdownDuringUpgrade(t *testing.T) {
 	if err := <-shutdown; err != nil {
 		t.Fatalf("shutdown still waits for the connection: %v", err)
 	}
-	_ = c.Shutdown(context.Background(), false)
 }
 
 // The handler checks Host and Origin itself: mounted without the server's
 // middleware it still refuses DNS rebinding and other origins.
 func TestHandlerChecksHostAndOrigin(t *testing.T) {
-	token := auth.NewToken()
-	c, err := core.New(core.Options{Backend: noSessions{}, OperatorToken: token})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Shutdown(context.Background(), false)
+	c, token := newTestCore(t)
 	for _, tc := range []struct {
 		name   string
 		policy auth.RequestPolicy
@@ -126,12 +129,7 @@ func TestHandlerChecksHostAndOrigin(t *testing.T) {
 // for, what that connection is doing and the requests still running, so a
 // shutdown that cannot finish says why.
 func TestShutdownNamesWhatItWaitsFor(t *testing.T) {
-	token := auth.NewToken()
-	c, err := core.New(core.Options{Backend: noSessions{}, OperatorToken: token})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Shutdown(context.Background(), false)
+	c, token := newTestCore(t)
 	block, entered := make(chan struct{}), make(chan struct{})
 	methods["test.block"] = func(*conn, *wsproto.Request) (any, error) { close(entered); <-block; return "unblocked", nil }
 	defer delete(methods, "test.block")

@@ -17,7 +17,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/sandboxd/sandboxd/server/auth"
 	"github.com/sandboxd/sandboxd/server/internal/core"
 	"github.com/sandboxd/sandboxd/wsproto"
 )
@@ -28,11 +27,7 @@ import (
 // and the server's side of it.
 func pacingServer(t *testing.T, opts Options, readBuffer int) (*Handler, *websocket.Conn, *conn) {
 	t.Helper()
-	token := auth.NewToken()
-	cr, err := core.New(core.Options{Backend: noSessions{}, OperatorToken: token})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cr, token := newTestCore(t)
 	h := New(cr, opts)
 	hs := httptest.NewServer(h)
 	t.Cleanup(func() {
